@@ -1,0 +1,1 @@
+"""Task scorers: one module each, with a fixed interface (see eval/base.py)."""

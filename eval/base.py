@@ -1,0 +1,42 @@
+"""The scorer interface: name, version, higher-is-better, aggregation, bootstrap standard error."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+
+
+def bootstrap_stderr(values, statistic=np.mean, n_boot: int = 1000, seed: int = 0) -> float:
+    """Bootstrap standard error of ``statistic`` over per-example ``values``."""
+    values = np.asarray(values, dtype=float)
+    if values.size < 2:
+        return float("nan")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, values.size, size=(n_boot, values.size))
+    return float(np.std([statistic(values[i]) for i in idx], ddof=1))
+
+
+class Scorer(ABC):
+    name: str = "scorer"
+    version: str = "1"
+    higher_is_better: bool = True
+    aggregation: str = "mean"
+
+    @abstractmethod
+    def score(self, example, completion: str) -> float:
+        """Score one completion against ``example.reference``."""
+
+    def aggregate(self, scores: list[float]) -> dict[str, Any]:
+        vals = np.asarray([s for s in scores if s is not None], dtype=float)
+        value = float(vals.mean()) if vals.size else float("nan")
+        return {
+            "metric": self.name,
+            "version": self.version,
+            "value": value,
+            "stderr": bootstrap_stderr(vals),
+            "n": int(vals.size),
+            "higher_is_better": self.higher_is_better,
+            "aggregation": self.aggregation,
+        }

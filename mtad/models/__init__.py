@@ -1,0 +1,1 @@
+"""Model pairs (target + draft): offline GGUF pair, hub pairs, tiny random pairs."""

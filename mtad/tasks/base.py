@@ -1,0 +1,75 @@
+"""The task interface.
+
+A task knows where its examples come from and how to turn one into prompt token
+ids; it knows nothing about decoders. Multi-turn tasks (MT-Bench) render turn t
+from the example and the model's earlier answers.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class TaskUnavailable(RuntimeError):
+    """The task's data cannot be had here; the message says what is missing and how to get it."""
+
+
+@dataclass
+class Example:
+    id: str
+    turns: list[str]  # user messages (one for single-turn tasks)
+    reference: Any = None  # whatever the scorer needs (gold SQL, test code, summary, ...)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class Task(ABC):
+    """Subclasses set ``name`` and implement ``load``; override ``render`` for custom prompts."""
+
+    name: str = "task"
+    #: which data source was used by the last ``load`` (e.g. "local:data/spider", "hub:...").
+    source: str = "unknown"
+    #: True when the data is a labelled stand-in for the paper's data.
+    substitute: bool = False
+
+    def __init__(self, limit: int | None = None, max_prompt_tokens: int = 512, chat: bool = True):
+        self.limit = limit
+        self.max_prompt_tokens = max_prompt_tokens
+        self.chat = chat
+
+    @abstractmethod
+    def load(self) -> list[Example]:
+        """Examples, first ``self.limit`` of them; raise TaskUnavailable when data is missing."""
+
+    def num_turns(self, example: Example) -> int:
+        return len(example.turns)
+
+    def user_message(self, example: Example, turn: int) -> str:
+        return example.turns[turn]
+
+    def render(self, example: Example, tokenizer, turn: int = 0, previous: list[str] | None = None) -> list[int]:
+        """Prompt token ids for ``turn``, given the model's answers to earlier turns.
+
+        With ``chat`` and a tokenizer that has a chat template, the template is used;
+        otherwise turns are joined as plain text.
+        """
+        previous = previous or []
+        if self.chat and getattr(tokenizer, "chat_template", None):
+            messages = []
+            for t in range(turn + 1):
+                messages.append({"role": "user", "content": self.user_message(example, t)})
+                if t < turn:
+                    messages.append({"role": "assistant", "content": previous[t]})
+            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+                ids = ids["input_ids"]
+            ids = list(ids)
+        else:
+            text = ""
+            for t in range(turn + 1):
+                text += self.user_message(example, t)
+                if t < turn:
+                    text += previous[t]
+            ids = tokenizer(text)["input_ids"]
+        return ids[-self.max_prompt_tokens :] if self.max_prompt_tokens else ids

@@ -1,0 +1,71 @@
+"""Logit warping shared by every decoder and baseline.
+
+One function, applied identically to target and draft: temperature, then top-k,
+then top-p (nucleus, Hugging Face semantics: keep the smallest set of most likely
+tokens whose mass reaches ``top_p``; the most likely token is always kept).
+Temperature 0 means greedy: the warped distribution is one-hot on the argmax
+(first index on ties), so every sampling rule collapses to greedy decoding.
+
+This module knows nothing about models: logits in, probabilities out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Warping:
+    """Sampling parameters shared by target and draft."""
+
+    temperature: float = 1.0
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1.0 = off
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(
+                f"temperature must be >= 0 (0 = greedy), got {self.temperature}; "
+                "set e.g. temperature=1.0"
+            )
+        if not (0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}; use top_p=1.0 to disable")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = disabled), got {self.top_k}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        return warp_probs(logits, self.temperature, self.top_k, self.top_p)
+
+
+def warp_probs(
+    logits: torch.Tensor,  # [..., V]
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+) -> torch.Tensor:  # [..., V], rows sum to 1
+    """Warped next-token distribution. Computed in float32 at least (float64 stays float64)."""
+    dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    logits = logits.to(dtype)
+    if temperature == 0:
+        out = torch.zeros_like(logits)
+        out.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+        return out
+    logits = logits / temperature
+    vocab = logits.shape[-1]
+    if 0 < top_k < vocab:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, sorted_idx = torch.sort(logits, dim=-1, descending=False)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        remove_sorted = cum <= (1 - top_p)
+        remove_sorted[..., -1] = False  # always keep the most likely token
+        remove = remove_sorted.scatter(-1, sorted_idx, remove_sorted)
+        logits = logits.masked_fill(remove, float("-inf"))
+    return logits.softmax(-1)
