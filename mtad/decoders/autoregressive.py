@@ -1,0 +1,30 @@
+"""Autoregressive baselines: multinomial sampling and greedy decoding on the target alone.
+
+The references every lossless decoder must match: ``y ~ p(.|ctx)`` (warped) or
+``y = argmax p``.
+"""
+
+from __future__ import annotations
+
+from mtad.decoders.base import Decoder, StepContext, StepOutput, sample
+
+
+class Multinomial(Decoder):
+    """One target pass per token, ``y ~ warp(p)`` (temperature 0 gives greedy)."""
+
+    name = "multinomial"
+    uses_draft = False
+
+    def step(self, ctx: StepContext) -> StepOutput:
+        p = ctx.warping(ctx.target.root_logits)
+        return StepOutput(tokens=[sample(p, ctx.generator)])
+
+
+class Greedy(Decoder):
+    """One target pass per token, ``y = argmax p`` whatever the sampling settings."""
+
+    name = "greedy"
+    uses_draft = False
+
+    def step(self, ctx: StepContext) -> StepOutput:
+        return StepOutput(tokens=[int(ctx.target.root_logits.argmax())])

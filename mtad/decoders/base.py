@@ -1,0 +1,75 @@
+"""The decoder interface: one decoding step = draft, one target pass, verify.
+
+A decoder proposes and verifies; the engine (``mtad.engine``) owns the loop,
+commits the returned tokens and prunes both caches. A decoder never edits the
+committed sequence or the caches directly: it adds nodes to the runners' step
+trees (``ModelRunner.forward``) and returns the tokens to commit.
+
+Vocabulary (as in the papers): *accepted* = draft tokens kept after
+verification; *correction* = the token the target emits after a rejection;
+*bonus* = the token it emits when every draft token was accepted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from mtad.runner import ModelRunner
+from mtad.warping import Warping
+
+
+@dataclass
+class StepContext:
+    committed: list[int]  # prompt + tokens emitted so far; the last one is the endpoint
+    target: ModelRunner
+    draft: ModelRunner | None
+    warping: Warping
+    generator: torch.Generator
+    remaining: int  # new tokens still allowed; a decoder may draft fewer near the end
+
+
+@dataclass
+class StepOutput:
+    tokens: list[int]  # accepted draft tokens followed by one correction/bonus token
+    drafted: int = 0  # draft tokens proposed along the verified chain (gamma for chains)
+    accepted: int = 0  # draft tokens kept
+    tree_size: int = 0  # nodes the target verified (== drafted for chains)
+    info: dict = field(default_factory=dict)
+
+
+class Decoder:
+    """Base class. Subclasses set ``uses_draft`` and implement ``step``."""
+
+    name: str = "decoder"
+    uses_draft: bool = True
+    lossless: bool = True
+
+    def __init__(self, name: str | None = None):
+        if name is not None:
+            self.name = name
+
+    def step(self, ctx: StepContext) -> StepOutput:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def config_dict(self) -> dict:
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+
+def check_positive_int(field_name: str, value, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{field_name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
+    """One draw from a probability vector [V] (explicit generator, no global RNG)."""
+    return int(torch.multinomial(probs.float() if probs.dtype == torch.bfloat16 else probs, 1, generator=generator))
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p - q)); falls back to p when the residual has no mass in floating point."""
+    r = (p - q).clamp_min(0)
+    s = r.sum()
+    return r / s if s > 0 else p

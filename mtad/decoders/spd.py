@@ -1,0 +1,69 @@
+"""SpD: speculative sampling (Leviathan et al., ICML 2023; Chen et al., 2023). Lossless.
+
+draft x1..xg ~ q autoregressively; one target pass gives p1..p(g+1);
+accept xi while U <= min(1, pi(xi)/qi(xi)); after the first rejection emit a
+correction y ~ norm(max(0, p - q)); if all g were accepted emit a bonus y ~ p(g+1).
+At temperature 0 (one-hot p and q) this is exactly greedy decoding.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mtad.decoders.base import Decoder, StepContext, StepOutput, check_positive_int, residual, sample
+from mtad.runner import ROOT
+
+
+def verify_chain(
+    draft_tokens: list[int],  # [g]
+    p: torch.Tensor,  # [g+1, V] warped target distributions (row i scores draft_tokens[i])
+    q: torch.Tensor,  # [g, V] warped draft distributions the tokens were drawn from
+    generator: torch.Generator,
+) -> tuple[int, int]:
+    """Speculative-sampling verification of one chain: (number accepted, correction/bonus token)."""
+    g = len(draft_tokens)
+    for i, x in enumerate(draft_tokens):
+        px, qx = float(p[i, x]), float(q[i, x])
+        u = float(torch.rand((), generator=generator, dtype=torch.float64))
+        if qx > 0 and u * qx <= px:  # U <= min(1, px / qx) without dividing
+            continue
+        return i, sample(residual(p[i], q[i]), generator)
+    return g, sample(p[g], generator)
+
+
+def draft_chain(ctx: StepContext, gamma: int) -> tuple[list[int], torch.Tensor]:
+    """Draw gamma tokens autoregressively from the warped draft; returns tokens and q [gamma, V]."""
+    tokens: list[int] = []
+    qs = []
+    logits = ctx.draft.root_logits
+    for i in range(gamma):
+        q = ctx.warping(logits)
+        x = sample(q, ctx.generator)
+        tokens.append(x)
+        qs.append(q)
+        if i < gamma - 1:
+            logits = ctx.draft.forward([x], [ROOT if i == 0 else i - 1])[0]
+    return tokens, torch.stack(qs) if qs else torch.empty(0)
+
+
+def target_chain(ctx: StepContext, tokens: list[int]) -> torch.Tensor:
+    """One target pass over the endpoint and a chain; warped p [len(tokens) + 1, V]."""
+    logits = ctx.target.forward(tokens, [ROOT] + list(range(len(tokens) - 1)))
+    return ctx.warping(torch.cat([ctx.target.root_logits[None], logits]))
+
+
+class SpD(Decoder):
+    name = "spd"
+
+    def __init__(self, gamma: int = 4, name: str | None = None):
+        super().__init__(name)
+        self.gamma = check_positive_int("gamma", gamma)
+
+    def step(self, ctx: StepContext) -> StepOutput:
+        g = min(self.gamma, max(ctx.remaining - 1, 0))
+        if g == 0:
+            return StepOutput(tokens=[sample(ctx.warping(ctx.target.root_logits), ctx.generator)])
+        tokens, q = draft_chain(ctx, g)
+        p = target_chain(ctx, tokens)
+        n, y = verify_chain(tokens, p, q, ctx.generator)
+        return StepOutput(tokens=tokens[:n] + [y], drafted=g, accepted=n, tree_size=g)

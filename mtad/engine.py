@@ -1,0 +1,173 @@
+"""The one generation loop shared by every decoder.
+
+prefill both models, then repeat until ``max_new_tokens`` or EOS:
+    begin step (both runners) -> decoder.step (draft, one target pass, verify)
+    -> commit accepted + correction/bonus tokens -> prune both caches to the committed path.
+
+The engine knows nothing about tokenization or acceptance rules: token ids in,
+token ids and per-step records out. Randomness comes from one explicit
+``torch.Generator`` seeded per call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from mtad.decoders.base import Decoder, StepContext
+from mtad.runner import ModelRunner, _sync
+from mtad.warping import Warping
+
+
+@dataclass
+class StepRecord:
+    drafted: int  # draft tokens on the verified chain (gamma for chain decoders)
+    accepted: int  # draft tokens kept
+    emitted: int  # tokens committed this step (accepted + correction/bonus, after truncation)
+    tree_size: int  # nodes in the target's verification pass
+    target_time: float  # seconds in target forward passes
+    draft_time: float  # seconds in draft forward passes
+    wall_time: float  # seconds for the whole step
+
+
+@dataclass
+class GenerationResult:
+    prompt_ids: list[int]
+    output_ids: list[int]
+    steps: list[StepRecord] = field(default_factory=list)
+    wall_time: float = 0.0  # decoding only (prefill excluded), seconds
+    prefill_time: float = 0.0
+    stop_reason: str = "length"
+
+    @property
+    def new_tokens(self) -> int:
+        return len(self.output_ids)
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.steps)
+
+    @property
+    def accepted(self) -> int:
+        return sum(s.accepted for s in self.steps)
+
+    @property
+    def block_efficiency(self) -> float:
+        """(accepted + steps) / steps: mean tokens per target pass, counting the correction/bonus token."""
+        return (self.accepted + self.num_steps) / self.num_steps if self.steps else float("nan")
+
+    @property
+    def forward_time(self) -> float:
+        return sum(s.target_time + s.draft_time for s in self.steps)
+
+    def to_record(self) -> dict:
+        return {
+            "prompt_tokens": len(self.prompt_ids),
+            "output_ids": self.output_ids,
+            "new_tokens": self.new_tokens,
+            "steps": self.num_steps,
+            "accepted_per_step": [s.accepted for s in self.steps],
+            "drafted_per_step": [s.drafted for s in self.steps],
+            "emitted_per_step": [s.emitted for s in self.steps],
+            "tree_size_per_step": [s.tree_size for s in self.steps],
+            "target_forward_time": sum(s.target_time for s in self.steps),
+            "draft_forward_time": sum(s.draft_time for s in self.steps),
+            "wall_time": self.wall_time,
+            "prefill_time": self.prefill_time,
+            "block_efficiency": self.block_efficiency,
+            "stop_reason": self.stop_reason,
+        }
+
+
+class Engine:
+    """Runs a decoder on a (target, draft) pair. ``draft`` may be None for decoders without one."""
+
+    def __init__(
+        self,
+        target,
+        draft,
+        decoder: Decoder,
+        warping: Warping,
+        vocab_size: int | None = None,
+        eos_token_ids: Iterable[int] = (),
+    ):
+        self.decoder = decoder
+        self.warping = warping
+        self.eos = set(int(e) for e in eos_token_ids)
+        self.target = ModelRunner(target, vocab_size, name="target")
+        needs_draft = getattr(decoder, "uses_draft", True)
+        if needs_draft and draft is None:
+            raise ValueError(f"decoder {decoder.name!r} needs a draft model; the model pair has none")
+        self.draft = ModelRunner(draft, vocab_size, name="draft") if (draft is not None and needs_draft) else None
+
+    def _runners(self) -> list[ModelRunner]:
+        return [r for r in (self.target, self.draft) if r is not None]
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, seed: int = 0) -> GenerationResult:
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise ValueError("the prompt must contain at least one token")
+        gen = torch.Generator(device="cpu").manual_seed(int(seed))
+        result = GenerationResult(prompt_ids=prompt, output_ids=[])
+        t0 = time.perf_counter()
+        for r in self._runners():
+            r.prefill(prompt)
+        result.prefill_time = time.perf_counter() - t0
+
+        committed = list(prompt)
+        start = time.perf_counter()
+        while len(result.output_ids) < max_new_tokens:
+            ts = time.perf_counter()
+            f0 = {r.name: r.forward_time for r in self._runners()}
+            for r in self._runners():
+                r.begin(committed)
+            ctx = StepContext(
+                committed=committed,
+                target=self.target,
+                draft=self.draft,
+                warping=self.warping,
+                generator=gen,
+                remaining=max_new_tokens - len(result.output_ids),
+            )
+            out = self.decoder.step(ctx)
+            tokens = list(out.tokens)
+            if not tokens:
+                raise RuntimeError(f"decoder {self.decoder.name!r} emitted no token in a step")
+            tokens = tokens[: ctx.remaining]
+            stop = False
+            for i, tok in enumerate(tokens):
+                if tok in self.eos:
+                    tokens = tokens[: i + 1]
+                    stop = True
+                    break
+            committed = committed + tokens
+            result.output_ids.extend(tokens)
+            for r in self._runners():
+                r.end(committed)
+            _sync(self.target.device)
+            result.steps.append(
+                StepRecord(
+                    drafted=out.drafted,
+                    accepted=min(out.accepted, len(tokens)),
+                    emitted=len(tokens),
+                    tree_size=out.tree_size,
+                    target_time=self.target.forward_time - f0["target"],
+                    draft_time=(self.draft.forward_time - f0["draft"]) if self.draft else 0.0,
+                    wall_time=time.perf_counter() - ts,
+                )
+            )
+            if stop:
+                result.stop_reason = "eos"
+                break
+        result.wall_time = time.perf_counter() - start
+        return result
+
+
+def records_as_dicts(result: GenerationResult) -> list[dict]:
+    return [asdict(s) for s in result.steps]

