@@ -401,6 +401,9 @@ def ensure_converted(name: str | OfflineModel, dtype="float32", verbose: bool = 
         t_load = time.perf_counter() - t0
         _strip_gguf_quantizer(model)
         model.config.name_or_path = model_spec.hub_id
+        if hasattr(model.config, "_model_name_or_path"):  # the GGUF's `general.name`
+            model.config._model_name_or_path = model_spec.hub_id
+        tok.model_max_length = model.config.max_position_embeddings
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         del model

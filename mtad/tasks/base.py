@@ -33,10 +33,36 @@ class Task(ABC):
     #: True when the data is a labelled stand-in for the paper's data.
     substitute: bool = False
 
-    def __init__(self, limit: int | None = None, max_prompt_tokens: int = 512, chat: bool = True):
+    def __init__(
+        self,
+        limit: int | None = None,
+        max_prompt_tokens: int = 512,
+        chat: bool = True,
+        name: str | None = None,
+        scorer=None,
+    ):
         self.limit = limit
         self.max_prompt_tokens = max_prompt_tokens
         self.chat = chat
+        if name:
+            self.name = name
+        #: the task's scorer (an ``eval.base.Scorer``) or None (perplexity only).
+        self.scorer = scorer
+        #: examples left out by the last ``load`` and why, e.g. {"missing_db": {"wta_1": 62}}.
+        self.skipped: dict[str, Any] = {}
+
+    def info(self) -> dict[str, Any]:
+        """Provenance of the last ``load``, for run records."""
+        return {
+            "name": self.name,
+            "source": self.source,
+            "substitute": self.substitute,
+            "skipped": self.skipped,
+            "limit": self.limit,
+            "max_prompt_tokens": self.max_prompt_tokens,
+            "chat": self.chat,
+            "scorer": getattr(self.scorer, "name", None),
+        }
 
     @abstractmethod
     def load(self) -> list[Example]:
