@@ -32,3 +32,23 @@ def check_overrides(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
                 print(f"error: unknown {key} {v!r}.{hint} Available {key}s: {', '.join(options)}",
                       file=sys.stderr)
                 sys.exit(2)
+
+
+def compose_config(overrides: list[str] = (), conf_dir: Path = CONF_DIR, drop: tuple[str, ...] = ()):
+    """Compose ``conf/config.yaml`` outside a Hydra run (tests, notebooks, benchmarks).
+
+    ``drop`` removes config groups from the defaults list (e.g. ``("task",)``).
+    """
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        return compose("config", overrides=[f"~{g}" for g in drop] + list(overrides))
+
+
+def load_decoder(name: str, **knobs):
+    """Instantiate ``conf/decoder/<name>.yaml`` with top-level knobs (gamma, tau, width, ...)."""
+    from hydra.utils import instantiate
+
+    cfg = compose_config([f"decoder={name}"] + [f"{k}={v}" for k, v in knobs.items()],
+                         drop=("task", "model", "logger"))
+    return instantiate(cfg.decoder)

@@ -1,20 +1,14 @@
 """Every decoder under conf/decoder/ runs through the engine (found by globbing: no test edits
 needed for a new decoder). Lossless decoders equal target greedy at temperature 0."""
 
-from pathlib import Path
-
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.utils import instantiate
 
-from mtad.cli import group_options
+from mtad.cli import group_options, load_decoder
 from mtad.decoders.autoregressive import Greedy
 from mtad.engine import Engine
 from mtad.models.tiny import tiny_causal_lm
 from mtad.warping import Warping
-
-CONF = Path(__file__).resolve().parent.parent / "conf"
 
 
 @pytest.fixture(scope="module")
@@ -26,10 +20,7 @@ def pair():
 
 
 def _decoder(name, **over):
-    ov = [f"decoder={name}"] + [f"{k}={v}" for k, v in over.items()]
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=ov)
-    return instantiate(cfg.decoder)
+    return load_decoder(name, **over)
 
 
 @pytest.mark.parametrize("name", group_options("decoder"))

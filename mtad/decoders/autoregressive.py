@@ -25,6 +25,7 @@ class Greedy(Decoder):
 
     name = "greedy"
     uses_draft = False
+    stochastic = False  # ignores the warping: equals the others only at temperature 0
 
     def step(self, ctx: StepContext) -> StepOutput:
         return StepOutput(tokens=[int(ctx.target.root_logits.argmax())])

@@ -44,7 +44,8 @@ class Decoder:
 
     name: str = "decoder"
     uses_draft: bool = True
-    lossless: bool = True
+    lossless: bool = True  # output follows the warped target distribution exactly
+    stochastic: bool = True  # samples from the warped distributions (False: argmax rule)
 
     def __init__(self, name: str | None = None):
         if name is not None:

@@ -1,0 +1,32 @@
+"""SpecTr (Sun et al., NeurIPS 2023): k i.i.d. chain drafts, k-sequential selection per depth. Lossless.
+
+k chains of length gamma drawn from the warped draft (one draft pass per depth for
+all chains), one target pass over the k branches, then K-SEQ verification with
+rho* found by bisection, drafts pruned as they disagree with the accepted prefix
+(``mtad.multidraft.verify_spectr``).
+"""
+
+from __future__ import annotations
+
+from mtad.decoders.base import Decoder, StepContext, StepOutput, check_positive_int, sample
+from mtad.decoders.token_tree import draft_chains, score_tree
+from mtad.multidraft import verify_spectr
+
+
+class SpecTr(Decoder):
+    name = "spectr"
+
+    def __init__(self, gamma: int = 4, num_drafts: int = 4, name: str | None = None):
+        super().__init__(name)
+        self.gamma = check_positive_int("gamma", gamma)
+        self.num_drafts = check_positive_int("num_drafts", num_drafts)
+
+    def step(self, ctx: StepContext) -> StepOutput:
+        g = min(self.gamma, max(ctx.remaining - 1, 0))
+        if g == 0:
+            return StepOutput(tokens=[sample(ctx.warping(ctx.target.root_logits), ctx.generator)])
+        tree = draft_chains(ctx, self.num_drafts, g)
+        p = score_tree(ctx, tree)
+        path, y = verify_spectr(tree.parents, tree.tokens, p, tree.q, ctx.generator)
+        return StepOutput(tokens=tree.path_tokens(path) + [y], drafted=g, accepted=len(path),
+                          tree_size=tree.size)
