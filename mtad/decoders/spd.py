@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import torch
 
-from mtad.decoders.base import Decoder, StepContext, StepOutput, check_positive_int, residual, sample
+from mtad.decoders.base import (
+    Decoder,
+    StepContext,
+    StepOutput,
+    check_positive_int,
+    residual,
+    sample,
+)
 from mtad.runner import ROOT
 
 
