@@ -1,0 +1,177 @@
+"""MTJD / MJGD: multi-token joint decoding, the ideal that MTAD approximates. Target only.
+
+Each step emits the next ``gamma`` tokens at once from the target's joint distribution
+
+    P(x_1..x_g | ctx) = prod_i p(x_i | ctx, x_<i)        (p = the target's plain softmax)
+
+with the warping applied **at the joint level**: temperature, top-k and top-p act on
+the ``V**g`` joint log-probabilities as if they were one vocabulary's logits.
+
+* MTJD (``MTJD``, multi-token joint sampling) draws one block from the warped joint;
+* MJGD (``MJGD``, multi-token joint greedy decoding) takes the joint argmax (first on
+  ties); warping does not move the argmax. ``MJGD(gamma=1)`` is greedy decoding.
+
+Methods:
+
+* ``exact``: enumerate every block. The target scores the full enumeration tree
+  (all ``V + V**2 + ... + V**(g-1)`` prefixes as tree nodes) in ONE pass. Feasible
+  for toy vocabularies only: more than ``max_enumeration`` blocks (``V**g``) is a
+  configuration error naming the fields to change.
+* ``beam``: a wide beam search on the target's joint log-probabilities (``beam_width``
+  prefixes per depth, one target pass per depth); the last depth keeps all
+  ``beam_width * V`` expansions as candidates, and MJGD / MTJD take the argmax / a
+  joint-warped sample over them. An approximation usable on real models.
+* ``auto``: ``exact`` when ``V**g <= max_enumeration``, else ``beam``; the step's
+  ``info["method"]`` says which ran.
+
+Records: every step emits ``g`` tokens (``g = min(gamma, remaining)``); there is no
+draft, so ``accepted = drafted = g - 1`` makes block efficiency (accepted + steps) /
+steps equal to the tokens per step. ``tree_size`` = target nodes scored.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mtad.decoders.base import Decoder, StepContext, StepOutput, check_positive_int, sample
+from mtad.runner import ROOT
+
+METHODS = ("exact", "beam", "auto")
+
+
+def enumeration_tree(vocab: int, depth: int) -> tuple[list[int], list[int]]:
+    """Tokens and parents of every prefix of length 1..depth, breadth-first, lexicographic."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    prev = [ROOT]
+    for _ in range(depth):
+        cur = []
+        for par in prev:
+            for v in range(vocab):
+                cur.append(len(tokens))
+                tokens.append(v)
+                parents.append(par)
+        prev = cur
+    return tokens, parents
+
+
+def joint_log_probs(
+    root_logp: torch.Tensor,  # [V] log p(. | ctx)
+    node_logp: torch.Tensor,  # [N, V] log p(. | node), nodes as in enumeration_tree(V, g-1)
+    gamma: int,
+) -> torch.Tensor:  # [V**gamma] log P(x_1..x_g), blocks in lexicographic order
+    vocab = root_logp.numel()
+    joint = root_logp
+    start = 0
+    for t in range(1, gamma):
+        n = vocab**t
+        joint = (joint[:, None] + node_logp[start : start + n]).flatten()
+        start += n
+    return joint
+
+
+def unravel(index: int, vocab: int, gamma: int) -> list[int]:
+    out = []
+    for _ in range(gamma):
+        out.append(index % vocab)
+        index //= vocab
+    return out[::-1]
+
+
+class JointDecoder(Decoder):
+    """Shared machinery of MTJD (``sample = True``) and MJGD (``sample = False``)."""
+
+    uses_draft = False
+    lossless = False
+    sample_joint = False
+
+    def __init__(
+        self,
+        gamma: int = 4,
+        method: str = "exact",
+        beam_width: int = 16,
+        max_enumeration: int = 100_000,
+        name: str | None = None,
+    ):
+        super().__init__(name)
+        self.gamma = check_positive_int("gamma", gamma)
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        self.method = method
+        self.beam_width = check_positive_int("beam_width", beam_width)
+        self.max_enumeration = check_positive_int("max_enumeration", max_enumeration)
+
+    def _choose(self, ctx: StepContext, joint: torch.Tensor) -> int:  # joint [M] log-probabilities
+        if self.sample_joint:
+            return sample(ctx.warping(joint), ctx.generator)
+        return int(torch.argmax(joint))
+
+    def step(self, ctx: StepContext) -> StepOutput:
+        g = min(self.gamma, ctx.remaining)
+        vocab = ctx.target.root_logits.shape[-1]
+        method = self.method
+        too_big = vocab**g > self.max_enumeration
+        if method == "auto":
+            method = "beam" if too_big else "exact"
+        if method == "exact" and too_big:
+            raise ValueError(
+                f"{self.name}: method=exact enumerates V**gamma = {vocab}**{g} = {vocab**g} blocks, "
+                f"more than max_enumeration={self.max_enumeration}; set decoder.method=beam "
+                f"(with decoder.beam_width) or lower gamma, or raise decoder.max_enumeration"
+            )
+        tokens, tree_size = (
+            self._exact(ctx, g, vocab) if method == "exact" else self._beam(ctx, g, vocab)
+        )
+        return StepOutput(
+            tokens=tokens,
+            drafted=g - 1,
+            accepted=g - 1,
+            tree_size=tree_size,
+            info={"method": method},
+        )
+
+    def _exact(self, ctx: StepContext, g: int, vocab: int) -> tuple[list[int], int]:
+        tokens, parents = enumeration_tree(vocab, g - 1)
+        logits = ctx.target.forward(tokens, parents)  # [N, V], one pass over the enumeration tree
+        root = ctx.target.root_logits
+        node_logp = logits.double().log_softmax(-1) if logits.numel() else logits.double()
+        joint = joint_log_probs(root.double().log_softmax(-1), node_logp, g)  # [V**g]
+        return unravel(self._choose(ctx, joint), vocab, g), len(tokens)
+
+    def _beam(self, ctx: StepContext, g: int, vocab: int) -> tuple[list[int], int]:
+        score = torch.zeros(1, dtype=torch.float64)  # [n] joint log-prob of each beam prefix
+        prefixes: list[list[int]] = [[]]
+        nodes = [ROOT]  # target node id of each beam's last token
+        rows = ctx.target.root_logits.double().log_softmax(-1)[None]  # [1, V]
+        fed = 0
+        for t in range(g):
+            if t > 0:
+                first = ctx.target.num_nodes
+                logits = ctx.target.forward([pre[-1] for pre in prefixes], nodes)  # [n, V]
+                fed += len(prefixes)
+                nodes = list(range(first, first + len(prefixes)))
+                rows = logits.double().log_softmax(-1)
+            cand = (score[:, None] + rows).flatten()  # [n * V]
+            if t == g - 1:
+                k = self._choose(ctx, cand)
+                return prefixes[k // vocab] + [k % vocab], fed
+            keep = torch.sort(cand, descending=True, stable=True).indices[: self.beam_width]
+            keep = keep[torch.isfinite(cand[keep])]
+            prefixes = [prefixes[int(i) // vocab] + [int(i) % vocab] for i in keep]
+            nodes = [nodes[int(i) // vocab] for i in keep]
+            score = cand[keep]
+        raise AssertionError("unreachable")
+
+
+class MJGD(JointDecoder):
+    """Multi-token joint greedy decoding: the argmax block of the target's joint distribution."""
+
+    name = "mjgd"
+    sample_joint = False
+
+
+class MTJD(JointDecoder):
+    """Multi-token joint decoding by sampling: one block from the joint-level-warped joint."""
+
+    name = "mtjd"
+    sample_joint = True

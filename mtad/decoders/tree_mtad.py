@@ -1,0 +1,134 @@
+"""Tree-MTAD (multi-candidate MTAD): verify every beam node of beam sampling in one target pass.
+
+Same beam sampling as MTAD (``mtad.beam``), but all W x gamma beam nodes form one
+token tree (a node attends to its ancestors) that the target scores in ONE pass:
+
+    ref[d]  = cumulative draft log-likelihood, at depth d, of the ANCESTOR of the final
+              best beam (follow the beam-index history back from the best final slot)
+    pass_i  = log P(path to i) - ref[depth(i)] > log tau        for every tree node i
+    a       = deepest depth with a passing node (0 if none); among the passing nodes
+              at depth a, pick the one with the largest P (first on ties)
+    emit      its path (a tokens), then y ~ p(.| that node)   (the root if a = 0)
+
+Glossary: *node*: one (parent, token) of the beam tree; slots drawn twice with
+replacement share a node, which does not change any decision (equal P). *accepted*:
+``a``; the tree is pruned to the kept path by the runners' ``end``. ``P`` is the
+warped target joint likelihood of a node's path; ``log 0 = -inf`` fails.
+
+``compat_slot_index`` (default off) reproduces a reading of the authors' code in
+which ``ref[d]`` is taken at the best final beam's *slot number* at every depth
+instead of at its ancestor; after the beams are re-permuted by the draws that slot
+generally holds another beam. Use it only to compare with the authors' numbers.
+When fewer beams than that slot number exist at some depth (draws without
+replacement under top-k/top-p) the last slot is used.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from mtad.beam import beam_sample
+from mtad.decoders.base import Decoder, StepContext, StepOutput, check_positive_int, sample
+from mtad.decoders.mtad import check_bool, check_tau
+from mtad.runner import ROOT
+
+
+def beam_tree(beams) -> tuple[list[int], list[int], list[int], list[list[int]]]:
+    """Deduplicated token tree of all beam slots: tokens [N], parents [N], depth [N], slot->node."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    depth: list[int] = []
+    node_of: list[list[int]] = []
+    index: dict[tuple[int, int], int] = {}
+    for t in range(beams.gamma):
+        row = []
+        for slot in range(len(beams.tokens[t])):
+            par = ROOT if t == 0 else node_of[t - 1][int(beams.parents[t][slot])]
+            key = (par, int(beams.tokens[t][slot]))
+            if key not in index:
+                index[key] = len(tokens)
+                tokens.append(key[1])
+                parents.append(par)
+                depth.append(t + 1)
+            row.append(index[key])
+        node_of.append(row)
+    return tokens, parents, depth, node_of
+
+
+def tree_accept(
+    log_path_p: torch.Tensor,  # [N] log P(path to node), -inf where P = 0
+    depth: list[int],  # [N] depth of each node, 1..g
+    ref: torch.Tensor,  # [g] reference log Q per depth
+    tau: float,
+) -> tuple[int, int, list[bool]]:
+    """(a, chosen node or ROOT, per-depth "some node passed" flags)."""
+    g = ref.numel()
+    d_idx = torch.tensor(depth) - 1
+    passing = (log_path_p - ref[d_idx]) > math.log(tau)
+    passing &= ~torch.isneginf(log_path_p)
+    per_depth = [bool(passing[d_idx == d].any()) for d in range(g)]
+    a = max((d + 1 for d, ok in enumerate(per_depth) if ok), default=0)
+    if a == 0:
+        return 0, ROOT, per_depth
+    cand = torch.nonzero(passing & (d_idx == a - 1)).flatten()
+    best = int(cand[torch.argmax(log_path_p[cand])])
+    return a, best, per_depth
+
+
+class TreeMTAD(Decoder):
+    """Tree-MTAD: beam-sampled token tree, one target pass over all of it, threshold acceptance."""
+
+    name = "tree_mtad"
+    lossless = False
+
+    def __init__(
+        self,
+        gamma: int = 4,
+        width: int = 4,
+        tau: float = 0.5,
+        replacement: bool = True,
+        compat_slot_index: bool = False,
+        name: str | None = None,
+    ):
+        super().__init__(name)
+        self.gamma = check_positive_int("gamma", gamma)
+        self.width = check_positive_int("width", width)
+        self.tau = check_tau(tau)
+        self.replacement = check_bool("replacement", replacement)
+        self.compat_slot_index = check_bool("compat_slot_index", compat_slot_index)
+
+    def reference(self, beams) -> torch.Tensor:  # [g]
+        best = beams.best()
+        if not self.compat_slot_index:
+            return beams.path_cum_logq(best)
+        return torch.stack([c[min(best, len(c) - 1)] for c in beams.cum_logq])
+
+    def step(self, ctx: StepContext) -> StepOutput:
+        g = min(self.gamma, max(ctx.remaining - 1, 0))
+        if g == 0:
+            return StepOutput(tokens=[sample(ctx.warping(ctx.target.root_logits), ctx.generator)])
+        beams = beam_sample(ctx, g, self.width, self.replacement)
+        tokens, parents, depth, _ = beam_tree(beams)
+        logits = ctx.target.forward(tokens, parents)  # [N, V], one pass over the whole tree
+        p = ctx.warping(torch.cat([ctx.target.root_logits[None], logits]))  # [N+1, V], row 0 = root
+        log_path_p = torch.empty(len(tokens), dtype=p.dtype)  # [N]
+        for i, (tok, par) in enumerate(zip(tokens, parents)):  # parents precede children
+            base = 0.0 if par == ROOT else log_path_p[par]
+            log_path_p[i] = base + p[par + 1, tok].log()
+        ref = self.reference(beams).to(p.dtype)
+        a, node, per_depth = tree_accept(log_path_p, depth, ref, self.tau)
+        path: list[int] = []
+        n = node
+        while n != ROOT:
+            path.append(tokens[n])
+            n = parents[n]
+        y = sample(p[node + 1], ctx.generator)  # node = ROOT (-1) gives the root row
+        return StepOutput(
+            tokens=path[::-1] + [y],
+            drafted=g,
+            accepted=a,
+            tree_size=len(tokens),
+            info={"pass": per_depth, "ref": ref.tolist()},
+        )
