@@ -47,3 +47,38 @@ lint: install ## ruff check + format check
 	$(VENV)/bin/ruff format --check . || true
 
 .PHONY: help install models run debug test test-slow lint
+
+# ---- Table 2 and ablations: resumable sweeps (mtad/sweep.py) + rendering (mtad/render.py) ----
+# PROFILE=smoke (tiny random pair, ~1 min) | cpu (offline pair, ~1-1.5 h) | paper (hub pairs, GPUs).
+# LAUNCHER=mtad_slurm|mtad_joblib runs the points through a Hydra launcher (docs/cluster.md).
+TABLE2_smoke := table2_smoke
+TABLE2_cpu := table2_cpu
+TABLE2_paper := table2
+TABLE2 = $(TABLE2_$(PROFILE))
+SWEEPS ?= results/sweeps
+SWEEP ?= $(TABLE2)
+LAUNCHER ?=
+SWEEP_ARGS ?=
+RENDER_ARGS ?=
+SWEEP_ENV = $(if $(filter paper,$(PROFILE)),,HF_HUB_OFFLINE=1)
+SWEEP_DEPS = $(if $(filter cpu,$(PROFILE)),models,install)
+SWEEP_LAUNCH = $(if $(LAUNCHER),--launcher $(LAUNCHER),)
+ABLATION_PROFILE = $(if $(filter paper,$(PROFILE)),,--profile $(PROFILE))
+
+reproduce-table2: $(SWEEP_DEPS) ## Table 2: sweep (resumes, never recomputes) + render; PROFILE=smoke|cpu|paper
+	@test -n "$(TABLE2)" || { echo "PROFILE must be smoke, cpu or paper, not '$(PROFILE)'"; exit 2; }
+	$(SWEEP_ENV) $(PY) -m mtad.sweep experiments/$(TABLE2).yaml --root $(SWEEPS) $(SWEEP_LAUNCH) $(SWEEP_ARGS); rc=$$?; \
+	  $(PY) -m mtad.render $(SWEEPS)/$(TABLE2) --out results/$(TABLE2) $(RENDER_ARGS) && exit $$rc
+
+render: install ## Tables + figures of one sweep: SWEEP=table2_smoke (default: the PROFILE's table2); RENDER_ARGS=--wandb
+	$(PY) -m mtad.render $(SWEEPS)/$(SWEEP) --out results/$(SWEEP) $(RENDER_ARGS)
+
+ablations: $(SWEEP_DEPS) ## gamma / tau / width / draft-size ablations (experiments/ablation_*.yaml) at PROFILE, rendered
+	@rc=0; for f in experiments/ablation_*.yaml; do \
+	  name=$$(basename $$f .yaml)$(if $(filter paper,$(PROFILE)),,_$(PROFILE)); \
+	  if [ "$(PROFILE)" != paper ] && ! grep -qE "^    $(PROFILE):" $$f; then echo "$$f: no $(PROFILE) profile, skipped"; continue; fi; \
+	  $(SWEEP_ENV) $(PY) -m mtad.sweep $$f --root $(SWEEPS) $(ABLATION_PROFILE) $(SWEEP_LAUNCH) $(SWEEP_ARGS) || rc=1; \
+	  $(PY) -m mtad.render $(SWEEPS)/$$name --out results/$$name $(RENDER_ARGS) || rc=1; \
+	done; exit $$rc
+
+.PHONY: reproduce-table2 render ablations
