@@ -108,7 +108,8 @@ class JointDecoder(Decoder):
 
     def step(self, ctx: StepContext) -> StepOutput:
         g = min(self.gamma, ctx.remaining)
-        vocab = ctx.target.root_logits.shape[-1]
+        # the vocabulary size without a forward pass: the exact method scores root and tree in one
+        vocab = ctx.target.vocab_size or ctx.target.model.get_output_embeddings().weight.shape[0]
         method = self.method
         too_big = vocab**g > self.max_enumeration
         if method == "auto":
@@ -157,6 +158,9 @@ class JointDecoder(Decoder):
                 return prefixes[k // vocab] + [k % vocab], fed
             keep = torch.sort(cand, descending=True, stable=True).indices[: self.beam_width]
             keep = keep[torch.isfinite(cand[keep])]
+            keep = torch.sort(
+                keep
+            ).values  # lexicographic beams: a full-width beam is the exact path
             prefixes = [prefixes[int(i) // vocab] + [int(i) % vocab] for i in keep]
             nodes = [nodes[int(i) // vocab] for i in keep]
             score = cand[keep]
