@@ -18,6 +18,21 @@ trees (SpecInfer, tree-MTAD, beam drafts) share the same code path:
   every other branch. Nodes with equal tokens under the same parent have equal
   keys and values, so any matching node can be kept.
 
+Architectures: every model gets the same inputs (token ids, explicit
+``position_ids``, the 4-D mask, ``cache=``). Qwen2 and Llama feed ``position_ids``
+to the rotary embedding; OPT (learned positions, offset 2) and GPT-2 (``wpe``) look
+their position embeddings up from ``position_ids`` when given one, and only fall
+back to a mask cumsum / cache length without it, which would be wrong for a tree.
+So ``position_ids`` are always passed, and models whose ``forward`` takes none
+are refused, as are attention kernels that ignore a 4-D mask and caches with
+sliding-window (or other non-plain) layers, which cannot be rolled back by
+position. A call without tree nodes (prefill, a root-only step) passes no mask at
+all: the model builds its own causal mask (sdpa can then use ``is_causal``).
+
+The mask is built with a few tensor operations per call: the committed context is
+a slice fill, the pending rows a ``triu_``, and every node's ancestor columns one
+``index_fill_`` from ancestor lists kept per node (no per-element writes).
+
 The runner knows nothing about sampling or acceptance rules: token ids in,
 logits out. Batch size is 1. Forward wall time is accumulated in
 ``forward_time`` (device-synchronised) so the engine can report the harness's
@@ -26,11 +41,13 @@ overhead separately from model time.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Sequence
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 ROOT = -1
 
@@ -45,6 +62,25 @@ def check_attention_implementation(model) -> None:
             f"attn_implementation={impl!r} ignores custom 4-D attention masks, which tree "
             "attention and cache rollback rely on; set the model config's attn_implementation "
             "to 'sdpa' or 'eager'"
+        )
+
+
+def check_model_supported(model) -> None:
+    """Refuse models the tree runner would silently get wrong (see the module docstring)."""
+    check_attention_implementation(model)
+    name = type(model).__name__
+    if "position_ids" not in inspect.signature(model.forward).parameters:
+        raise ValueError(
+            f"{name}.forward takes no position_ids; tree nodes need explicit positions "
+            "(endpoint position + depth), so this architecture is not supported"
+        )
+    layers = DynamicCache(config=model.config).layers
+    odd = sorted({type(layer).__name__ for layer in layers if type(layer) is not DynamicLayer})
+    if odd:
+        raise ValueError(
+            f"{name}'s cache has {', '.join(odd)} layers (sliding-window or chunked attention); "
+            "the tree runner needs plain full-attention layers whose keys/values it can "
+            "crop and index by position"
         )
 
 
@@ -75,7 +111,7 @@ class ModelRunner:
     """One model, its KV cache and the current step's token tree."""
 
     def __init__(self, model, vocab_size: int | None = None, name: str = "model"):
-        check_attention_implementation(model)
+        check_model_supported(model)
         self.model = model
         self.name = name
         self.device = next(model.parameters()).device
@@ -92,16 +128,22 @@ class ModelRunner:
         self._committed: list[int] = []
         self._pending: list[int] = []
         self._pending_fed = False
+        self._in_step = False
         self._root_logits: torch.Tensor | None = None
+        self._clear_tree()
+
+    def _clear_tree(self) -> None:
         self._parents: list[int] = []
         self._tokens: list[int] = []
         self._depth: list[int] = []
-        self._anc: list[list[int]] = []  # node -> ancestor node ids (incl. itself)
-        self._node_pos0 = 0  # cache position of node 0
+        self._anc: list[list[int]] = []  # node -> ancestor node ids, root side first, incl. itself
+        self._node_pos0 = 0  # cache position of node 0 (= committed length once pending is fed)
 
     def begin(self, committed: Sequence[int]) -> None:
         """Start a step for the committed sequence (prompt + everything emitted)."""
-        committed = list(committed)
+        committed = [int(t) for t in committed]
+        if not committed:
+            raise ValueError("begin() needs at least one committed token (the endpoint)")
         n = len(self.cached_ids)
         if n >= len(committed) or committed[:n] != self.cached_ids:
             # The cache must hold a strict prefix of the committed tokens.
@@ -115,8 +157,9 @@ class ModelRunner:
         self._committed = committed
         self._pending = committed[len(self.cached_ids) :]
         self._pending_fed = False
+        self._in_step = True
         self._root_logits = None
-        self._parents, self._tokens, self._depth, self._anc = [], [], [], []
+        self._clear_tree()
 
     @property
     def endpoint_position(self) -> int:
@@ -139,58 +182,54 @@ class ModelRunner:
     @torch.no_grad()
     def forward(self, tokens: Sequence[int], parents: Sequence[int]) -> torch.Tensor:  # [m, V]
         """Add nodes (token, parent) to the step's tree; return their next-token logits."""
+        if not self._in_step:
+            raise RuntimeError("forward() outside a step: call begin(committed) first")
         tokens = [int(t) for t in tokens]
         parents = [int(p) for p in parents]
         if len(tokens) != len(parents):
             raise ValueError("tokens and parents must have the same length")
-        past = cache_length(self.cache)
-        rows_tok: list[int] = []
-        rows_pos: list[int] = []
-        n_pend = 0
-        if not self._pending_fed:
-            n_pend = len(self._pending)
-            rows_tok += self._pending
-            rows_pos += list(range(len(self.cached_ids), len(self._committed)))
-            self._node_pos0 = past + n_pend
         first_new = self.num_nodes
+        for i, p in enumerate(parents):  # validate before touching any state
+            if p != ROOT and not (0 <= p < first_new + i):
+                raise ValueError(
+                    f"parent {p} of new node {first_new + i} is not a node added before it "
+                    f"in this step (ids 0..{first_new + i - 1}, or ROOT={ROOT})"
+                )
+        m = len(tokens)
+        past = cache_length(self.cache)
+        n_pend = 0 if self._pending_fed else len(self._pending)
+        if not self._pending_fed:
+            self._node_pos0 = past + n_pend
+        q_len = n_pend + m
+        if q_len == 0:
+            width = self.vocab_size or getattr(self.model.config, "vocab_size", 0)
+            return torch.empty(0, width, dtype=self.dtype, device=self.device)
+
+        endpoint = self.endpoint_position
+        positions = list(range(len(self.cached_ids), len(self._committed))) if n_pend else []
         for t, p in zip(tokens, parents):
-            if p != ROOT and not (0 <= p < self.num_nodes):
-                raise ValueError(f"parent {p} is not a node of this step (have {self.num_nodes})")
-            nid = self.num_nodes
+            if p == ROOT:
+                d, anc = 1, []
+            else:
+                d, anc = self._depth[p] + 1, self._anc[p]
+            self._anc.append(anc + [len(self._tokens)])
             self._tokens.append(t)
             self._parents.append(p)
-            d = 1 if p == ROOT else self._depth[p] + 1
             self._depth.append(d)
-            self._anc.append(([] if p == ROOT else self._anc[p]) + [nid])
-            rows_tok.append(t)
-            rows_pos.append(self.endpoint_position + d)
-        q_len = len(rows_tok)
-        if q_len == 0:
-            return torch.empty(0, self.vocab_size or 0)
-        kv_len = past + q_len
-        mask = torch.full((q_len, kv_len), torch.finfo(self.dtype).min, dtype=self.dtype)
-        # committed context (cached + pending rows) is visible to every row, causally
-        ctx_end = past + n_pend if n_pend else self._node_pos0
-        mask[:, : min(ctx_end, past)] = 0
-        for j in range(n_pend):
-            mask[j, : past + j + 1] = 0
-        for r in range(n_pend, q_len):
-            nid = first_new + (r - n_pend)
-            mask[r, :ctx_end] = 0
-            for a in self._anc[nid]:
-                mask[r, self._node_pos0 + a] = 0
-        mask = mask.to(self.device)[None, None]
-        input_ids = torch.tensor([rows_tok], device=self.device)
-        position_ids = torch.tensor([rows_pos], device=self.device)
+            positions.append(endpoint + d)
+        mask = self._tree_mask(past, n_pend, first_new) if m else None
+
+        ids_pos = torch.tensor([(self._pending if n_pend else []) + tokens, positions])
+        ids_pos = ids_pos.to(self.device)
         _sync(self.device)
         t0 = time.perf_counter()
         out = self.model(
-            input_ids=input_ids,
+            input_ids=ids_pos[0:1],
             attention_mask=mask,
-            position_ids=position_ids,
+            position_ids=ids_pos[1:2],
             cache=self.cache,
             use_cache=True,
-            logits_to_keep=q_len - n_pend + (1 if n_pend else 0),
+            logits_to_keep=m + (1 if n_pend else 0),
         )
         logits = out.logits[0]
         _sync(self.device)
@@ -205,48 +244,83 @@ class ModelRunner:
             return logits[1:]
         return logits
 
+    def _tree_mask(self, past: int, n_pend: int, first_new: int) -> torch.Tensor:
+        """Additive mask [1, 1, q, past + q] for ``n_pend`` pending rows then the new nodes.
+
+        Every row sees the committed context (cache + pending rows, causally among the
+        pending rows); a node row also sees its ancestors and itself, at cache column
+        ``node_pos0 + node id``: one ``index_fill_`` on the flattened mask.
+        """
+        q_len = n_pend + self.num_nodes - first_new
+        kv_len = past + q_len
+        ctx = self._node_pos0
+        mask = torch.full((q_len, kv_len), torch.finfo(self.dtype).min, dtype=self.dtype)
+        if n_pend <= 1:  # (a single pending row, the endpoint, sees exactly the context)
+            mask[:, :ctx] = 0
+        else:
+            mask[:, :past] = 0
+            mask[:n_pend, past:ctx].triu_(1)  # pending rows: causal among themselves
+            mask[n_pend:, past:ctx] = 0
+        flat: list[int] = []
+        for row, anc in enumerate(self._anc[first_new:], start=n_pend):
+            base = row * kv_len + ctx
+            flat += [base + a for a in anc]
+        mask.view(-1).index_fill_(0, torch.tensor(flat), 0)
+        return mask.to(self.device)[None, None]
+
     def prefill(self, ids: Sequence[int]) -> None:
         """Cache all of ``ids`` but the last token (which stays pending for the first step)."""
         self.reset()
-        ids = list(ids)
+        ids = [int(t) for t in ids]
         if len(ids) > 1:
             self.begin(ids[:-1])
             self.forward([], [])
-            self.end(ids[:-1] + [ids[-1]])
+            self.end(ids)
 
     # -------------------------------------------------------------------- end
     def end(self, committed: Sequence[int]) -> None:
         """Keep the cached path matching ``committed`` (minus its last token); drop the rest."""
-        committed = list(committed)
+        committed = [int(t) for t in committed]
+        self._in_step = False
         if not self._pending_fed:
             return  # nothing fed this step: the cache is unchanged and still a prefix
         base = len(self._committed)
         target = committed[: len(committed) - 1]
         if target[:base] != self._committed:
-            # The committed sequence diverged before the endpoint (should not happen).
+            # The committed sequence diverged before the endpoint: keep the common prefix.
             self.begin(committed)
+            self._in_step = False
             return
-        children: dict[int, list[int]] = {}
-        for nid, p in enumerate(self._parents):
-            children.setdefault(p, []).append(nid)
-        path: list[int] = []
-        cur = ROOT
-        for tok in target[base:]:
-            nxt = next((c for c in children.get(cur, ()) if self._tokens[c] == tok), None)
-            if nxt is None:
-                break
-            path.append(nxt)
-            cur = nxt
+        path = self._matching_path(target[base:])
         n_ctx = self._node_pos0
         if path == list(range(len(path))):
             keep_cache_positions(self.cache, n_ctx + len(path))
         else:
-            idx = torch.cat(
-                [torch.arange(n_ctx), torch.tensor(path, dtype=torch.long) + n_ctx]
-            )
+            idx = torch.cat([torch.arange(n_ctx), torch.tensor(path, dtype=torch.long) + n_ctx])
             keep_cache_positions(self.cache, idx)
         self.cached_ids = self._committed + [self._tokens[n] for n in path]
-        self._parents, self._tokens, self._depth, self._anc = [], [], [], []
+        self._clear_tree()
+
+    def _matching_path(self, tokens: list[int]) -> list[int]:
+        """Node ids of a longest root path whose tokens are a prefix of ``tokens``.
+
+        Siblings may repeat a token (independent drafts): all of them are followed, so a
+        match continuing under the second copy is found too. Of the deepest matches the
+        lowest id is kept (a prefix of node order when one exists: a crop, no gather).
+        """
+        children: dict[int, list[int]] = {}
+        for nid, p in enumerate(self._parents):
+            children.setdefault(p, []).append(nid)
+        frontier = [ROOT]
+        for tok in tokens:
+            nxt = [c for n in frontier for c in children.get(n, ()) if self._tokens[c] == tok]
+            if not nxt:
+                break
+            frontier = nxt
+        node = min(frontier)
+        if node == ROOT:
+            return []
+        return list(self._anc[node])
 
     # ------------------------------------------------------------- utilities
     @torch.no_grad()
