@@ -1,29 +1,35 @@
 """CPU matmul kernels for the linear layers of a causal LM.
 
 Speculative and joint decoding pay off only when a k-token target pass costs about
-as much as a 1-token pass. On CPU, PyTorch's default ``F.linear`` (``x @ W.T``) is
-far from that for small row counts in float32, so :func:`apply_cpu_kernel` swaps
-every ``nn.Linear`` (the output head included) for a subclass whose ``forward``
-picks a kernel:
+as much as a 1-token pass. :func:`apply_cpu_kernel` turns every ``nn.Linear`` of a
+model (the output head included) into a :class:`KernelLinear`, a subclass whose
+``forward`` picks the kernel:
 
 ``default``
-    leave the model as it is (``F.linear``).
+    ``F.linear`` (``x @ W.T``), i.e. the model as it was.
 ``wxt``
-    float32 only: compute ``(W @ x.T).T`` when the input has at most
-    ``WXT_MAX_ROWS`` rows, else ``F.linear``. Same maths, different BLAS call;
-    equal to ``default`` up to float rounding. Other dtypes use ``F.linear``.
+    float32 only: ``(W @ x.T).T`` when the input has at most ``max_rows`` rows
+    (:data:`WXT_MAX_ROWS`), else ``F.linear``. Same maths through another BLAS call,
+    equal to ``default`` up to float rounding; other dtypes use ``F.linear``.
 ``int8``
-    dynamic int8 quantization (fbgemm ``quantized::linear_dynamic``): weights int8
-    per output channel, activations quantized per call. Not exact (see
-    ``bench/pass_cost.py`` for the logit error); the float weights are freed.
+    dynamic int8 quantization (fbgemm ``quantized::linear_dynamic``, the kernel
+    behind ``torch.ao.quantization.quantize_dynamic``): weights int8 symmetric per
+    output channel, activations quantized per call. Inputs of other dtypes are cast
+    to float32 and the output back. Not exact: ``bench/pass_cost.py --accuracy``
+    measures the logit error.
 ``int8-body``
-    ``int8`` for every linear except the output head, which stays as ``wxt`` (keeps
-    the logits closer to the float model).
+    ``int8`` for every linear except the output head, which keeps its float weight
+    (``wxt``): the logits stay closer to the float model's.
 
-Exact kernels are in :data:`EXACT_KERNELS`; a kernel is applied once, in place.
+The swap is in place (the module keeps its parameters; for the int8 kernels the
+float weights are freed unless ``keep_float=True``). :func:`set_kernel` switches an
+already converted model between the kernels it still has weights for — the
+benchmark uses it to interleave kernels on one copy of the weights.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -31,115 +37,147 @@ from torch import nn
 
 KERNELS = ("default", "wxt", "int8", "int8-body")
 EXACT_KERNELS = ("default", "wxt")
+INT8_KERNELS = ("int8", "int8-body")
 
-# Largest number of rows (tokens) for which `(W @ x.T).T` is used in float32; above it
-# F.linear is as fast or faster. Chosen with `bench/pass_cost.py --micro`.
+# Largest row count (tokens in the pass) for which `wxt` uses (W @ x.T).T in float32;
+# above it F.linear. Chosen with `bench/pass_cost.py --micro`.
 WXT_MAX_ROWS = 32
 
 
-def _check_kind(kind: str) -> str:
+def check_kernel(kind: str) -> str:
+    """``kind`` if it names a kernel, else a ValueError naming the config field."""
     if kind not in KERNELS:
-        raise ValueError(f"unknown kernel {kind!r} (config field `kernel`); valid choices: {KERNELS}")
+        raise ValueError(
+            f"unknown kernel {kind!r} (config field `kernel`); valid choices: {', '.join(KERNELS)}"
+        )
     return kind
 
 
-class WxtLinear(nn.Linear):
-    """``nn.Linear`` computing ``(W @ x.T).T`` for few rows in float32."""
+def _quantized_engine() -> None:
+    engines = torch.backends.quantized.supported_engines
+    if "fbgemm" in engines:
+        torch.backends.quantized.engine = "fbgemm"
+    elif "x86" in engines:
+        torch.backends.quantized.engine = "x86"
 
+
+def pack_int8(weight: torch.Tensor, bias: torch.Tensor | None):
+    """fbgemm-packed int8 weight (symmetric, per output channel) with float32 bias."""
+    w = weight.detach().float()
+    scales = (w.abs().amax(dim=1).clamp_min(1e-12) / 127.0).double()
+    zero_points = torch.zeros(w.shape[0], dtype=torch.long)
+    with warnings.catch_warnings():  # torch 2.13 flags quantized tensors as deprecated
+        warnings.simplefilter("ignore", UserWarning)
+        qw = torch.quantize_per_channel(w, scales, zero_points, 0, torch.qint8)
+        b = None if bias is None else bias.detach().float()
+        return torch.ops.quantized.linear_prepack(qw, b)
+
+
+class KernelLinear(nn.Linear):
+    """``nn.Linear`` whose ``forward`` uses the kernel named by ``self.kernel``."""
+
+    kernel: str = "default"
     max_rows: int = WXT_MAX_ROWS
+    _packed = None  # fbgemm packed int8 weight, once made
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kernel = self.kernel
+        if kernel == "int8":
+            y = torch.ops.quantized.linear_dynamic(x.float().contiguous(), self._packed, True)
+            return y if x.dtype == torch.float32 else y.to(x.dtype)
         w = self.weight
-        if x.dtype != torch.float32 or w.dtype != torch.float32:
-            return F.linear(x, w, self.bias)
-        x2d = x.reshape(-1, x.shape[-1])
-        if x2d.shape[0] > self.max_rows:
-            return F.linear(x, w, self.bias)
-        # mm(W, x.T) is [out, rows]; .T.contiguous() so that callers may .view() it
-        y = torch.mm(w, x2d.t()).t()
-        if self.bias is not None:
-            y = y + self.bias
-        else:
-            y = y.contiguous()
-        return y.reshape(*x.shape[:-1], w.shape[0])
+        if kernel == "wxt" and x.dtype == torch.float32 and w.dtype == torch.float32:
+            x2d = x.reshape(-1, x.shape[-1])
+            if x2d.shape[0] <= self.max_rows:
+                # mm(W, x.T) is [out, rows]; make it row-major so callers may .view() it
+                y = torch.mm(w, x2d.t()).t().contiguous()
+                if self.bias is not None:
+                    y += self.bias
+                return y.reshape(*x.shape[:-1], w.shape[0])
+        return F.linear(x, w, self.bias)
 
-
-class Int8DynamicLinear(nn.Linear):
-    """``nn.Linear`` with int8 weights (per output channel) and dynamically quantized inputs.
-
-    The float weight is dropped after packing; ``.weight`` then returns a dequantized
-    copy, built on each access (for shape checks and tests, not for the hot path).
-    """
-
-    def _pack(self) -> None:
-        w = self.weight.detach().float()
-        bias = None if self.bias is None else self.bias.detach().float()
-        scales = w.abs().amax(dim=1).clamp_min(1e-12) / 127.0
-        zero_points = torch.zeros(w.shape[0], dtype=torch.long)
-        qw = torch.quantize_per_channel(w, scales.double(), zero_points, 0, torch.qint8)
-        self._packed = torch.ops.quantized.linear_prepack(qw, bias)
-        self._float_dtype = self.weight.dtype
-        del self.weight  # unregisters the float parameter
-        if self.bias is not None:
-            del self.bias
-            self.register_buffer("bias", bias.to(self._float_dtype), persistent=False)
-
-    @property
-    def weight(self) -> torch.Tensor:  # type: ignore[override]
-        qw, _ = torch.ops.quantized.linear_unpack(self._packed)
-        return qw.dequantize().to(self._float_dtype)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.ops.quantized.linear_dynamic(x.float().contiguous(), self._packed, True)
-        return y.to(x.dtype) if x.dtype != torch.float32 else y
+    def has_float_weight(self) -> bool:
+        return self.weight.device.type != "meta"
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, int8 dynamic"
+        return f"{super().extra_repr()}, kernel={self.kernel}"
 
 
-def _linears(model: nn.Module):
-    return [(name, m) for name, m in model.named_modules() if type(m) is nn.Linear]
+def _linears(model: nn.Module) -> list[tuple[str, nn.Linear]]:
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)]
 
 
-def apply_cpu_kernel(model: nn.Module, kind: str = "default", max_rows: int | None = None) -> nn.Module:
-    """Switch every ``nn.Linear`` of ``model`` to kernel ``kind``, in place; returns ``model``.
+def _head(model: nn.Module):
+    get = getattr(model, "get_output_embeddings", None)
+    return get() if get is not None else None
 
-    ``max_rows`` overrides :data:`WXT_MAX_ROWS` for ``wxt``. The model's config gets
-    ``mtad_kernel = kind`` so that results can record it.
+
+def _module_kernel(kind: str, module: nn.Module, head) -> str:
+    if kind == "int8-body":
+        return "wxt" if module is head else "int8"
+    return kind
+
+
+def apply_cpu_kernel(
+    model: nn.Module, kind: str = "default", *, max_rows: int | None = None, keep_float: bool = False
+) -> nn.Module:
+    """Give every ``nn.Linear`` of ``model`` the kernel ``kind``, in place; returns ``model``.
+
+    ``max_rows`` overrides :data:`WXT_MAX_ROWS` for ``wxt``. For the int8 kernels the
+    float weights are replaced by empty ``meta`` tensors of the same shape (so
+    ``.weight.shape`` still works) unless ``keep_float``; an output head tied to the
+    input embeddings never frees the shared weight. ``model.config.mtad_kernel``
+    records the choice.
     """
-    _check_kind(kind)
-    if kind == "default":
-        _set_tag(model, kind)
-        return model
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if kind in ("int8", "int8-body"):
-        torch.backends.quantized.engine = "fbgemm" if "fbgemm" in torch.backends.quantized.supported_engines else torch.backends.quantized.engine
+    check_kernel(kind)
+    head = _head(model)
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    if kind in INT8_KERNELS:
+        _quantized_engine()
     for _, m in _linears(model):
-        if kind == "wxt" or (kind == "int8-body" and m is head):
-            m.__class__ = WxtLinear
-            if max_rows is not None:
-                m.max_rows = max_rows
-        else:
-            tied = head is not None and m is head and _is_tied(model, m)
-            if tied:
-                # keep the input embeddings' float weight; give the head its own copy to pack
-                m.weight = nn.Parameter(m.weight.detach().clone(), requires_grad=False)
-            m.__class__ = Int8DynamicLinear
-            m._pack()
-    _set_tag(model, kind)
+        if type(m) is nn.Linear:
+            m.__class__ = KernelLinear
+        if not isinstance(m, KernelLinear):
+            continue  # some other Linear subclass (e.g. a quantized one): leave it alone
+        if max_rows is not None:
+            m.max_rows = max_rows
+        k = _module_kernel(kind, m, head)
+        if k == "int8":
+            if m._packed is None:
+                if not m.has_float_weight():
+                    raise RuntimeError("int8 kernel requested but the float weight was freed")
+                m._packed = pack_int8(m.weight, m.bias)
+            tied = emb is not None and getattr(emb, "weight", None) is m.weight
+            if not keep_float and not tied and m.has_float_weight():
+                m.weight = nn.Parameter(
+                    torch.empty(m.weight.shape, dtype=m.weight.dtype, device="meta"),
+                    requires_grad=False,
+                )
+        elif not m.has_float_weight():
+            raise RuntimeError(
+                f"kernel {kind!r} needs float weights, but they were freed by an int8 kernel; "
+                f"reload the model"
+            )
+        m.kernel = k
+    _tag(model, kind)
     return model
 
 
-def _is_tied(model: nn.Module, head: nn.Module) -> bool:
-    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    return emb is not None and getattr(emb, "weight", None) is head.weight
+def set_kernel(model: nn.Module, kind: str) -> nn.Module:
+    """Switch a model already passed through :func:`apply_cpu_kernel` to ``kind``.
+
+    Cheap when the weights ``kind`` needs are there (int8 packs are made on first
+    use and kept); the float weights must still be present for ``default``/``wxt``.
+    """
+    return apply_cpu_kernel(model, kind, keep_float=True)
 
 
-def _set_tag(model: nn.Module, kind: str) -> None:
+def _tag(model: nn.Module, kind: str) -> None:
     cfg = getattr(model, "config", None)
     if cfg is not None:
         cfg.mtad_kernel = kind
 
 
 def kernel_of(model: nn.Module) -> str:
+    """The kernel last applied to ``model`` (``default`` if none)."""
     return getattr(getattr(model, "config", None), "mtad_kernel", "default")
