@@ -202,6 +202,11 @@ def load(
     sweep_file = Path(sweep_file)
     if not sweep_file.exists():
         raise FileNotFoundError(f"no sweep file {sweep_file}")
+    if "sweep" not in OmegaConf.load(sweep_file):
+        raise ValueError(
+            f"{sweep_file} is not a sweep file: it has no `sweep:` block (name, root) "
+            "and grid in hydra.sweeper.params; see experiments/table2_smoke.yaml"
+        )
     with _Composer(sweep_file, conf_dir) as composer:
         return _load(composer, sweep_file, overrides, name, root, profile, conf_dir)
 
@@ -628,8 +633,9 @@ def dry_run(
     tokens_per_s: float,
     point_overhead_s: float,
     example_overhead_s: float = 0.0,
-    out=sys.stdout,
+    out=None,
 ) -> None:
+    out = out or sys.stdout
     known = sweep.known()
     print(
         f"sweep {sweep.name}: {len(sweep.points)} points ({len(known)} composable) -> {sweep.dir}",

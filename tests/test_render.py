@@ -1,0 +1,210 @@
+"""Rendering: Table 2 from hand-made result files ("–" for missing, "n/a" for no energy meter,
+speedups from the same sweep), figures, W&B logging, and the analysis notebook on smoke results."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from mtad import render
+from mtad.records import write_json_atomic
+
+ROOT = Path(__file__).resolve().parent.parent
+
+BASE = {"seed": 42, "gamma": 4, "tau": 0.5, "width": 4, "temperature": 1.0, "top_k": 10, "top_p": 0.9,
+        "max_new_tokens": 16, "limit": 2, "warmup": 0, "perplexity": True}
+
+
+def _ident(pair, task, decoder, **knobs):
+    return {"model": {"name": pair}, "decoder": {"_target_": f"mtad.decoders.x.{decoder}"},
+            "task": {"name": task}, **BASE, **knobs}
+
+
+def write_point(sweep_dir: Path, h: str, pair: str, task: str, decoder: str, *, metrics=None, score=None,
+                energy_source=None, skipped=None, failed=None, substitute=False, **knobs) -> None:
+    d = sweep_dir / h
+    ident = _ident(pair, task, decoder, **knobs)
+    write_json_atomic(d / "point.json", {"hash": h, "choices": {"model": pair, "task": task, "decoder": decoder},
+                                         "identity": ident})
+    if metrics is not None:
+        write_json_atomic(d / "summary.json", {
+            "decoder": decoder, "task": task, "model": {"pair": pair}, "config": {**ident, "output_dir": str(d)},
+            "metrics": {"examples": 2, **metrics}, "energy_source": energy_source, "data_substitute": substitute,
+            **({"score": {"metric": "pass@1", "value": score, "stderr": 0.0}} if score is not None else {})})
+    if skipped:
+        write_json_atomic(d / "skipped.json", {"hash": h, "reason": skipped, "kind": "task_unavailable"})
+    if failed:
+        write_json_atomic(d / "error.json", {"hash": h, "reason": failed})
+
+
+@pytest.fixture
+def sweep_dir(tmp_path) -> Path:
+    s = tmp_path / "sweeps" / "demo"
+    m = {"perplexity": 3.0, "block_efficiency": 1.0, "j_per_token": None, "joules": None}
+    write_point(s, "a1", "p", "humaneval", "multinomial", metrics={**m, "tokens_per_s": 10.0}, score=0.25)
+    write_point(s, "a2", "p", "humaneval", "spd", metrics={**m, "tokens_per_s": 20.0, "block_efficiency": 2.5},
+                score=0.25)
+    write_point(s, "a3", "p", "humaneval", "mtad",
+                metrics={**m, "tokens_per_s": 30.0, "perplexity": 2.5, "block_efficiency": 3.2,
+                         "j_per_token": 0.125, "joules": 4.0}, score=0.5, energy_source="rapl")
+    write_point(s, "a4", "p", "humaneval", "tree_mtad", failed="ValueError: bug")
+    write_point(s, "b1", "p", "mt_bench", "multinomial", metrics={**m, "tokens_per_s": 5.0, "perplexity": None})
+    write_point(s, "b2", "p", "mt_bench", "mtad", metrics={**m, "tokens_per_s": 15.0}, substitute=True)
+    write_point(s, "c1", "p", "chatalpaca", "mtad", skipped="TaskUnavailable: no ChatAlpaca offline")
+    write_point(s, "zz", "p", "humaneval", "bild", metrics={**m, "tokens_per_s": 1.0})  # stale: not in sweep.json
+    write_json_atomic(s / "sweep.json", {"name": "demo", "points": [
+        {"hash": h} for h in ("a1", "a2", "a3", "a4", "b1", "b2", "c1")]})
+    return s
+
+
+def test_table2_cells_missing_na_and_speedups(sweep_dir):
+    df = render.load_points(sweep_dir)
+    assert set(df["hash"]) == {"a1", "a2", "a3", "a4", "b1", "b2", "c1"}  # stale "zz" left out
+    assert len(render.load_points(sweep_dir, only_current=False)) == 8
+    text, nums = render.table2(df)["p"]
+    assert list(text.index) == ["multinomial", "spd", "mtad", "tree_mtad"]  # paper order
+    he = lambda row, col: text.loc[row, ("humaneval", col)]  # noqa: E731
+    assert he("mtad", "tok/s") == "30.00" and he("mtad", "×MN") == "3.00×" and he("mtad", "×SpD") == "1.50×"
+    assert he("spd", "×MN") == "2.00×" and he("multinomial", "×MN") == "1.00×"
+    assert he("mtad", "J/tok") == "0.125" and he("spd", "J/tok") == "n/a"  # meter vs no meter
+    assert all(v == "–" for v in text.loc["tree_mtad", "humaneval"])  # failed point
+    assert text.loc["mtad", ("mt_bench", "×SpD")] == "–"  # no SpD run for mt_bench
+    assert text.loc["multinomial", ("mt_bench", "PPL")] == "–"  # metric absent, not 0
+    assert text.loc["mtad", ("mt_bench", "score")] == "–"  # task without a scorer
+    assert all(v == "–" for v in text.loc["mtad", "chatalpaca"])  # skipped point
+    assert text.loc["spd", ("mt_bench", "tok/s")] == "–"  # never run
+    assert math.isnan(nums.loc["spd", ("mt_bench", "tok/s")]) and nums.loc["mtad", ("humaneval", "×MN")] == 3.0
+    for cell in text.values.ravel():
+        assert cell not in ("0", "0.00", "nan", "None")
+
+
+def test_render_writes_markdown_latex_csv_and_figures(sweep_dir, tmp_path):
+    out = tmp_path / "out"
+    written = render.render(sweep_dir, out)
+    assert {"table2.md", "table2.tex", "table2.csv", "points.csv", "pareto.png", "pareto_humaneval.png"} <= set(written)
+    md = (out / "table2.md").read_text()
+    assert "| mtad | 0.500 | 2.50 | 30.00 | 0.125 | 3.20 | 3.00× | 1.50× |" in md
+    assert "skipped: TaskUnavailable: no ChatAlpaca offline" in md and "failed: ValueError: bug" in md
+    assert "stand-in data (not the paper's): mt_bench" in md
+    tex = (out / "table2.tex").read_text()
+    assert r"\multicolumn{7}{c}{mt\_bench}" in tex and r"3.00$\times$" in tex and "tree\\_mtad & -- &" in tex
+    import pandas as pd
+
+    csv = pd.read_csv(out / "table2.csv", keep_default_na=False)
+    row = csv[csv["decoder"] == "mtad"].iloc[0]
+    assert row["humaneval/speedup_multinomial"] == "3" and row["humaneval/j_per_token"] == "0.125"
+    assert csv[csv["decoder"] == "spd"].iloc[0]["mt_bench/tokens_per_s"] == "–"
+    points = pd.read_csv(out / "points.csv")
+    assert points.set_index("hash").loc["c1", "status"] == "skipped"
+    assert (out / "pareto_humaneval.png").stat().st_size > 1000
+
+
+def test_variants_and_ablation_plot(tmp_path):
+    s = tmp_path / "abl"
+    for i, g in enumerate((2, 4, 6)):
+        for dec, rate in (("spd", 10.0 + g), ("mtad", 12.0 + 2 * g)):
+            write_point(s, f"{dec}{i}", "p", "humaneval", dec, gamma=g,
+                        metrics={"tokens_per_s": rate, "perplexity": 3.0, "block_efficiency": 1 + g / 4})
+    df = render.load_points(s, only_current=False)
+    assert set(df["label"]) >= {"spd (gamma=2)", "mtad (gamma=6)"}
+    assert render.varying_knobs(df) == ["gamma"]
+    mt = df.set_index("label")
+    assert mt.loc["mtad (gamma=4)", "speedup_spd"] == pytest.approx(20.0 / 14.0)  # SpD with the same gamma
+    written = render.render(s, tmp_path / "out", only_current=False)
+    assert "ablation_gamma.png" in written
+
+
+def test_pareto_front():
+    pts = [(10, 3.0), (20, 4.0), (15, 5.0), (5, 2.0), (20, 3.5), (float("nan"), 1.0)]
+    assert render.pareto_front(pts) == [(5, 2.0), (10, 3.0), (20, 3.5)]
+
+
+class FakeLogger:
+    def __init__(self):
+        self.calls = []
+
+    def start(self, config, name=None):
+        self.calls.append(("start", name))
+
+    def log_table(self, name, dataframe):
+        self.calls.append(("table", name, dataframe.shape))
+
+    def log_image(self, name, path):
+        assert Path(path).exists()
+        self.calls.append(("image", name))
+
+    def finish(self):
+        self.calls.append(("finish",))
+
+
+def test_render_logs_table_and_chart(sweep_dir, tmp_path):
+    logger = FakeLogger()
+    render.render(sweep_dir, tmp_path / "out", logger=logger)
+    kinds = [c[:2] for c in logger.calls]
+    assert kinds[0] == ("start", "render-demo") and kinds[-1] == ("finish",)
+    assert ("table", "table2/p") in kinds and ("image", "pareto") in kinds and ("image", "pareto/humaneval") in kinds
+
+
+def test_render_to_wandb_offline(sweep_dir, tmp_path, monkeypatch):
+    """The real W&B client in offline mode (no network): the table and the chart land in the run's files."""
+    pytest.importorskip("wandb")
+    from mtad.tracking import WandbLogger
+
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    render.render(sweep_dir, tmp_path / "out", logger=WandbLogger(project="mtad-test", mode="offline"))
+    files = [p.relative_to(tmp_path).as_posix() for p in (tmp_path / "wandb").rglob("*") if p.is_file()]
+    assert any("media/table/table2/p" in f for f in files)
+    assert any("media/images/pareto" in f for f in files)
+
+
+def test_cli(sweep_dir, tmp_path, capsys):
+    assert render.main([str(sweep_dir), "--out", str(tmp_path / "cli")]) == 0
+    assert (tmp_path / "cli" / "table2.md").exists() and "rendered" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def smoke_results(tmp_path_factory) -> Path:
+    """A real 2-point smoke sweep (tiny random pair, 1 prompt, 4 tokens) in a temp folder."""
+    from mtad import sweep as sw
+
+    root = tmp_path_factory.mktemp("sweeps")
+    s = sw.load(ROOT / "experiments" / "table2_smoke.yaml",
+                ["decoder=multinomial,spd", "limit=1", "max_new_tokens=4"], root=root)
+    assert sw.run(s, progress=False).ok
+    return s.dir
+
+
+def test_smoke_results_render(smoke_results, tmp_path):
+    render.render(smoke_results, tmp_path)
+    text, _ = render.table2(render.load_points(smoke_results))["tiny_random"]
+    assert text.loc["spd", ("smoke", "×MN")].endswith("×")
+    joules = text.loc["spd", ("smoke", "J/tok")]
+    assert joules == "n/a" or float(joules) > 0  # n/a without RAPL/NVML, never 0
+
+
+def test_notebook_runs_top_to_bottom(smoke_results, monkeypatch, tmp_path):
+    nb = json.loads((ROOT / "notebooks" / "analysis.ipynb").read_text())
+    for cell in nb["cells"]:
+        assert not cell.get("outputs") and cell.get("execution_count") is None  # outputs stripped
+    monkeypatch.setenv("MTAD_SWEEP_DIR", str(smoke_results))
+    monkeypatch.setenv("MTAD_FIG_DIR", str(tmp_path / "figures"))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.chdir(tmp_path)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ns: dict = {"__name__": "__main__"}
+    for i, cell in enumerate(c for c in nb["cells"] if c["cell_type"] == "code"):
+        src = "".join(cell["source"])
+        exec(compile(src, f"analysis.ipynb[code {i}]", "exec"), ns)  # noqa: S102
+    plt.close("all")
+    assert len(ns["points"]) == 2 and "tiny_random" in ns["tables"]
+    assert os.path.exists(tmp_path / "figures" / "pareto.png")
