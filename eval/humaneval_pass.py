@@ -58,14 +58,25 @@ def extract_function(completion: str, entry_point: str) -> tuple[str, str]:
     pat = re.compile(rf"^(?:async\s+)?def\s+{re.escape(entry_point)}\s*\(")
     for i, line in enumerate(lines):
         if pat.match(line):
-            imports = [
-                ln for ln in lines[:i]
-                if re.match(r"^(import\s|from\s+\S+\s+import\s)", ln)
-            ]
             body = _take_indented(lines[i + 1 :])
-            code = "\n".join(imports + [line] + body).rstrip() + "\n"
+            code = "\n".join(_preamble(lines[:i]) + [line] + body).rstrip() + "\n"
             return "function", code
     return "body", ""
+
+
+_KEEP = re.compile(r"^(import\s|from\s+\S+\s+import\s|def\s|async\s+def\s|class\s|@)")
+
+
+def _preamble(lines: list[str]) -> list[str]:
+    """Top-level imports and helper definitions (with their bodies) before the function."""
+    out: list[str] = []
+    keeping = False
+    for line in lines:
+        if _is_top_level(line):
+            keeping = bool(_KEEP.match(line))
+        if keeping:
+            out.append(line)
+    return out
 
 
 def build_program(problem: dict, completion: str) -> str:

@@ -159,8 +159,15 @@ def test_extract_function_modes():
     mode, code = extract_function("    return 1\n\ndef other():\n    pass\n", "f")
     assert mode == "body" and code == "    return 1\n"
     mode, code = extract_function("import math\n\ndef f(x):\n    return math.pi\n\nprint(f(1))\n", "f")
-    assert mode == "function" and code == "import math\ndef f(x):\n    return math.pi\n"
+    assert mode == "function" and code == "import math\n\ndef f(x):\n    return math.pi\n"
     assert extract_function("no code here", "f") == ("body", "")
+    text = (
+        "Sure.\n```python\nimport math\n\ndef helper(x):\n    return x + 1\n\n"
+        "print('demo')\n\ndef f(x):\n    return helper(x)\n\nassert f(1) == 2\n```\n"
+    )
+    mode, code = extract_function(text, "f")
+    assert mode == "function"
+    assert code == "import math\n\ndef helper(x):\n    return x + 1\n\ndef f(x):\n    return helper(x)\n"
 
 
 @pytest.mark.parametrize(
@@ -226,3 +233,13 @@ def test_judge_parses_ratings_and_never_needs_network(monkeypatch):
     turn2 = sent[1]["messages"][1]["content"]
     assert "Answer one." in turn2 and "Question two?" in turn2 and "Answer two." in turn2
     assert math.isclose(judge.score(ex, "Only the first answer."), 6.0)
+
+
+@pytest.mark.slow
+def test_humaneval_all_canonical_solutions_pass(humaneval_problems):
+    scorer = HumanEvalPassScorer(timeout=10.0)
+    failed = [
+        tid for tid in humaneval_problems
+        if scorer.score(_he_example(humaneval_problems, tid), humaneval_problems[tid]["canonical_solution"]) != 1.0
+    ]
+    assert failed == []
