@@ -68,7 +68,8 @@ def build(cfg: DictConfig):
     task_cfg = OmegaConf.to_container(cfg.task, resolve=True)
     scorer_cfg = task_cfg.pop("scorer", None)
     task = instantiate(task_cfg)
-    scorer = instantiate(scorer_cfg) if scorer_cfg else None
+    # a task may build its own scorer (e.g. MT-Bench's optional judge hook)
+    scorer = instantiate(scorer_cfg) if scorer_cfg else getattr(task, "scorer", None)
     pair = instantiate(cfg.model)
     engine = Engine(pair.target, pair.draft, decoder, warping, pair.vocab_size, pair.eos_token_ids)
     logger = instantiate(cfg.logger) if cfg.get("logger") else None
@@ -121,7 +122,8 @@ def run(cfg: DictConfig, output_dir: str | Path | None = None) -> dict[str, Any]
                 record["perplexity"] = perplexity(lp)
                 record["nll_sum"] = float(-lp.sum())
             if scorer is not None and turn == n_turns - 1:
-                record["score"] = scorer.score(ex, text)
+                # multi-turn tasks are scored on every answer (a list), single-turn on the text
+                record["score"] = scorer.score(ex, list(previous) if n_turns > 1 else text)
             append_jsonl(samples_path, record)
             done[(ex.id, turn)] = record
             if logger is not None:
