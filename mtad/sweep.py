@@ -122,10 +122,13 @@ class Sweep:
     path: Path
     name: str
     root: Path
-    base_overrides: list[str]  # profile + command-line overrides, as given
+    base_overrides: list[str]  # profile + command-line overrides, as given (hydra.* excluded)
     jobs: list[list[str]]  # per point, the overrides Hydra would give the job
     points: list[Point]
     meta: dict[str, Any] = field(default_factory=dict)  # the file's ``sweep:`` block
+    hydra_overrides: list[str] = field(
+        default_factory=list
+    )  # hydra.* / hydra/*: for launchers only
 
     @property
     def dir(self) -> Path:
@@ -230,7 +233,9 @@ def _load(
                 f"sweep {sweep_file} has no profile {profile!r}; profiles: {sorted(profiles) or 'none'}"
             )
         extra = [str(o) for o in profiles[profile]]
-    base_overrides = extra + list(overrides)
+    base_overrides, hydra_overrides = [], []
+    for o in [*extra, *overrides]:
+        (hydra_overrides if _is_hydra_override(o) else base_overrides).append(o)
     sweep_name = name or (
         f"{meta.get('name') or sweep_file.stem}" + (f"_{profile}" if profile else "")
     )
@@ -265,7 +270,13 @@ def _load(
         jobs=jobs,
         points=points,
         meta=meta,
+        hydra_overrides=hydra_overrides,
     )
+
+
+def _is_hydra_override(override: str) -> bool:
+    """``hydra.launcher.partition=gpu``, ``hydra/launcher=...``: Hydra's own settings, not the job's."""
+    return override.lstrip("+~").startswith(("hydra.", "hydra/"))
 
 
 def _strip_hydra(cfg: DictConfig) -> DictConfig:
@@ -544,6 +555,7 @@ def launch(sweep: Sweep, launcher: str) -> int:
             f"hydra/launcher={launcher}",
             f"sweep.name={sweep.name}",
             f"sweep.root={sweep.root.resolve()}",
+            *sweep.hydra_overrides,
         ]
         if model:
             cmd.append(f"model={model}")
@@ -715,6 +727,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sweep = load(
         args.sweep_file, args.overrides, name=args.name, root=args.root, profile=args.profile
     )
+    if sweep.hydra_overrides and not args.launcher:
+        log.warning("ignored without --launcher: %s", " ".join(sweep.hydra_overrides))
     unknown = unknown_names(sweep)
     for group, names in unknown.items():
         log.warning(

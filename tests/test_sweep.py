@@ -210,6 +210,23 @@ def test_dry_run_lists_points_and_estimate(tmp_path, capsys):
     assert not (tmp_path / "table2_smoke").exists()
 
 
+def test_launch_one_multirun_per_model_pair(tmp_path, monkeypatch):
+    """--launcher: one Hydra multirun per pair (model fixed, so the launcher reads its gpus)."""
+    commands = []
+    monkeypatch.setattr(sw.subprocess, "call", lambda cmd: commands.append(cmd) or 0)
+    s = sw.load(ROOT / "experiments" / "table2.yaml",
+                ["model=llama31_8b__llama32_1b,opt13b__opt125m", "task=humaneval", "decoder=spd,nope",
+                 "hydra.launcher.partition=gpu"], root=tmp_path)
+    assert s.hydra_overrides == ["hydra.launcher.partition=gpu"] and len(s.known()) == 2
+    assert sw.launch(s, "mtad_slurm") == 0
+    assert len(commands) == 2
+    for cmd, model in zip(commands, ("llama31_8b__llama32_1b", "opt13b__opt125m")):
+        assert cmd[2:6] == ["mtad.sweep", "hydra", "-m", "-cd"]
+        assert {"hydra/launcher=mtad_slurm", "hydra.launcher.partition=gpu", f"model={model}",
+                "decoder=spd", "task=humaneval", f"sweep.root={tmp_path.resolve()}"} <= set(cmd)
+    assert (tmp_path / "table2" / "sweep.json").exists()
+
+
 def _compose_launcher(sweep_file: Path, overrides):
     with initialize_config_dir(config_dir=str(sweep_file.parent), version_base="1.3"):
         return compose(sweep_file.stem, overrides=[f"hydra.searchpath=[file://{ROOT / 'conf'}]", *overrides],
