@@ -36,12 +36,14 @@ def test_decoder_runs_and_records_are_consistent(pair, name, temperature):
         assert 1 <= s.emitted and s.accepted <= max(s.drafted, s.accepted) and s.accepted < s.emitted + 1
 
 
-@pytest.mark.parametrize("name", group_options("decoder"))
+# MTAD-family, BiLD and typical acceptance are lossy by design: they are not expected to equal greedy.
+LOSSLESS = [n for n in group_options("decoder") if getattr(_decoder(n), "lossless", True)]
+
+
+@pytest.mark.parametrize("name", LOSSLESS)
 def test_lossless_decoders_equal_greedy_at_temperature_zero(pair, name):
     target, draft = pair
     dec = _decoder(name)
-    if not getattr(dec, "lossless", True):
-        pytest.skip(f"{name} is not lossless by design (MTAD-family/BiLD/typical)")
     ref = Engine(target, None, Greedy(), Warping(0)).generate([3, 4, 5], 30).output_ids
     out = Engine(target, draft, dec, Warping(0)).generate([3, 4, 5], 30, seed=2).output_ids
     assert out == ref
