@@ -419,12 +419,18 @@ def run_point(
             },
         )
 
-    available, reason, _, _ = check_task(cfg)
-    if not available:
-        _record("skipped.json", reason, kind="task_unavailable")
-        log.warning("skipped %s: %s", point_dir.name, reason)
-        return SKIPPED
     try:
+        stored = _stored_hash(point_dir)
+        if stored not in (None, h):
+            raise RuntimeError(
+                f"{point_dir} holds results of another config (hash {stored}, expected {h}); "
+                "move it away to recompute this point"
+            )
+        available, reason, _, _ = check_task(cfg)
+        if not available:
+            _record("skipped.json", reason, kind="task_unavailable")
+            log.warning("skipped %s: %s", point_dir.name, reason)
+            return SKIPPED
         evaluate(cfg, point_dir)
     except Exception as e:
         cause = _find_cause(e, TaskUnavailable)
@@ -438,6 +444,21 @@ def run_point(
         _record("error.json", f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
         raise
     return DONE
+
+
+def _stored_hash(point_dir: Path) -> str | None:
+    """Hash of the config evaluate recorded in ``point_dir`` (summary.json, else config.json)."""
+    for name in ("summary.json", "config.json"):
+        path = point_dir / name
+        if path.exists():
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            cfg = data.get("config") if name == "summary.json" else data
+            if isinstance(cfg, dict):
+                return config_hash(identity(cfg))
+    return None
 
 
 @dataclass
@@ -523,18 +544,20 @@ def run(
 # ----------------------------------------------------------------------------- launchers
 
 
-def launch(sweep: Sweep, launcher: str) -> int:
+def launch(sweep: Sweep, launcher: str, concurrent: bool = False) -> int:
     """One Hydra multirun per model pair through ``hydra/launcher=<launcher>``; returns an exit code.
 
     A multirun launches one job per point; the pair is fixed per multirun so that the launcher
     config can read its ``gpus`` (``${model.gpus}``). Pairs whose points are all finished are
-    not launched; finished points inside a launched multirun return at once.
+    not launched; finished points inside a launched multirun return at once. With
+    ``concurrent`` the multiruns of all pairs are started together (a scheduler queues them
+    all); otherwise one after the other (local launchers: points do not share the machine).
     """
     write_index(sweep)
     by_model: dict[str, list[Point]] = {}
     for p in sweep.known():
         by_model.setdefault(p.choices.get("model", ""), []).append(p)
-    rc = 0
+    rc, procs = 0, []
     for model, points in by_model.items():
         todo = [p for p in points if not finished(sweep.dir / p.hash, p.hash)]
         if not todo:
@@ -563,7 +586,12 @@ def launch(sweep: Sweep, launcher: str) -> int:
         log.info(
             "launching %d points of %s: %s", len(points), model or "the default pair", " ".join(cmd)
         )
-        rc = subprocess.call(cmd) or rc
+        if concurrent:
+            procs.append(subprocess.Popen(cmd))
+        else:
+            rc = subprocess.call(cmd) or rc
+    for proc in procs:
+        rc = proc.wait() or rc
     write_index(sweep)
     return rc
 
@@ -699,6 +727,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--launcher",
         help="run through Hydra with conf/hydra/launcher/<name>.yaml (mtad_slurm, mtad_joblib)",
     )
+    ap.add_argument(
+        "--concurrent-pairs",
+        action="store_true",
+        help="with --launcher: start the multiruns of all model pairs at once (Slurm)",
+    )
     ap.add_argument("--fail-fast", action="store_true", help="stop at the first failing point")
     ap.add_argument(
         "--strict", action="store_true", help="refuse a grid with unknown decoder/task/model names"
@@ -755,7 +788,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 0
     if args.launcher:
-        return launch(sweep, args.launcher)
+        return launch(sweep, args.launcher, concurrent=args.concurrent_pairs)
     report = run(sweep, fail_fast=args.fail_fast)
     summary = ", ".join(
         f"{s} {report.count(s)}"

@@ -183,6 +183,16 @@ def test_unavailable_task_and_model_are_skipped_and_the_sweep_goes_on(tmp_path, 
     assert len(calls) == 1  # the task was checked before any model was loaded
 
 
+def test_a_folder_with_another_config_is_not_resumed(tmp_path):
+    s = sw.load(SMOKE, ["decoder=spd", *TINY], root=tmp_path)
+    d = s.dir / s.points[0].hash
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({"gamma": 99}))
+    report = sw.run(s, progress=False, evaluate=lambda cfg, out: pytest.fail("must not resume"))
+    assert report.count(sw.FAILED) == 1
+    assert "another config" in json.loads((d / "error.json").read_text())["reason"]
+
+
 def test_other_errors_are_recorded_and_the_sweep_goes_on(tmp_path):
     def broken(cfg, out):
         raise ValueError("decoder bug")
@@ -225,6 +235,17 @@ def test_launch_one_multirun_per_model_pair(tmp_path, monkeypatch):
         assert {"hydra/launcher=mtad_slurm", "hydra.launcher.partition=gpu", f"model={model}",
                 "decoder=spd", "task=humaneval", f"sweep.root={tmp_path.resolve()}"} <= set(cmd)
     assert (tmp_path / "table2" / "sweep.json").exists()
+
+    class FakePopen:
+        def __init__(self, cmd):
+            commands.append(cmd)
+
+        def wait(self):
+            return 0
+
+    commands.clear()
+    monkeypatch.setattr(sw.subprocess, "Popen", FakePopen)
+    assert sw.launch(s, "mtad_slurm", concurrent=True) == 0 and len(commands) == 2
 
 
 def _compose_launcher(sweep_file: Path, overrides):
