@@ -253,3 +253,37 @@ def test_config_errors_name_the_field(kwargs, field):
 
 def test_tau_infinity_is_allowed():
     assert MTAD(tau=math.inf).tau == math.inf
+
+
+def test_approx_error_study_smoke(tmp_path):
+    """The approximation-error study runs end to end on a tiny grid; its table-served decoders
+    reproduce the real engine's blocks, and tree-MTAD with W = 1 reproduces chain MTAD."""
+    import csv
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "experiments" / "approx_error.py"
+    args = [
+        "samples=40",
+        "workers=1",
+        "fidelity_runs=5",
+        "widths=[1,2]",
+        "taus=[0.5,.inf]",
+        f"output_dir={tmp_path}",
+    ]
+    subprocess.run(
+        [sys.executable, str(script), *args], check=True, capture_output=True, timeout=300
+    )
+    rows = list(csv.DictReader(open(tmp_path / "approx_error.csv")))
+    assert (
+        len(rows) == 8
+        and (tmp_path / "approx_error.md").exists()
+        and (tmp_path / "approx_error.png").exists()
+    )
+    assert all(r["fidelity_mismatches"] == "0" and r["fidelity_runs"] == "5" for r in rows)
+    w1 = {(r["decoder"], r["tau"]): r["tv"] for r in rows if r["width"] == "1"}
+    assert (
+        w1[("mtad", "0.5")] == w1[("tree_mtad", "0.5")]
+        and w1[("mtad", "inf")] == w1[("tree_mtad", "inf")]
+    )
