@@ -57,7 +57,9 @@ def rollback_position(
 ) -> int | None:
     """First i (0-based) with -log p_i(x_i) > alpha_rb, or None."""
     for i, x in enumerate(draft_tokens):
-        if -math.log(max(float(p[i, x]), 0.0) or 1e-300) > alpha_rb:
+        px = float(p[i, x])
+        nll = math.inf if px <= 0 else -math.log(px)  # p = 0 rolls back unless alpha_rb = inf
+        if nll > alpha_rb:
             return i
     return None
 
