@@ -75,7 +75,7 @@ def test_wxt_output_is_contiguous_and_keeps_bias():
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "opt"])
-@pytest.mark.parametrize("kind", ["int8", "int8-body"])
+@pytest.mark.parametrize("kind", ["int8", "int8-body", "int8w"])
 def test_int8_runs_and_stays_close(arch, kind):
     ref = tiny_causal_lm(arch, vocab_size=VOCAB, hidden_size=64, seed=3)
     model = tiny_causal_lm(arch, vocab_size=VOCAB, hidden_size=64, seed=3)
@@ -87,17 +87,18 @@ def test_int8_runs_and_stays_close(arch, kind):
     rel = (b - a).abs().max() / a.abs().max()
     assert rel < 0.1, f"int8 logits too far from float: {rel:.3f}"
     head = model.get_output_embeddings()
-    assert head.kernel == ("int8" if kind == "int8" else "wxt")
+    assert head.kernel == ("wxt" if kind == "int8-body" else kind)
     body = [m for m in model.modules() if isinstance(m, KernelLinear) and m is not head]
-    assert body and all(m.kernel == "int8" for m in body)
+    assert body and all(m.kernel == kind.removesuffix("-body") for m in body)
     # float weights of int8 linears are freed, shapes kept
     assert all(m.weight.device.type == "meta" for m in body)
     assert head.weight.shape[0] == VOCAB
 
 
-def test_int8_on_bfloat16_model_returns_bfloat16():
+@pytest.mark.parametrize("kind", ["int8", "int8w"])
+def test_int8_on_bfloat16_model_returns_bfloat16(kind):
     model = tiny_causal_lm("qwen2", vocab_size=VOCAB, dtype=torch.bfloat16, seed=4)
-    apply_cpu_kernel(model, "int8")
+    apply_cpu_kernel(model, kind)
     with torch.no_grad():
         logits = model(_ids(5)).logits
     assert logits.dtype == torch.bfloat16 and torch.isfinite(logits.float()).all()
@@ -114,6 +115,9 @@ def test_switching_kernels_on_kept_weights():
         torch.testing.assert_close(model(x).logits, ref(x).logits, rtol=1e-5, atol=1e-5)
         set_kernel(model, "int8")
         assert torch.equal(model(x).logits, q)
+        set_kernel(model, "int8w")
+        w = model(x).logits
+        assert not torch.equal(w, q)
         set_kernel(model, "default")
         torch.testing.assert_close(model(x).logits, ref(x).logits, rtol=1e-5, atol=1e-5)
 
@@ -123,6 +127,20 @@ def test_freed_weights_cannot_go_back_to_float_kernels():
     apply_cpu_kernel(model, "int8")
     with pytest.raises(RuntimeError, match="reload the model"):
         set_kernel(model, "wxt")
+    with pytest.raises(RuntimeError, match="reload the model"):
+        set_kernel(model, "int8w")
+
+
+def test_int8w_is_closer_than_dynamic_int8():
+    ref = tiny_causal_lm("qwen2", vocab_size=VOCAB, hidden_size=64, seed=7)
+    x = _ids(16)
+    errs = {}
+    for kind in ("int8", "int8w"):
+        model = tiny_causal_lm("qwen2", vocab_size=VOCAB, hidden_size=64, seed=7)
+        apply_cpu_kernel(model, kind)
+        with torch.no_grad():
+            errs[kind] = (model(x).logits - ref(x).logits).abs().max().item()
+    assert errs["int8w"] < errs["int8"]
 
 
 def test_unknown_kernel_names_field_and_choices():

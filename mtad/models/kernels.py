@@ -20,6 +20,12 @@ model (the output head included) into a :class:`KernelLinear`, a subclass whose
 ``int8-body``
     ``int8`` for every linear except the output head, which keeps its float weight
     (``wxt``): the logits stay closer to the float model's.
+``int8w``
+    weight-only int8 (``aten._weight_int8pack_mm``): weights int8 symmetric per
+    output channel, activations rounded to bfloat16 (not quantized), accumulation
+    in float, output cast back to the input dtype. Not exact, but much closer to
+    the float model than ``int8`` (activation quantization is what costs ``int8``
+    most of its accuracy).
 
 The swap is in place (the module keeps its parameters; for the int8 kernels the
 float weights are freed unless ``keep_float=True``). :func:`set_kernel` switches an
@@ -35,9 +41,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-KERNELS = ("default", "wxt", "int8", "int8-body")
+KERNELS = ("default", "wxt", "int8", "int8-body", "int8w")
 EXACT_KERNELS = ("default", "wxt")
-INT8_KERNELS = ("int8", "int8-body")
+INT8_KERNELS = ("int8", "int8-body", "int8w")
 
 # Largest row count (tokens in the pass) for which `wxt` uses (W @ x.T).T in float32;
 # above it F.linear. Chosen with `bench/pass_cost.py --micro`.
@@ -73,18 +79,36 @@ def pack_int8(weight: torch.Tensor, bias: torch.Tensor | None):
         return torch.ops.quantized.linear_prepack(qw, b)
 
 
+def pack_int8_weight_only(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(int8 weight [out, in], bfloat16 scale per output channel) for ``_weight_int8pack_mm``."""
+    w = weight.detach().float()
+    scales = w.abs().amax(dim=1).clamp_min(1e-12) / 127.0
+    q = torch.round(w / scales[:, None]).clamp_(-127, 127).to(torch.int8)
+    return q.contiguous(), scales.to(torch.bfloat16)
+
+
 class KernelLinear(nn.Linear):
     """``nn.Linear`` whose ``forward`` uses the kernel named by ``self.kernel``."""
 
     kernel: str = "default"
     max_rows: int = WXT_MAX_ROWS
-    _packed = None  # fbgemm packed int8 weight, once made
+    _packed = None  # fbgemm packed int8 weight ("int8"), once made
+    _w8 = None  # (int8 weight, bfloat16 scales) ("int8w"), once made
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         kernel = self.kernel
         if kernel == "int8":
+            # reduce_range=True (7-bit activations), as quantize_dynamic does for fbgemm:
+            # here the full-range variant was both slower and, on non-VNNI CPUs, can saturate
             y = torch.ops.quantized.linear_dynamic(x.float().contiguous(), self._packed, True)
             return y if x.dtype == torch.float32 else y.to(x.dtype)
+        if kernel == "int8w":
+            q, scales = self._w8
+            x2d = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+            y = torch.ops.aten._weight_int8pack_mm(x2d, q, scales).to(x.dtype)
+            if self.bias is not None:
+                y += self.bias.to(x.dtype)
+            return y.reshape(*x.shape[:-1], q.shape[0])
         w = self.weight
         if kernel == "wxt" and x.dtype == torch.float32 and w.dtype == torch.float32:
             x2d = x.reshape(-1, x.shape[-1])
@@ -142,11 +166,17 @@ def apply_cpu_kernel(
         if max_rows is not None:
             m.max_rows = max_rows
         k = _module_kernel(kind, m, head)
-        if k == "int8":
-            if m._packed is None:
+        if k in ("int8", "int8w"):
+            if (m._packed if k == "int8" else m._w8) is None:
                 if not m.has_float_weight():
-                    raise RuntimeError("int8 kernel requested but the float weight was freed")
-                m._packed = pack_int8(m.weight, m.bias)
+                    raise RuntimeError(
+                        f"kernel {k!r} needs the float weights to quantize, but they were freed; "
+                        f"reload the model"
+                    )
+                if k == "int8":
+                    m._packed = pack_int8(m.weight, m.bias)
+                else:
+                    m._w8 = pack_int8_weight_only(m.weight)
             tied = emb is not None and getattr(emb, "weight", None) is m.weight
             if not keep_float and not tied and m.has_float_weight():
                 m.weight = nn.Parameter(
