@@ -218,8 +218,14 @@ def varying_knobs(df: pd.DataFrame) -> list[str]:
 
 
 def add_speedups(df: pd.DataFrame) -> pd.DataFrame:
-    """``speedup_multinomial`` and ``speedup_spd``: tokens/s over the matching baseline run's."""
+    """``speedup_multinomial`` and ``speedup_spd``: tokens/s over the matching baseline run's.
+
+    The baseline must share ``BASELINE_KEYS``; among several, those that also share the
+    ablated settings (``varying_knobs``: gamma, draft size, ...) are preferred; the rest are
+    averaged.
+    """
     df = df.copy()
+    varying = varying_knobs(df) if "label" in df else []
     for baseline, col in (("multinomial", "speedup_multinomial"), ("spd", "speedup_spd")):
         df[col] = math.nan
         base = df[(df["decoder"] == baseline) & (df["status"] == "done")]
@@ -227,9 +233,12 @@ def add_speedups(df: pd.DataFrame) -> pd.DataFrame:
             cand = base
             for k in BASELINE_KEYS:
                 cand = cand[cand[k].astype(str) == str(row[k])]
-            if len(cand) > 1 and row.get("gamma") is not None:
-                same_gamma = cand[cand["gamma"].astype(str) == str(row["gamma"])]
-                cand = same_gamma if len(same_gamma) else cand
+            for k in varying:
+                if len(cand) < 2:
+                    break
+                value = str(row["_identity"].get(k))
+                same = cand[[str(ident.get(k)) == value for ident in cand["_identity"]]]
+                cand = same if len(same) else cand
             rate = cand["tokens_per_s"].mean() if len(cand) else math.nan
             if rate and not math.isnan(rate) and not math.isnan(row["tokens_per_s"]):
                 df.at[i, col] = row["tokens_per_s"] / rate
@@ -239,13 +248,24 @@ def add_speedups(df: pd.DataFrame) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- tables
 
 
+def _variant_key(label: str) -> tuple:
+    """Sort key of ``"mtad (gamma=8, tau=0.5)"``: the values, numbers as numbers (2 < 8 < 16)."""
+    inner = label[label.index("(") + 1 : -1] if label.endswith(")") and "(" in label else ""
+    key = []
+    for part in filter(None, inner.split(", ")):
+        value = part.split("=", 1)[-1]
+        num = _num(value)
+        key.append((0, num, "") if not math.isnan(num) else (1, 0.0, value))
+    return tuple(key)
+
+
 def _order(labels: Sequence[str], decoders: Sequence[str]) -> list[str]:
     def key(item):
         label, dec = item
         return (
             DECODER_ORDER.index(dec) if dec in DECODER_ORDER else len(DECODER_ORDER),
             dec,
-            label,
+            _variant_key(label),
         )
 
     seen = dict.fromkeys(zip(labels, decoders))

@@ -105,7 +105,7 @@ def test_render_writes_markdown_latex_csv_and_figures(sweep_dir, tmp_path):
 
 def test_variants_and_ablation_plot(tmp_path):
     s = tmp_path / "abl"
-    for i, g in enumerate((2, 4, 6)):
+    for i, g in enumerate((6, 2, 4)):  # rows come out in numeric order
         for dec, rate in (("spd", 10.0 + g), ("mtad", 12.0 + 2 * g)):
             write_point(s, f"{dec}{i}", "p", "humaneval", dec, gamma=g,
                         metrics={"tokens_per_s": rate, "perplexity": 3.0, "block_efficiency": 1 + g / 4})
@@ -116,6 +116,8 @@ def test_variants_and_ablation_plot(tmp_path):
     assert mt.loc["mtad (gamma=4)", "speedup_spd"] == pytest.approx(20.0 / 14.0)  # SpD with the same gamma
     written = render.render(s, tmp_path / "out", only_current=False)
     assert "ablation_gamma.png" in written
+    text, _ = render.table2(df)["p"]
+    assert list(text.index) == [f"{d} (gamma={g})" for d in ("spd", "mtad") for g in (2, 4, 6)]
 
 
 def test_pareto_front():
