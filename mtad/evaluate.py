@@ -24,6 +24,7 @@ from tqdm import tqdm
 from mtad.energy import EnergyMeter
 from mtad.engine import Engine
 from mtad.metrics import perplexity, summarize, token_logprobs
+from mtad.models.pair import load_pair
 from mtad.records import append_jsonl, provenance, read_jsonl, write_json_atomic
 from mtad.warping import Warping
 
@@ -70,7 +71,7 @@ def build(cfg: DictConfig):
     task = instantiate(task_cfg)
     # a task may build its own scorer (e.g. MT-Bench's optional judge hook)
     scorer = instantiate(scorer_cfg) if scorer_cfg else getattr(task, "scorer", None)
-    pair = instantiate(cfg.model)
+    pair = load_pair(cfg.model)
     engine = Engine(pair.target, pair.draft, decoder, warping, pair.vocab_size, pair.eos_token_ids)
     logger = instantiate(cfg.logger) if cfg.get("logger") else None
     return pair, decoder, task, scorer, engine, logger

@@ -184,6 +184,26 @@ def hub_pair(name: str, target: dict, draft: dict, device: str = "cpu", threads:
                         loaded["draft"][1], target["id"], draft["id"], device, info)
 
 
+_LOADED: dict[str, ModelPair] = {}
+
+
+def load_pair(model_cfg) -> ModelPair:
+    """Instantiate a ``conf/model`` config, reusing the last pair loaded with the same config.
+
+    Sweeps run many points on one pair in one process; loading a 1.5B + 0.5B pair
+    costs seconds to minutes, so the most recent pair is kept (one at a time, to
+    bound memory). Models are only read by the engine (each run has its own caches).
+    """
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    key = json.dumps(OmegaConf.to_container(model_cfg, resolve=True), sort_keys=True, default=str)
+    if key not in _LOADED:
+        _LOADED.clear()
+        _LOADED[key] = instantiate(model_cfg)
+    return _LOADED[key]
+
+
 def describe(pair: ModelPair) -> str:
     return json.dumps({"name": pair.name, "target": pair.target_id, "draft": pair.draft_id,
                        "vocab_size": pair.vocab_size, **pair.info}, default=str)
