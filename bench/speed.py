@@ -84,7 +84,7 @@ def hf_generate(pair, ids, max_new, warping: Warping, assistant: bool, gamma: in
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("overrides", nargs="*", help="Hydra overrides for the model, e.g. model=tiny_random")
-    ap.add_argument("--tasks", default="humaneval,cnn_dm")
+    ap.add_argument("--tasks", default="humaneval,cnn_dailymail")
     ap.add_argument("--n-prompts", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--gamma", type=int, default=4)
