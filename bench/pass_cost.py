@@ -13,7 +13,7 @@ With ``--accuracy`` it also compares each variant's logits with float32 +
 ``default`` on 64 tokens of the same text fed 8 at a time (the k-token path): max
 and mean absolute logit difference and argmax agreement.
 
-``--micro`` times single linear layers of the target's shapes instead (min over
+``--micro`` times single float32 linear layers of the target's shapes instead (median over
 repetitions), to pick ``kernels.WXT_MAX_ROWS``.
 
 Examples::
@@ -266,48 +266,50 @@ def print_table(rows: list[dict], ks) -> None:
 
 
 def micro(args) -> None:
-    """Min ms of one linear of the target's shapes, F.linear vs (W @ x.T).T vs int8."""
-    import torch.nn.functional as F
+    """Median ms of one float32 linear of the target's shapes: F.linear vs the wxt kernel.
 
-    from mtad.models.kernels import pack_int8
+    Each timing cycles through enough distinct weight matrices (>= 1 GB) that they
+    come from memory, not cache, as in a real pass.
+    """
+
+    from mtad.models.kernels import KernelLinear
 
     shapes = {"q/o 1536x1536": (1536, 1536), "up 8960x1536": (8960, 1536),
               "down 1536x8960": (1536, 8960), "head 151936x1536": (151936, 1536)}
-    rows_list = [1, 2, 4, 8, 16, 32, 64, 128]
+    rows_list = [1, 2, 3, 4, 8, 16, 32, 64, 128]
     torch.manual_seed(0)
 
-    def best(fn, *fn_args) -> float:
-        fn(*fn_args)
+    def timed(mods, x) -> float:
         ts = []
         for _ in range(args.reps):
             t0 = time.perf_counter()
-            fn(*fn_args)
-            ts.append(time.perf_counter() - t0)
-        return min(ts) * 1e3
-
-    def wxt(w, x):
-        return torch.mm(w, x.t()).t().contiguous()
-
-    def int8(x, packed):
-        return torch.ops.quantized.linear_dynamic(x, packed, True)
+            for m in mods:
+                m(x)
+            ts.append((time.perf_counter() - t0) / len(mods))
+        return statistics.median(ts) * 1e3
 
     for th in args.threads:
         torch.set_num_threads(th)
-        print(f"\nthreads={th}: min ms over {args.reps} calls")
+        print(f"\nthreads={th}: median ms per call over {args.reps} sweeps")
         for name, (o, i) in shapes.items():
-            w = torch.randn(o, i) / i**0.5
-            wb = w.bfloat16()
-            packed = pack_int8(w, None)
+            n = max(2, int(1e9 // (o * i * 4)))
+            mods = []
+            for _ in range(n):
+                m = torch.nn.Linear(i, o, bias=False)
+                m.__class__ = KernelLinear
+                mods.append(m)
             for r in rows_list:
                 x = torch.randn(r, i)
-                t = dict(
-                    f32=best(F.linear, x, w),
-                    f32_wxt=best(wxt, w, x),
-                    bf16=best(F.linear, x.bfloat16(), wb),
-                    int8=best(int8, x, packed),
-                )
+                t = {}
+                for kind in ("default", "wxt"):
+                    for m in mods:
+                        m.kernel = kind
+                    t["f32:" + kind] = timed(mods, x)
+                t["ratio"] = t["f32:wxt"] / t["f32:default"]
                 print(f"  {name:17s} rows={r:4d} " + " ".join(f"{k}={v:8.3f}" for k, v in t.items()),
                       flush=True)
+            del mods
+            gc.collect()
     torch.set_num_threads(args.default_threads)
 
 

@@ -9,8 +9,10 @@ model (the output head included) into a :class:`KernelLinear`, a subclass whose
     ``F.linear`` (``x @ W.T``), i.e. the model as it was.
 ``wxt``
     float32 only: ``(W @ x.T).T`` when the input has at most ``max_rows`` rows
-    (:data:`WXT_MAX_ROWS`), else ``F.linear``. Same maths through another BLAS call,
-    equal to ``default`` up to float rounding; other dtypes use ``F.linear``.
+    (:data:`WXT_MAX_ROWS`), else ``F.linear``; a single row is duplicated first,
+    because the BLAS matrix-vector path runs on one thread while the 2-column
+    matrix product uses all of them. Same maths through other BLAS calls, equal to
+    ``default`` up to float rounding; other dtypes use ``F.linear``.
 ``int8``
     dynamic int8 quantization (fbgemm ``quantized::linear_dynamic``, the kernel
     behind ``torch.ao.quantization.quantize_dynamic``): weights int8 symmetric per
@@ -46,8 +48,10 @@ EXACT_KERNELS = ("default", "wxt")
 INT8_KERNELS = ("int8", "int8-body", "int8w")
 
 # Largest row count (tokens in the pass) for which `wxt` uses (W @ x.T).T in float32;
-# above it F.linear. Chosen with `bench/pass_cost.py --micro`.
-WXT_MAX_ROWS = 32
+# above it F.linear. Measured with `bench/pass_cost.py --micro` (target shapes, weights
+# streamed from memory, 2 threads): (W @ x.T).T is 2-4x faster at 2-4 rows, a little
+# faster up to 64 and even or slower from 128 on.
+WXT_MAX_ROWS = 64
 
 
 def check_kernel(kind: str) -> str:
@@ -112,9 +116,14 @@ class KernelLinear(nn.Linear):
         w = self.weight
         if kernel == "wxt" and x.dtype == torch.float32 and w.dtype == torch.float32:
             x2d = x.reshape(-1, x.shape[-1])
-            if x2d.shape[0] <= self.max_rows:
+            rows = x2d.shape[0]
+            if rows <= self.max_rows:
+                if rows == 1:  # matrix-vector BLAS is single-threaded: use 2 columns
+                    y = torch.mm(w, x2d.repeat(2, 1).t())[:, :1]
+                else:
+                    y = torch.mm(w, x2d.t())
                 # mm(W, x.T) is [out, rows]; make it row-major so callers may .view() it
-                y = torch.mm(w, x2d.t()).t().contiguous()
+                y = y.t().contiguous()
                 if self.bias is not None:
                     y += self.bias
                 return y.reshape(*x.shape[:-1], w.shape[0])

@@ -434,8 +434,17 @@ def ensure_converted(name: str | OfflineModel, dtype="float32", verbose: bool = 
     return out
 
 
-def load_offline(name: str | OfflineModel, dtype="float32", attn_implementation: str = "sdpa"):
-    """``(model, tokenizer)`` of an offline model in ``dtype``, in eval mode, on CPU."""
+def load_offline(
+    name: str | OfflineModel, dtype="float32", attn_implementation: str = "sdpa",
+    materialize: bool = True,
+):
+    """``(model, tokenizer)`` of an offline model in ``dtype``, in eval mode, on CPU.
+
+    transformers memory-maps the safetensors file, so weights are read from disk on
+    first use and, under memory pressure, dropped and read again; timings then
+    wander. ``materialize`` copies every tensor into process memory once (5 s for
+    the float32 target; the page cache it came from stays reclaimable).
+    """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -446,6 +455,10 @@ def load_offline(name: str | OfflineModel, dtype="float32", attn_implementation:
             attn_implementation=attn_implementation,
         )
         tok = AutoTokenizer.from_pretrained(str(path))
+    if materialize:
+        with torch.no_grad():
+            for t in [*model.parameters(), *model.buffers()]:
+                t.data = t.data.clone()
     model.eval()
     return model, tok
 
