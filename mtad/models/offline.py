@@ -221,6 +221,23 @@ def _write_marker(path: Path, model: OfflineModel) -> None:
     _marker_path(path).write_text(json.dumps(rec) + "\n")
 
 
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    """An exclusive advisory lock, so that two processes never build the same file at once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: no locking
+            yield
+            return
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def gguf_path(name: str | OfflineModel) -> Path:
     model = get_model(name)
     return cache_dir() / "gguf" / model.gguf_filename
@@ -237,7 +254,13 @@ def assemble_gguf(name: str | OfflineModel, verbose: bool = False) -> Path:
     out = gguf_path(model)
     if _marker_ok(out, model):
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
+    with _file_lock(out.parent / f".{out.name}.lock"):
+        return _assemble_locked(model, out, verbose)
+
+
+def _assemble_locked(model: OfflineModel, out: Path, verbose: bool) -> Path:
+    if _marker_ok(out, model):  # built by another process while we waited
+        return out
     if out.is_file() and out.stat().st_size == model.size:
         # e.g. the marker was lost: rehash instead of rebuilding
         if sha256_file(out) == model.sha256:
@@ -380,7 +403,13 @@ def ensure_converted(name: str | OfflineModel, dtype="float32", verbose: bool = 
     if _source_record_ok(out, model_spec, dtype):
         return out
     gguf = assemble_gguf(model_spec, verbose=verbose)
+    with _file_lock(out.parent / f".{out.name}.lock"):
+        if _source_record_ok(out, model_spec, dtype):  # converted by another process meanwhile
+            return out
+        return _convert_locked(model_spec, dtype, gguf, out, verbose)
 
+
+def _convert_locked(model_spec: OfflineModel, dtype: str, gguf: Path, out: Path, verbose: bool) -> Path:
     import torch
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
