@@ -30,8 +30,8 @@ import math
 import torch
 
 from mtad.beam import beam_sample
-from mtad.decoders.base import Decoder, StepContext, StepOutput, check_positive_int, sample
-from mtad.decoders.mtad import check_bool, check_tau
+from mtad.decoders.base import StepContext, StepOutput, sample
+from mtad.decoders.mtad import MTAD, check_bool
 from mtad.runner import ROOT
 
 
@@ -77,11 +77,10 @@ def tree_accept(
     return a, best, per_depth
 
 
-class TreeMTAD(Decoder):
+class TreeMTAD(MTAD):
     """Tree-MTAD: beam-sampled token tree, one target pass over all of it, threshold acceptance."""
 
     name = "tree_mtad"
-    lossless = False
 
     def __init__(
         self,
@@ -92,11 +91,7 @@ class TreeMTAD(Decoder):
         compat_slot_index: bool = False,
         name: str | None = None,
     ):
-        super().__init__(name)
-        self.gamma = check_positive_int("gamma", gamma)
-        self.width = check_positive_int("width", width)
-        self.tau = check_tau(tau)
-        self.replacement = check_bool("replacement", replacement)
+        super().__init__(gamma=gamma, width=width, tau=tau, replacement=replacement, name=name)
         self.compat_slot_index = check_bool("compat_slot_index", compat_slot_index)
 
     def reference(self, beams) -> torch.Tensor:  # [g]
