@@ -47,6 +47,7 @@ from mtad.models.kernels import (
     KERNELS,
     KernelLinear,
     apply_cpu_kernel,
+    cpu_flags,
     set_kernel,
 )
 from mtad.models.offline import DRAFT, TARGET, load_offline
@@ -63,16 +64,11 @@ PARAMS = {"target": 1.78e9, "draft": 0.63e9}
 
 
 def cpu_summary() -> str:
-    flags = set()
+    flags = cpu_flags()
     name = platform.processor() or "?"
     try:
         with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
+            name = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), name)
     except OSError:
         pass
     isa = [f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8") if f in flags]

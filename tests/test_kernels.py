@@ -151,3 +151,11 @@ def test_unknown_kernel_names_field_and_choices():
     assert "`kernel`" in msg and "'fast'" in msg
     assert all(k in msg for k in KERNELS)
     assert check_kernel("wxt") == "wxt"
+
+
+def test_cpu_flags_and_bf16_probe():
+    from mtad.models.kernels import cpu_flags, has_native_bf16
+
+    flags = cpu_flags()
+    assert isinstance(flags, set)
+    assert has_native_bf16() == bool(flags & {"avx512_bf16", "amx_bf16"})
