@@ -59,6 +59,9 @@ def warp_probs(
     logits = logits / temperature
     vocab = logits.shape[-1]
     if 0 < top_k < vocab:
+        fast = _top_k_fast_path(logits, top_k, top_p)
+        if fast is not None:
+            return fast
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p < 1.0:
@@ -69,3 +72,22 @@ def warp_probs(
         remove = remove_sorted.scatter(-1, sorted_idx, remove_sorted)
         logits = logits.masked_fill(remove, float("-inf"))
     return logits.softmax(-1)
+
+
+def _top_k_fast_path(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor | None:
+    """Top-k then top-p on the k candidates only (no sort over the whole vocabulary).
+
+    Same result as the general path; returns None (use the general path) when a tie at
+    the k-th logit would make top-k keep more than k tokens.
+    """
+    vals, idx = torch.topk(logits, top_k, dim=-1)  # [..., k], descending
+    if not bool(((logits >= vals[..., -1:]).sum(-1) == top_k).all()):
+        return None
+    if top_p < 1.0:
+        probs = vals.softmax(-1)
+        # mass of this token and every less likely kept token (the ascending cumsum, read backwards)
+        tail = probs.flip(-1).cumsum(-1).flip(-1)
+        remove = tail <= (1 - top_p)
+        remove[..., 0] = False  # always keep the most likely token
+        vals = vals.masked_fill(remove, float("-inf"))
+    return torch.zeros_like(logits).scatter_(-1, idx, vals.softmax(-1))
