@@ -33,4 +33,4 @@ class SpecInfer(Decoder):
         p = score_tree(ctx, tree)
         path, y = self.verify(tree.parents, tree.tokens, p, tree.q, ctx.generator)
         return StepOutput(tokens=tree.path_tokens(path) + [y], drafted=len(ks), accepted=len(path),
-                          tree_size=tree.size)
+                          tree_size=len(tree.unique_rows))

@@ -29,4 +29,4 @@ class SpecTr(Decoder):
         p = score_tree(ctx, tree)
         path, y = verify_spectr(tree.parents, tree.tokens, p, tree.q, ctx.generator)
         return StepOutput(tokens=tree.path_tokens(path) + [y], drafted=g, accepted=len(path),
-                          tree_size=tree.size)
+                          tree_size=len(tree.unique_rows))

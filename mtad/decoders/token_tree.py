@@ -8,7 +8,7 @@ nodes in the order drafted, ``parents[r] < r``; runner node ids are ``row - 1``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -30,76 +30,106 @@ class TokenTree:
     tokens: list[int]  # [N+1], tokens[0] = -1 (the root is the committed endpoint)
     q: torch.Tensor  # [N+1, V] warped draft distribution each row's children were drawn from (0 for leaves)
     depth: int
+    # canon[r]: the first row with the same token path as row r. Rows with equal paths (i.i.d.
+    # siblings that drew the same token, and their subtrees) have equal model outputs, so only
+    # canonical rows are fed to the models; the verifiers still see every row (the multiset of
+    # candidates is what makes them lossless).
+    canon: list[int] = field(default_factory=list)
 
     @property
     def size(self) -> int:
         return len(self.tokens) - 1
 
+    @property
+    def unique_rows(self) -> list[int]:
+        return [r for r in range(1, len(self.tokens)) if self.canon[r] == r]
+
     def path_tokens(self, path: Sequence[int]) -> list[int]:
         return [self.tokens[r] for r in path]
+
+
+class _TreeBuilder:
+    """Adds rows, maps each to its canonical row, and feeds new canonical rows to the draft."""
+
+    def __init__(self, ctx: StepContext):
+        self.ctx = ctx
+        self.parents, self.tokens, self.canon = [-1], [-1], [0]
+        self._by_key: dict[tuple[int, int], int] = {}
+        self._draft_node: dict[int, int] = {0: ROOT}  # canonical row -> draft runner node id
+        self.q_root = ctx.warping(ctx.draft.root_logits)
+        self.qs: dict[int, torch.Tensor] = {0: self.q_root}  # canonical row -> q after it
+
+    def add(self, parent: int, token: int) -> int:
+        self.parents.append(parent)
+        self.tokens.append(int(token))
+        r = len(self.tokens) - 1
+        key = (self.canon[parent], int(token))
+        self.canon.append(self._by_key.setdefault(key, r))
+        return r
+
+    def q(self, row: int) -> torch.Tensor:
+        return self.qs[self.canon[row]]
+
+    def expand(self, rows: Sequence[int]) -> None:
+        """One draft pass over the canonical rows among ``rows`` not fed yet."""
+        todo = [r for r in dict.fromkeys(self.canon[r] for r in rows) if r not in self._draft_node]
+        if not todo:
+            return
+        parents = [self._draft_node[self.canon[self.parents[r]]] for r in todo]
+        logits = self.ctx.draft.forward([self.tokens[r] for r in todo], parents)
+        probs = self.ctx.warping(logits)
+        for i, r in enumerate(todo):
+            self._draft_node[r] = self.ctx.draft.num_nodes - len(todo) + i
+            self.qs[r] = probs[i]
+
+    def tree(self, depth: int) -> TokenTree:
+        q = torch.zeros(len(self.tokens), self.q_root.shape[-1], dtype=self.q_root.dtype)
+        for r in range(len(self.tokens)):
+            if self.canon[r] in self.qs:
+                q[r] = self.qs[self.canon[r]]
+        return TokenTree(self.parents, self.tokens, q, depth, self.canon)
 
 
 def draft_tree(ctx: StepContext, branching: Sequence[int], sampler: ChildSampler) -> TokenTree:
     """Grow a tree level by level: every node at depth d gets ``branching[d]`` children.
 
-    One draft forward pass per level (all frontier nodes at once); the last
+    One draft forward pass per level (all distinct frontier nodes at once); the last
     level is not fed to the draft (its distributions are not needed).
     """
-    parents, tokens = [-1], [-1]
-    q_root = ctx.warping(ctx.draft.root_logits)
-    qs: dict[int, torch.Tensor] = {0: q_root}
+    b = _TreeBuilder(ctx)
     frontier = [0]
     for d, k in enumerate(branching):
-        new_rows = []
-        for r in frontier:
-            for t in sampler(qs[r], k, ctx.generator):
-                parents.append(r)
-                tokens.append(int(t))
-                new_rows.append(len(tokens) - 1)
+        new_rows = [b.add(r, t) for r in frontier for t in sampler(b.q(r), k, ctx.generator)]
         if not new_rows:
             break
         if d < len(branching) - 1:
-            logits = ctx.draft.forward([tokens[r] for r in new_rows],
-                                       [ROOT if parents[r] == 0 else parents[r] - 1 for r in new_rows])
-            probs = ctx.warping(logits)
-            for i, r in enumerate(new_rows):
-                qs[r] = probs[i]
+            b.expand(new_rows)
         frontier = new_rows
-    q = torch.zeros(len(tokens), q_root.shape[-1], dtype=q_root.dtype)
-    for r, v in qs.items():
-        q[r] = v
-    return TokenTree(parents, tokens, q, depth=len(branching))
+    return b.tree(len(branching))
 
 
 def draft_chains(ctx: StepContext, k: int, gamma: int) -> TokenTree:
     """k i.i.d. chain drafts of length gamma as k branches under the root (one draft pass per depth)."""
-    parents, tokens = [-1], [-1]
-    q_root = ctx.warping(ctx.draft.root_logits)
-    qs: dict[int, torch.Tensor] = {0: q_root}
+    b = _TreeBuilder(ctx)
     last = [0] * k
     for d in range(gamma):
-        rows = []
-        for c in range(k):
-            parents.append(last[c])
-            tokens.append(sample(qs[last[c]], ctx.generator))
-            rows.append(len(tokens) - 1)
+        last = [b.add(r, sample(b.q(r), ctx.generator)) for r in last]
         if d < gamma - 1:
-            logits = ctx.draft.forward([tokens[r] for r in rows],
-                                       [ROOT if parents[r] == 0 else parents[r] - 1 for r in rows])
-            probs = ctx.warping(logits)
-            for i, r in enumerate(rows):
-                qs[r] = probs[i]
-        last = rows
-    q = torch.zeros(len(tokens), q_root.shape[-1], dtype=q_root.dtype)
-    for r, v in qs.items():
-        q[r] = v
-    return TokenTree(parents, tokens, q, depth=gamma)
+            b.expand(last)
+    return b.tree(gamma)
 
 
 def score_tree(ctx: StepContext, tree: TokenTree) -> torch.Tensor:  # [N+1, V]
-    """One target pass over the whole tree; warped p for every row (row 0 = root)."""
-    logits = ctx.target.forward(tree.tokens[1:], [ROOT if p == 0 else p - 1 for p in tree.parents[1:]])
-    return ctx.warping(torch.cat([ctx.target.root_logits[None], logits]))
+    """One target pass over the tree's distinct nodes; warped p for every row (row 0 = root)."""
+    rows = tree.unique_rows
+    node = {0: ROOT}
+    for i, r in enumerate(rows):
+        node[r] = i
+    logits = ctx.target.forward([tree.tokens[r] for r in rows],
+                                [node[tree.canon[tree.parents[r]]] for r in rows])
+    p_unique = ctx.warping(torch.cat([ctx.target.root_logits[None], logits]))  # [1 + len(rows), V]
+    pos = {0: 0, **{r: i + 1 for i, r in enumerate(rows)}}
+    return p_unique[[pos[tree.canon[r]] for r in range(len(tree.tokens))]]
 
 
 def check_branching(field_name: str, value) -> list[int]:
