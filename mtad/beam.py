@@ -102,8 +102,10 @@ def select_entries(
     """Top-W (greedy) or W multinomial draws over the flattened W x V scores."""
     nonzero = int((scores > 0).sum())
     if greedy:
+        # the first k of a stable descending sort, without sorting all W x V entries
         k = min(width, scores.numel())
-        return torch.sort(scores, descending=True, stable=True).indices[:k]
+        cand = torch.nonzero(scores >= torch.topk(scores, k).values[-1]).flatten()  # ascending index
+        return cand[torch.sort(scores[cand], descending=True, stable=True).indices][:k]
     if nonzero == 0:
         raise RuntimeError("beam sampling: every draft score is zero (check the warping settings)")
     k = width if replacement else min(width, nonzero)

@@ -28,6 +28,7 @@ class StepRecord:
     accepted: int  # draft tokens kept
     emitted: int  # tokens committed this step (accepted + correction/bonus, after truncation)
     tree_size: int  # nodes in the target's verification pass
+    target_passes: int  # target forward passes this step (0 for a BiLD step that never called it)
     target_time: float  # seconds in target forward passes
     draft_time: float  # seconds in draft forward passes
     wall_time: float  # seconds for the whole step
@@ -73,6 +74,7 @@ class GenerationResult:
             "drafted_per_step": [s.drafted for s in self.steps],
             "emitted_per_step": [s.emitted for s in self.steps],
             "tree_size_per_step": [s.tree_size for s in self.steps],
+            "target_passes": sum(s.target_passes for s in self.steps),
             "target_forward_time": sum(s.target_time for s in self.steps),
             "draft_forward_time": sum(s.draft_time for s in self.steps),
             "wall_time": self.wall_time,
@@ -125,6 +127,7 @@ class Engine:
         while len(result.output_ids) < max_new_tokens:
             ts = time.perf_counter()
             f0 = {r.name: r.forward_time for r in self._runners()}
+            calls0 = self.target.forward_calls
             for r in self._runners():
                 r.begin(committed)
             ctx = StepContext(
@@ -157,6 +160,7 @@ class Engine:
                     accepted=min(out.accepted, len(tokens)),
                     emitted=len(tokens),
                     tree_size=out.tree_size,
+                    target_passes=self.target.forward_calls - calls0,
                     target_time=self.target.forward_time - f0["target"],
                     draft_time=(self.draft.forward_time - f0["draft"]) if self.draft else 0.0,
                     wall_time=time.perf_counter() - ts,

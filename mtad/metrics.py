@@ -7,6 +7,8 @@
   energy meter is unavailable (never 0).
 - block efficiency: (accepted + steps) / steps, i.e. mean tokens per target pass,
   counting the correction/bonus token; autoregressive = 1.0.
+- tokens per target pass: new tokens / target forward passes while decoding. Equals block
+  efficiency except for decoders that sometimes emit without calling the target (BiLD).
 - acceptance rate (chain drafts): accepted / drafted.
 - per-depth acceptance: share of steps whose accepted length is >= d, for d = 1..max.
 - perplexity: exp(-mean log p_target(generated token | context)) under the unwarped
@@ -96,6 +98,8 @@ def summarize(records: list[dict]) -> dict:
         "steps": steps,
         "block_efficiency": block_efficiency(accepted, steps),
         "acceptance_rate": acceptance_rate(accepted, drafted),
+        "tokens_per_target_pass": (tokens / passes if (passes := sum(r.get("target_passes", 0) for r in records))
+                                   else float("nan")),
         "per_depth_acceptance": per_depth_acceptance([a for r in records for a in r["accepted_per_step"]]),
         "target_forward_seconds": sum(r["target_forward_time"] for r in records),
         "draft_forward_seconds": sum(r["draft_forward_time"] for r in records),
