@@ -33,7 +33,7 @@ def test_decoder_runs_and_records_are_consistent(pair, name, temperature):
     assert all(0 <= t < 40 for t in res.output_ids)
     assert sum(s.emitted for s in res.steps) == 24
     for s in res.steps:
-        assert 1 <= s.emitted and s.accepted <= max(s.drafted, s.accepted) and s.accepted < s.emitted + 1
+        assert 1 <= s.emitted and 0 <= s.accepted <= s.emitted and s.accepted <= s.drafted
 
 
 # MTAD-family, BiLD and typical acceptance are lossy by design: they are not expected to equal greedy.
