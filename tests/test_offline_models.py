@@ -236,6 +236,7 @@ def _real_parts_installed() -> bool:
 
 
 @pytest.mark.slow
+# Needs the 1.6 GB chunk packages (`make models`); CI and the default run do not install them.
 @pytest.mark.skipif(not _real_parts_installed(),
                     reason="offline model part packages not installed (run `make models`)")
 def test_real_pair_loads_and_shares_a_tokenizer():
