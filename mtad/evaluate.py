@@ -94,7 +94,7 @@ def run(cfg: DictConfig, output_dir: str | Path | None = None) -> dict[str, Any]
         logger.start(resolved, name=f"{cfg.decoder._target_.rsplit('.', 1)[-1]}-{task.name}")
 
     tok = pair.tokenizer
-    meter = EnergyMeter(pair.device)
+    meter = EnergyMeter.for_models(pair.target, pair.draft, default=pair.device)
     if examples and cfg.get("warmup", 0):
         ids = task.render(examples[0], tok, 0, [])
         for _ in range(int(cfg.warmup)):
@@ -149,6 +149,7 @@ def run(cfg: DictConfig, output_dir: str | Path | None = None) -> dict[str, Any]
         "sampling": {"temperature": cfg.temperature, "top_k": cfg.top_k, "top_p": cfg.top_p},
         "energy_source": meter.source,
         "energy_unavailable_reason": meter.reason,
+        "energy_devices": meter.devices,
         "metrics": summarize(records),
         "config": resolved,
         "provenance": provenance(seed=int(cfg.seed), extra={"torch_threads": torch.get_num_threads()}),

@@ -5,10 +5,12 @@ from __future__ import annotations
 import sys
 import time
 import types
+from pathlib import Path
 
 import pytest
+import torch
 
-from mtad.energy import EnergyMeter
+from mtad.energy import EnergyMeter, model_devices
 
 
 def _domain(root, name, energy_uj, max_range_uj=1_000_000):
@@ -160,3 +162,106 @@ def test_nvml_missing_is_none_with_reason(monkeypatch):
     assert not meter.available and meter.reason.startswith("NVML unavailable")
     meter.start()
     assert meter.stop() is None
+
+
+class FakeTensor:
+    def __init__(self, device):
+        self.device = torch.device(device)
+
+
+class FakeModel:
+    """What the meter reads of a model: ``hf_device_map``, parameters and buffers (devices only)."""
+
+    def __init__(self, param_devices, device_map=None, buffer_devices=()):
+        self._params = [FakeTensor(d) for d in param_devices]
+        self._buffers = [FakeTensor(d) for d in buffer_devices]
+        if device_map is not None:
+            self.hf_device_map = device_map
+
+    def parameters(self):
+        return iter(self._params)
+
+    def buffers(self):
+        return iter(self._buffers)
+
+
+def test_model_devices_reads_device_map_parameters_and_buffers():
+    # a target split over GPUs 0 and 1 (device_map values: ints and strings), a draft on GPU 2;
+    # the meta tensors of an offloaded module do not count as a device
+    target = FakeModel(
+        ["cuda:0", "cuda:1", "meta"],
+        device_map={"model.embed_tokens": 0, "model.layers.0": 1, "lm_head": "cuda:1"},
+    )
+    draft = FakeModel(["cuda:2"], buffer_devices=["cuda:2"])
+    assert model_devices([target, draft, None]) == ["cuda:0", "cuda:1", "cuda:2"]
+    offloaded = FakeModel(
+        ["cuda:0", "meta"],
+        device_map={"model.layers.0": 0, "model.layers.1": "cpu", "lm_head": "disk"},
+    )
+    assert model_devices([offloaded]) == ["cpu", "cuda:0", "disk"]
+
+
+def test_meter_for_models_sums_every_gpu_of_the_pair(fake_nvml):
+    nv = fake_nvml(energy_mj={i: 0 for i in range(4)}, power_mw={i: 1 for i in range(4)})
+    target = FakeModel(["cuda:0", "cuda:1"], device_map={"model.layers.0": 0, "model.layers.1": 1})
+    draft = FakeModel(["cuda:2"])
+    meter = EnergyMeter.for_models(target, draft)
+    assert meter.devices == ["cuda:0", "cuda:1", "cuda:2"] and meter.source == "nvml:counter"
+    meter.start()
+    nv.energy[0] += 1_000
+    nv.energy[1] += 2_000
+    nv.energy[2] += 500
+    nv.energy[3] += 80_000  # not the pair's GPU
+    assert meter.stop() == pytest.approx(3.5)
+    assert sorted(set(nv.handles_asked)) == [0, 1, 2] and 3 not in nv.energy_reads
+
+
+def test_meter_for_models_maps_logical_indices_to_visible_devices(fake_nvml, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    nv = fake_nvml(energy_mj={3: 0, 5: 0}, power_mw={3: 1, 5: 1})
+    meter = EnergyMeter.for_models(FakeModel(["cuda:1"]), FakeModel(["cuda:0"]))
+    assert meter.devices == ["cuda:0", "cuda:1"]
+    meter.start()
+    nv.energy[5] += 4_000
+    assert meter.stop() == pytest.approx(4.0)
+    assert sorted(set(nv.handles_asked)) == [3, 5]
+
+
+def test_meter_for_models_on_cpu_uses_rapl(tmp_path):
+    from mtad.models.pair import tiny_pair
+
+    pair = tiny_pair()
+    p0 = _domain(tmp_path, "intel-rapl:0", 0)
+    meter = EnergyMeter.for_models(pair.target, pair.draft, rapl_root=str(tmp_path))
+    assert meter.source == "rapl" and meter.devices == ["cpu"]
+    meter.start()
+    _set(p0, 1_500_000)
+    assert meter.stop() == pytest.approx(1.5)
+
+
+def test_run_records_the_metered_devices(tmp_path, monkeypatch):
+    """A run meters its pair's devices (the tiny pair: the CPU, through a fake RAPL tree) and records them."""
+    from hydra import compose, initialize_config_dir
+
+    import mtad.energy
+    from mtad.evaluate import run
+
+    rapl_root = tmp_path / "powercap"
+    rapl_root.mkdir()
+    _domain(rapl_root, "intel-rapl:0", 0)
+    real_rapl = mtad.energy._Rapl
+    monkeypatch.setattr(mtad.energy, "_Rapl", lambda root: real_rapl(str(rapl_root)))
+    conf = Path(__file__).resolve().parent.parent / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        cfg = compose(
+            "config",
+            overrides=[
+                "+experiment=debug",
+                "limit=1",
+                "max_new_tokens=4",
+                f"output_dir={tmp_path / 'run'}",
+            ],
+        )
+    summary = run(cfg)
+    assert summary["energy_source"] == "rapl" and summary["energy_devices"] == ["cpu"]
+    assert summary["energy_unavailable_reason"] is None
