@@ -155,20 +155,127 @@ def offline_pair(name: str, target: dict, draft: dict, device: str = "cpu", thre
                         models["draft"][1], target["id"], draft["id"], device, info)
 
 
+GIB = 1024**3
+OFFLOAD_DEVICES = ("cpu", "disk")
+
+
+def weights_bytes(model_id: str, dtype: torch.dtype) -> tuple[int, int]:
+    """(parameters, bytes) of a model's weights in ``dtype``, from its config alone.
+
+    The model is built on the ``meta`` device (no memory, no weights read); tied weights
+    count once. Activations and the KV cache come on top of this.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_id)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    n = sum(p.numel() for p in model.parameters())
+    return n, n * dtype.itemsize
+
+
+def format_bytes(n: float) -> str:
+    for unit, size in (("GiB", GIB), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def _gpu_keys(max_memory: dict) -> list:
+    return [k for k in max_memory if str(k) not in OFFLOAD_DEVICES]
+
+
+def gpu_budget(device: str, device_map: Any, max_memory: dict | None) -> tuple[int, str]:
+    """GPU bytes a model may take, and where that figure comes from.
+
+    ``max_memory`` given: the sum of its GPU entries. Otherwise the free memory
+    (``torch.cuda.mem_get_info``) of every visible GPU for a ``device_map``, or of
+    ``device`` for a model placed whole.
+    """
+    from accelerate.utils import convert_file_size_to_int
+
+    if max_memory:
+        keys = _gpu_keys(max_memory)
+        total = sum(convert_file_size_to_int(max_memory[k]) for k in keys)
+        return total, "max_memory " + ", ".join(f"{k}: {max_memory[k]}" for k in keys)
+    if not torch.cuda.is_available():
+        return 0, "no CUDA device visible"
+    if device_map:
+        indices = list(range(torch.cuda.device_count()))
+    else:
+        dev = torch.device(device)
+        indices = [dev.index if dev.index is not None else torch.cuda.current_device()]
+    free = {i: torch.cuda.mem_get_info(i)[0] for i in indices}
+    return sum(free.values()), "free on " + ", ".join(f"cuda:{i} {format_bytes(b)}" for i, b in free.items())
+
+
+def check_fits(role: str, spec: dict, device: str) -> None:
+    """Refuse, before loading, a model whose weights exceed the GPU memory it may use.
+
+    Only for GPU placement without an explicit CPU/disk entry in ``max_memory`` (an
+    explicit offload is allowed; a silent one is not).
+    """
+    max_memory = spec.get("max_memory")
+    if not str(device).startswith("cuda") or (max_memory and len(_gpu_keys(max_memory)) < len(max_memory)):
+        return
+    dtype = parse_dtype(spec.get("dtype", "float32"), f"model.{role}.dtype")
+    n, need = weights_bytes(spec["id"], dtype)
+    budget, where = gpu_budget(device, spec.get("device_map"), max_memory)
+    if need > budget:
+        raise RuntimeError(
+            f"model.{role} {spec['id']!r} does not fit on the GPUs: its weights need {format_bytes(need)} "
+            f"({n / 1e9:.2f}B parameters x {dtype.itemsize} bytes, {str(dtype).removeprefix('torch.')}) "
+            f"but {format_bytes(budget)} is available ({where}); it would be offloaded to the CPU. "
+            f"Use more GPUs (model.gpus, with model.{role}.device_map: auto), raise model.{role}.max_memory, "
+            f"or choose a smaller model.{role}.dtype"
+        )
+
+
+def check_placement(role: str, spec: dict, model, device: str) -> None:
+    """After loading with a ``device_map`` on GPUs: refuse modules placed on the CPU or disk."""
+    max_memory = spec.get("max_memory")
+    allowed = bool(max_memory) and len(_gpu_keys(max_memory)) < len(max_memory)
+    if not str(device).startswith("cuda") or allowed:
+        return
+    off = {k: str(v) for k, v in (getattr(model, "hf_device_map", None) or {}).items() if str(v) in OFFLOAD_DEVICES}
+    if off:
+        names = ", ".join(f"{k} -> {v}" for k, v in list(off.items())[:4]) + (" ..." if len(off) > 4 else "")
+        raise RuntimeError(
+            f"model.{role} {spec['id']!r} was split with {len(off)} module(s) offloaded ({names}) although "
+            f"a GPU placement was asked (device={device!r}); offloaded layers would make every timing and "
+            f"energy figure meaningless. Use more GPUs, raise model.{role}.max_memory, or list 'cpu' in "
+            f"model.{role}.max_memory to accept the offload explicitly"
+        )
+
+
 def hub_pair(name: str, target: dict, draft: dict, device: str = "cpu", threads: int | None = None,
              **_: Any) -> ModelPair:
-    """Any Hugging Face pair (``target.id``/``draft.id``); big targets may use ``device_map: auto``."""
+    """Any Hugging Face pair (``target.id``/``draft.id``); big targets may use ``device_map: auto``.
+
+    On GPUs a model never lands on the CPU silently: it is refused before loading when its
+    weights exceed the GPU memory it may use (``max_memory``, else the free memory), and
+    after loading when the ``device_map`` still put modules on the CPU or disk. Listing
+    ``cpu`` in ``max_memory`` accepts an offload explicitly.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     _configure_threads(threads)
     loaded = {}
     info: dict[str, Any] = {}
     for role, spec in (("target", target), ("draft", draft)):
+        spec = _plain(spec)
+        if spec.get("max_memory"):  # GPU keys as ints (accelerate's convention), also from CLI overrides
+            spec["max_memory"] = {int(k) if str(k).isdigit() else str(k): v for k, v in spec["max_memory"].items()}
         kwargs = dict(dtype=parse_dtype(spec.get("dtype", "float32"), f"model.{role}.dtype"),
                       attn_implementation=spec.get("attn_implementation", "sdpa"))
         if spec.get("device_map"):
             kwargs["device_map"] = spec["device_map"]
+            if spec.get("max_memory"):
+                kwargs["max_memory"] = spec["max_memory"]
+        elif spec.get("max_memory"):
+            raise ValueError(f"model.{role}.max_memory needs model.{role}.device_map (e.g. auto)")
         try:
+            check_fits(role, spec, device)
             model = AutoModelForCausalLM.from_pretrained(spec["id"], **kwargs)
             tok = AutoTokenizer.from_pretrained(spec["id"])
         except OSError as e:
@@ -177,14 +284,24 @@ def hub_pair(name: str, target: dict, draft: dict, device: str = "cpu", threads:
                 f"(HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '0')}). Download it on a machine with "
                 "access (huggingface-cli download ...) or use model=qwen_coder_offline"
             ) from e
-        if not spec.get("device_map"):
+        if spec.get("device_map"):
+            check_placement(role, spec, model, device)
+        else:
             model.to(device)
         model.eval()
         loaded[role] = (model, tok)
         info[role] = {"id": spec["id"], "dtype": spec.get("dtype"),
                       "revision": getattr(model.config, "_commit_hash", None)}
+        if getattr(model, "hf_device_map", None):
+            info[role]["device_map"] = {k: str(v) for k, v in model.hf_device_map.items()}
     return _finish_pair(name, loaded["target"][0], loaded["draft"][0], loaded["target"][1],
                         loaded["draft"][1], target["id"], draft["id"], device, info)
+
+
+def _plain(spec) -> dict:
+    from omegaconf import DictConfig, OmegaConf
+
+    return OmegaConf.to_container(spec, resolve=True) if isinstance(spec, DictConfig) else dict(spec)
 
 
 _LOADED: dict[str, ModelPair] = {}
