@@ -28,6 +28,10 @@ class Scorer(ABC):
     def score(self, example, completion: str) -> float:
         """Score one completion against ``example.reference``."""
 
+    def record_fields(self, value: float | None) -> dict[str, Any]:
+        """The fields a scored record carries: the score and which scorer (and version) gave it."""
+        return {"score": value, "scorer": self.name, "scorer_version": self.version}
+
     def aggregate(self, scores: list[float]) -> dict[str, Any]:
         vals = np.asarray([s for s in scores if s is not None], dtype=float)
         value = float(vals.mean()) if vals.size else float("nan")
