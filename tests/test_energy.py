@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 import time
 import types
-from pathlib import Path
 
 import pytest
 import torch
@@ -241,9 +240,8 @@ def test_meter_for_models_on_cpu_uses_rapl(tmp_path):
 
 def test_run_records_the_metered_devices(tmp_path, monkeypatch):
     """A run meters its pair's devices (the tiny pair: the CPU, through a fake RAPL tree) and records them."""
-    from hydra import compose, initialize_config_dir
-
     import mtad.energy
+    from mtad.cli import compose_config
     from mtad.evaluate import run
 
     rapl_root = tmp_path / "powercap"
@@ -251,17 +249,9 @@ def test_run_records_the_metered_devices(tmp_path, monkeypatch):
     _domain(rapl_root, "intel-rapl:0", 0)
     real_rapl = mtad.energy._Rapl
     monkeypatch.setattr(mtad.energy, "_Rapl", lambda root: real_rapl(str(rapl_root)))
-    conf = Path(__file__).resolve().parent.parent / "conf"
-    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        cfg = compose(
-            "config",
-            overrides=[
-                "+experiment=debug",
-                "limit=1",
-                "max_new_tokens=4",
-                f"output_dir={tmp_path / 'run'}",
-            ],
-        )
+    cfg = compose_config(
+        ["+experiment=debug", "limit=1", "max_new_tokens=4", f"output_dir={tmp_path / 'run'}"]
+    )
     summary = run(cfg)
     assert summary["energy_source"] == "rapl" and summary["energy_devices"] == ["cpu"]
     assert summary["energy_unavailable_reason"] is None
