@@ -1,16 +1,43 @@
 """BiLD: Big Little Decoder (Kim et al., "Speculative Decoding with Big Little Decoder",
 NeurIPS 2023). Not lossless.
 
-The draft (little) model decodes on its own while it is confident; the target (big)
-model checks its run and takes over when it is not:
+Follows the authors' published code (``kssteven418/BigLittleDecoder``, class
+``T5BiLDModel`` in ``src/transformers/models/t5/modeling_t5.py``, its
+``_greedy_search_body`` and ``schedule_iters``). The little (draft) model decodes on its
+own while it is confident; the big (target) model then checks its run and always adds
+a token of its own. One step here is one such round:
 
-    draft   x_1, x_2, ... up to max_run tokens; before drawing x_i, if max q_i < alpha_fb,
-            stop (*fallback*): the target must produce the token at position i
-    target  one pass over the unchecked draft tokens x_1..x_n: p_1..p_(n+1)
-    rollback: first i with -log p_i(x_i) > alpha_rb -> keep x_1..x_(i-1), emit the
-            target's token from p_i
-    else    keep x_1..x_n; after a fallback also emit the target's token from p_(n+1);
-            after a full run of max_run confident tokens emit only the draft's tokens
+    draft    x_1, x_2, ... up to max_run tokens; before keeping x_i, if max q_i < alpha_fb,
+             discard it (*fallback*) and hand over to the target
+    target   one pass over the unchecked draft tokens x_1..x_n: p_1..p_(n+1)
+    rollback first i with -log p_i(x_i) > alpha_rb; the target's token y at i is drawn from
+             p_i. If y != x_i: keep x_1..x_(i-1), y, then run the target once more and emit
+             its token z ~ p(. | ..., x_<i, y) (two target passes in this step).
+             If y == x_i the published code does not roll back at all (see below).
+    else     keep x_1..x_n and emit the target's token from p_(n+1), whether the run ended
+             by a fallback or by reaching max_run tokens
+    length   a run that fills the generation's remaining length ends it unverified (the
+             published loop checks its stopping criteria before handing over)
+
+Where ``docs/algorithms.md`` reads the published code differently, the code wins:
+
+* *Rollback when the target agrees.* algorithms.md says the target's token at i is
+  "appended (skipped when it equals the small token)". In the published code, when the
+  target's token at the first position over the threshold equals the draft token there,
+  nothing is rolled back: every draft token of the run is kept, later positions over the
+  threshold included, and the target's token after the run is emitted as usual.
+* *The extra target iteration after a rollback* is the same loop iteration, still on the
+  big model: the rollback ``continue``s before ``schedule_iters``, so the big model keeps
+  its one iteration and runs on the corrected sequence; that pass emits one token and is
+  not itself checked for rollback (it scores no draft tokens).
+* *Runs cut by the length limit are not verified*, so not every run of small tokens ends
+  with a big-model pass (algorithms.md: "every run ... ends with a large-model pass").
+
+Known differences from the published code (engine boundaries, not rules): its first
+token of a generation comes from the big model (``init_iters(init_with='large')``), here
+the first step starts with the little model; and a little-model EOS ends its generation
+unverified, while here the decoder does not know the EOS ids, so an EOS inside a run is
+verified like any other token (the engine stops at the first EOS committed).
 
 Modes:
 
@@ -18,14 +45,14 @@ Modes:
   are argmaxes; confidence ``max q`` and ``-log p(x)`` use the models' plain softmax
   (temperature 1, no top-k/top-p), whatever the sampling settings;
 * ``sampling`` (the MTAD authors' port; e.g. (alpha_fb, alpha_rb) = (0.9, 2)): draft
-  tokens are drawn from the warped ``q`` and the target's token from the warped ``p``;
+  tokens are drawn from the warped ``q`` and the target's tokens from the warped ``p``;
   the thresholds apply to those warped distributions.
 
-Glossary: *accepted* = draft tokens kept; the target's token (after a fallback or a
-rollback) plays the role of the correction token. A step that ends with a full
-confident run emits draft tokens only (``info["target_token"] = False``): for BiLD,
-tokens per target pass is ``emitted / steps``, which ``(accepted + steps) / steps``
-overstates for such steps.
+Glossary: *accepted* = draft tokens kept; the target's token after a run (or at a
+rollback) plays the role of the correction/bonus token. A rollback step emits two
+target tokens from two target passes, and a step cut by the length limit emits draft
+tokens only (no target pass): for BiLD, tokens per target pass is ``emitted /
+target_passes``, which ``(accepted + steps) / steps`` does not count exactly.
 """
 
 from __future__ import annotations
@@ -66,6 +93,7 @@ def rollback_position(
 
 class BiLD(Decoder):
     name = "bild"
+    version = "2"  # bump when the behaviour changes (a point's identity includes it); 2: behaviour changed since the first records
     lossless = False
 
     def __init__(
@@ -94,36 +122,41 @@ class BiLD(Decoder):
     def _pick(self, ctx: StepContext, probs: torch.Tensor) -> int:  # probs [V]
         return int(torch.argmax(probs)) if self.mode == "greedy" else sample(probs, ctx.generator)
 
-    def step(self, ctx: StepContext) -> StepOutput:
+    def _draft_run(self, ctx: StepContext) -> tuple[list[int], bool]:
+        """Little-model run: (tokens kept, whether it ended by a fallback)."""
         limit = min(self.max_run, ctx.remaining)
         draft: list[int] = []
-        fallback = False
         logits = ctx.draft.root_logits
         while len(draft) < limit:
             q = self._probs(ctx, logits)  # [V]
             if float(q.max()) < self.alpha_fb:
-                fallback = True
-                break
+                return draft, True
             draft.append(self._pick(ctx, q))
             if len(draft) < limit:
                 logits = ctx.draft.forward(
                     [draft[-1]], [ROOT if len(draft) == 1 else len(draft) - 2]
                 )[0]
-        fallback = fallback or len(draft) == 0
+        return draft, False
+
+    def step(self, ctx: StepContext) -> StepOutput:
+        draft, fallback = self._draft_run(ctx)
         n = len(draft)
+        info = {"fallback": fallback, "rollback": None, "target_tokens": 0}
+        if n == ctx.remaining and not fallback:  # the run ends the generation, unverified
+            return StepOutput(tokens=draft, drafted=n, accepted=n, tree_size=0, info=info)
         logits = ctx.target.forward(draft, ([ROOT] + list(range(n - 1)))[:n])  # [n, V]
         p = self._probs(ctx, torch.cat([ctx.target.root_logits[None], logits]))  # [n+1, V]
         rb = rollback_position(draft, p, self.alpha_rb)
         if rb is not None:
-            tokens, accepted, target_token = draft[:rb] + [self._pick(ctx, p[rb])], rb, True
-        elif fallback:
-            tokens, accepted, target_token = draft + [self._pick(ctx, p[n])], n, True
-        else:
-            tokens, accepted, target_token = list(draft), n, False
+            y = self._pick(ctx, p[rb])
+            if y != draft[rb]:  # roll back to i = rb, then one more target iteration
+                tokens = draft[:rb] + [y]
+                if len(tokens) < ctx.remaining:
+                    again = ctx.target.forward([y], [rb - 1 if rb else ROOT])[0]  # [V]
+                    tokens.append(self._pick(ctx, self._probs(ctx, again)))
+                info.update(rollback=rb, target_tokens=len(tokens) - rb)
+                return StepOutput(tokens=tokens, drafted=n, accepted=rb, tree_size=n + 1, info=info)
+        info["target_tokens"] = 1
         return StepOutput(
-            tokens=tokens,
-            drafted=n,
-            accepted=accepted,
-            tree_size=n,
-            info={"fallback": fallback, "rollback": rb, "target_token": target_token},
+            tokens=draft + [self._pick(ctx, p[n])], drafted=n, accepted=n, tree_size=n, info=info
         )
