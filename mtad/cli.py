@@ -1,40 +1,162 @@
-"""Command-line checks that run before Hydra: unknown config names get a "did you mean"."""
+"""Command-line checks before Hydra runs anything, on Hydra's own override parser.
+
+``check_overrides`` parses the command line with ``OverridesParser`` (so sweep syntax such as
+``decoder=spd,mtad``, ``choice(...)``, ``range(...)``, ``glob(...)`` and quoted commas is read
+exactly as Hydra reads it), expands it into jobs as Hydra's basic sweeper does, composes every
+job and checks it (``mtad.config``): unknown config names and keys get a "did you mean", a
+top-level ``+key=`` add is refused (only ``+experiment=`` adds), bad values name the field,
+and a knob the decoder does not use is refused.
+"""
 
 from __future__ import annotations
 
-import difflib
+import itertools
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+from mtad.config import (
+    CONF_DIR,
+    GROUPS,
+    TOP_LEVEL_KEYS,
+    ConfigError,
+    check_knobs,
+    describe_error,
+    did_you_mean,
+    explicit_keys,
+    validate,
+)
+
+#: Hydra flags after which the command line is Hydra's business only (help, info, other configs).
+_HYDRA_ONLY = ("-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir", "--cfg",
+               "-c", "--info", "-i", "--help", "-h", "--hydra-help", "--shell-completion", "-sc",
+               "--experimental-rerun")
+MAX_CHECKED_JOBS = 256
 
 
 def group_options(group: str, conf_dir: Path = CONF_DIR) -> list[str]:
     return sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
 
 
-def check_overrides(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
-    """Exit with a clear message when an override names an unknown decoder/model/task/logger/experiment."""
-    for arg in argv:
-        if "=" not in arg or arg.startswith("hydra"):
-            continue
-        key, value = arg.split("=", 1)
-        key = key.lstrip("+~")
-        if key.startswith("override "):
-            key = key.split(" ", 1)[1]
-        if not (conf_dir / key).is_dir():
-            continue
-        options = group_options(key, conf_dir)
-        for v in value.split(","):  # sweeps: decoder=spd,mtad
-            if v and v not in options:
-                near = difflib.get_close_matches(v, options, n=3, cutoff=0.5)
-                hint = f" Did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
-                print(f"error: unknown {key} {v!r}.{hint} Available {key}s: {', '.join(options)}",
-                      file=sys.stderr)
-                sys.exit(2)
+def parse(overrides: Sequence[str]):
+    """Hydra ``Override`` objects; raises ConfigError with Hydra's parse message."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    try:
+        return OverridesParser.create().parse_overrides(list(overrides))
+    except OverrideParseException as e:
+        raise ConfigError(str(e).strip().splitlines()[0]) from None
 
 
-def compose_config(overrides: list[str] = (), conf_dir: Path = CONF_DIR, drop: tuple[str, ...] = ()):
+def _group(o) -> str | None:
+    key = o.key_or_group.split("@", 1)[0]
+    return key if key in GROUPS else None
+
+
+def values(o, conf_dir: Path = CONF_DIR) -> list[str]:
+    """The values of one override as strings (a sweep gives several; a glob reads conf/<group>)."""
+    from hydra.core.override_parser.types import Glob
+
+    if not o.is_sweep_override():
+        return [o.get_value_element_as_str()]
+    if isinstance(o.value(), Glob):
+        group = _group(o)
+        if group is None:
+            raise ConfigError(f"{o.input_line}: glob() selects config names; {o.key_or_group} is not a config group")
+        return o.value().filter(group_options(group, conf_dir))
+    try:
+        return list(o.sweep_string_iterator())
+    except Exception as e:  # interval() etc.: only for other sweepers
+        raise ConfigError(f"{o.input_line}: not a list of values ({e})") from None
+
+
+def expand(overrides: Sequence[str], conf_dir: Path = CONF_DIR) -> list[list[str]]:
+    """Jobs of ``overrides`` as Hydra's basic sweeper makes them: one value list per key (a
+    later override of a key replaces the earlier one in its place), cartesian product with
+    the first key outermost."""
+    lists: dict[str, list[str]] = {}
+    for o in parse(overrides):
+        key = o.get_key_element()
+        lists[key] = [f"{key}={v}" for v in values(o, conf_dir)]
+    return [list(job) for job in itertools.product(*lists.values())] or [[]]
+
+
+def check_keys(overrides: Sequence[str], conf_dir: Path = CONF_DIR) -> None:
+    """Unknown group names and top-level keys, and top-level ``+key=`` adds: ConfigError."""
+    known = [*TOP_LEVEL_KEYS, *GROUPS]
+    for o in parse(overrides):
+        key = o.key_or_group
+        if key.startswith("hydra"):
+            continue
+        group = _group(o)
+        if group is not None:
+            if o.is_delete() or o.value() is None:
+                continue
+            options = group_options(group, conf_dir)
+            for v in values(o, conf_dir):
+                if v not in options and v != "null":
+                    raise ConfigError(
+                        f"unknown {group} {v!r} (no conf/{group}/{v}.yaml{did_you_mean(v, options)}); "
+                        f"available: {', '.join(options)}"
+                    )
+            continue
+        top = key.split(".", 1)[0]
+        if top not in known:
+            raise ConfigError(f"unknown key {top!r}{did_you_mean(top, known)} (keys: {', '.join(TOP_LEVEL_KEYS)})")
+        if o.is_add() and "." not in key:
+            raise ConfigError(f"{o.input_line}: {top} is already a key; set it without '+' ({top}=...)")
+
+
+def check_job(job: Sequence[str], files: Sequence[Path] = (), conf_dir: Path = CONF_DIR):
+    """Compose one job and check its values and knobs; returns the composed config."""
+    cfg = _compose(job, conf_dir)
+    validate(cfg)
+    check_knobs(cfg, explicit_keys(job, files, conf_dir))
+    return cfg
+
+
+def _compose(job: Sequence[str], conf_dir: Path):
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    job = [o for o in job if not o.lstrip("+~").startswith("hydra")]
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        try:
+            return compose("config", overrides=list(job))
+        except Exception as e:
+            groups_only = [o for o in job if o.lstrip("+~").split("=", 1)[0] in GROUPS]
+            try:
+                base = compose("config", overrides=groups_only)
+                keys = {"": list(base.keys())}
+                for k in base.keys():
+                    node = OmegaConf.select(base, str(k), throw_on_resolution_failure=False)
+                    if OmegaConf.is_dict(node):
+                        keys[str(k)] = list(node.keys())
+            except Exception:
+                keys = None
+            raise ConfigError(describe_error(e, keys)) from None
+
+
+def check_overrides(argv: Sequence[str], conf_dir: Path = CONF_DIR) -> None:
+    """``run.py``'s command line: exit 2 with a one-line message when something is wrong."""
+    if any(a.split("=", 1)[0] in _HYDRA_ONLY for a in argv):
+        return
+    overrides = [a for a in argv if not a.startswith("-")]
+    try:
+        check_keys(overrides, conf_dir)
+        jobs = expand(overrides, conf_dir)
+        for job in jobs[:MAX_CHECKED_JOBS]:
+            try:
+                check_job(job, (), conf_dir)
+            except ConfigError as e:
+                raise ConfigError(f"{e}" + (f"  [job: {' '.join(job)}]" if len(jobs) > 1 else "")) from None
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def compose_config(overrides: Sequence[str] = (), conf_dir: Path = CONF_DIR, drop: tuple[str, ...] = ()):
     """Compose ``conf/config.yaml`` outside a Hydra run (tests, notebooks, benchmarks).
 
     ``drop`` removes config groups from the defaults list (e.g. ``("task",)``).

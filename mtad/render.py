@@ -1,7 +1,8 @@
 """Sweep results -> the paper's tables and figures (Markdown, LaTeX, CSV, PNG).
 
-Reads only files under a sweep folder (``<root>/<sweep>/<hash>/{point,summary,skipped,
-error}.json`` and ``sweep.json``), so it reruns alone:
+Reads only files under a results folder, through ``mtad.results`` (a sweep's
+``<root>/<sweep>/`` with ``sweep.json``, a Hydra multirun folder, or one run folder), so it
+reruns alone:
 
     python -m mtad.render results/sweeps/table2_smoke --out results/table2_smoke [--wandb]
 
@@ -79,13 +80,6 @@ KNOBS = (
 # ----------------------------------------------------------------------------- loading
 
 
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
 def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in d.items():
@@ -108,36 +102,42 @@ def _num(v) -> float:
 
 
 def point_dirs(sweep_dir: Path, only_current: bool = True) -> list[Path]:
-    """Point folders; with ``only_current`` and a ``sweep.json``, only the points it lists."""
-    sweep_dir = Path(sweep_dir)
-    index = _read_json(sweep_dir / "sweep.json")
-    if only_current and index is not None:
-        return [sweep_dir / p["hash"] for p in index.get("points", []) if p.get("hash")]
-    return sorted(d for d in sweep_dir.iterdir() if d.is_dir() and not d.name.startswith("."))
+    """Point folders (``mtad.results.point_dirs``): a sweep's current points, a multirun's
+    jobs, or a single run folder."""
+    from mtad.results import point_dirs as _point_dirs
+
+    return _point_dirs(sweep_dir, only_current)
 
 
 def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFrame:
-    """One row per point: identity (pair, task, decoder, knobs), status and metrics."""
+    """One row per point: identity (pair, task, decoder, knobs), status and metrics.
+
+    Folders are read through ``mtad.results.load_point``; two folders holding the same point
+    (legacy duplicates) give one row, the finished one.
+    """
+    from mtad.results import load_point
+
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise FileNotFoundError(f"no sweep folder {sweep_dir}")
     rows = []
-    for d in point_dirs(sweep_dir, only_current):
-        point = _read_json(d / "point.json") or {}
-        summary = _read_json(d / "summary.json")
-        ident = point.get("identity") or (summary or {}).get("config") or {}
-        ident = {
-            k: v for k, v in ident.items() if k not in ("output_dir", "logger", "resume", "sweep")
-        }
-        choices = point.get("choices") or {}
+    points = [load_point(d) for d in point_dirs(sweep_dir, only_current)]
+    points.sort(key=lambda p: p["status"] != "done")
+    seen: set[str] = set()
+    for pt in points:
+        key = pt["identity_hash"] or str(pt["dir"])
+        if key in seen:
+            continue
+        seen.add(key)
+        summary, ident, choices = pt["summary"], pt["config"], pt["choices"]
         row: dict[str, Any] = {
-            "hash": d.name,
+            "hash": pt["dir"].name,
             "pair": choices.get("model") or (ident.get("model") or {}).get("name"),
             "task": choices.get("task") or (ident.get("task") or {}).get("name"),
             "decoder": choices.get("decoder")
             or str((ident.get("decoder") or {}).get("_target_", "?")).rsplit(".", 1)[-1].lower(),
-            "status": "pending",
-            "reason": None,
+            "status": pt["status"],
+            "reason": pt["reason"],
             **{k: ident.get(k) for k in KNOBS},
             "_identity": _flatten(ident),
         }
@@ -165,12 +165,6 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
                 data_source=summary.get("data_source"),
                 data_substitute=bool(summary.get("data_substitute")),
             )
-        else:
-            for name, status in (("skipped.json", "skipped"), ("error.json", "failed")):
-                info = _read_json(d / name)
-                if info is not None:
-                    row.update(status=status, reason=info.get("reason"))
-                    break
         rows.append(row)
     df = pd.DataFrame(rows)
     if df.empty:

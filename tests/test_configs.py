@@ -8,7 +8,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from mtad.cli import check_overrides, group_options
-from mtad.evaluate import ConfigError, check_config
+from mtad.config import ConfigError, decoder_knobs, validate
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 
@@ -77,12 +77,33 @@ def test_design_sweep_command_composes():
 @pytest.mark.parametrize(
     "override,field",
     [("gamma=0", "gamma"), ("temperature=-1", "temperature"), ("top_p=0", "top_p"), ("top_p=1.5", "top_p"),
-     ("max_new_tokens=0", "max_new_tokens"), ("top_k=-2", "top_k"), ("tau=0", "tau"), ("width=0", "width")],
+     ("max_new_tokens=0", "max_new_tokens"), ("top_k=-2", "top_k"), ("tau=0", "tau"), ("width=0", "width"),
+     ("limit=0", "limit"), ("limit=-1", "limit")],
 )
 def test_bad_values_name_the_field(override, field):
     cfg = _compose([override])
-    with pytest.raises(ConfigError, match=field):
-        check_config(cfg)
+    with pytest.raises(ConfigError, match=f"^{field} must be"):
+        validate(cfg)
+
+
+def test_good_values_pass():
+    validate(_compose(["limit=1", "gamma=1", "tau=inf", "temperature=0", "top_k=0", "top_p=1.0"]))
+    validate(_compose(["limit=null"]))
+
+
+@pytest.mark.parametrize("name", group_options("decoder"))
+def test_decoders_declare_a_version_and_only_known_knobs(name):
+    """Every decoder class has a version (part of a point's identity); its YAML interpolates
+    only top-level knobs (``${gamma}``), which is how it declares the knobs it uses."""
+    from hydra.utils import get_class
+
+    from mtad.config import KNOBS
+
+    cfg = _compose([f"decoder={name}"])
+    assert isinstance(get_class(cfg.decoder._target_).__dict__.get("version"), str)
+    raw = OmegaConf.to_container(cfg.decoder, resolve=False)
+    interpolated = {v[2:-1] for v in raw.values() if isinstance(v, str) and v.startswith("${")}
+    assert interpolated == set(decoder_knobs(cfg.decoder)) and interpolated <= set(KNOBS)
 
 
 def test_unknown_decoder_did_you_mean(capsys):
@@ -90,7 +111,7 @@ def test_unknown_decoder_did_you_mean(capsys):
         check_overrides(["decoder=sdp"])
     assert e.value.code == 2
     err = capsys.readouterr().err
-    assert "unknown decoder 'sdp'" in err and "Did you mean 'spd'" in err
+    assert "unknown decoder 'sdp'" in err and "did you mean 'spd'" in err
 
 
 def test_unknown_model_lists_options(capsys):

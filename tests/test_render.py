@@ -20,7 +20,8 @@ BASE = {"seed": 42, "gamma": 4, "tau": 0.5, "width": 4, "temperature": 1.0, "top
 
 
 def _ident(pair, task, decoder, **knobs):
-    return {"model": {"name": pair}, "decoder": {"_target_": f"mtad.decoders.x.{decoder}"},
+    # a decoder's config holds the knobs it uses (its YAML interpolates them)
+    return {"model": {"name": pair}, "decoder": {"_target_": f"mtad.decoders.x.{decoder}", **knobs},
             "task": {"name": task}, **BASE, **knobs}
 
 

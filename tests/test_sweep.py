@@ -1,4 +1,5 @@
-"""Sweeps: definitions expand and compose, points resume and are never recomputed, skips are recorded."""
+"""Sweeps: definitions expand and compose, points resume and are never recomputed, skips are
+recorded, folders written by the old sweep layout are adopted, two sweeps never write one point."""
 
 from __future__ import annotations
 
@@ -10,7 +11,19 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from mtad import sweep as sw
-from mtad.cli import group_options
+from mtad.cli import CONF_DIR, check_keys, expand, group_options
+from mtad.config import ConfigError
+from mtad.results import (
+    BUSY,
+    CACHED,
+    DONE,
+    FAILED,
+    HASH_LEN,
+    SKIPPED,
+    PointFolder,
+    identity,
+    identity_hash,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,19 +53,20 @@ def _covering(jobs: list[list[str]]) -> list[list[str]]:
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
 def test_sweep_definitions_expand_and_report_unknown_names(path):
     """Every sweep file expands; every axis value composes or is reported as an unknown name."""
-    with sw._Composer(path) as composer:
+    with sw.Composer(path) as composer:
         base = composer([])
         assert base.sweep.name and base.hydra.sweeper.params
-        jobs = sw.expand(dict(base.hydra.sweeper.params), [])
+        jobs = expand([f"{k}={v}" for k, v in base.hydra.sweeper.params.items()])
         assert jobs and all(jobs)
         for job in _covering(jobs):
-            problems = [p for p in (sw._unknown_option(o, sw.CONF_DIR) for o in job) if p]
-            if problems:  # a decoder/task/model not written yet: reported, never a crash
-                assert all("unknown" in p and "available:" in p for p in problems)
+            try:
+                check_keys(job, CONF_DIR)
+            except ConfigError as e:  # a decoder/task/model not written yet: reported, never a crash
+                assert "unknown" in str(e) and "available:" in str(e)
                 continue
-            cfg = sw._strip_hydra(composer(job))
-            assert len(sw.config_hash(sw.identity(cfg))) == sw.HASH_LEN
-            assert {"output_dir", "sweep", "logger"}.isdisjoint(sw.identity(cfg))
+            cfg = sw.plan.strip_hydra(composer(job))
+            sw.plan.check_point(cfg, job, path)
+            assert len(identity_hash(identity(cfg))) == HASH_LEN
 
 
 def test_smoke_definition_loads_every_point():
@@ -71,10 +85,10 @@ def test_ablation_profiles_compose(path):
 
 
 def test_grid_expands_like_hydra_and_command_line_replaces_an_axis():
-    s = sw.load(SMOKE, ["decoder=multinomial,spd", "gamma=2,3", "limit=1"], root="/x")
+    s = sw.load(SMOKE, ["decoder=mtad,spd", "gamma=2,3", "limit=1"], root="/x")
     assert [p.overrides for p in s.points][:2] == [
-        ["model=tiny_random", "task=smoke", "decoder=multinomial", "gamma=2", "limit=1"],
-        ["model=tiny_random", "task=smoke", "decoder=multinomial", "gamma=3", "limit=1"],
+        ["model=tiny_random", "task=smoke", "decoder=mtad", "gamma=2", "limit=1"],
+        ["model=tiny_random", "task=smoke", "decoder=mtad", "gamma=3", "limit=1"],
     ]
     assert len(s.points) == 4 and len({p.hash for p in s.points}) == 4
     assert all(p.cfg.limit == 1 for p in s.points)
@@ -88,31 +102,46 @@ def test_unknown_decoder_did_you_mean():
     assert sw.main([str(SMOKE), "decoder=sdp,spd", "--root", "/x", "--strict", "--dry-run"]) == 2
 
 
-def test_identity_excludes_output_paths_and_tracking():
+def test_identity_excludes_output_paths_tracking_and_the_number_of_examples():
     a = sw.load(SMOKE, ["decoder=spd"], root="/x").points[0]
-    b = sw.load(SMOKE, ["decoder=spd", "logger=wandb", "resume=false", "sweep.name=other"], root="/y").points[0]
+    b = sw.load(SMOKE, ["decoder=spd", "logger=wandb", "resume=false", "sweep.name=other", "limit=1",
+                        "warmup=3", "perplexity=false"], root="/y").points[0]
     c = sw.load(SMOKE, ["decoder=spd", "gamma=5"], root="/x").points[0]
-    assert a.hash == b.hash != c.hash
+    d = sw.load(SMOKE, ["decoder=spd", "model.dtype=bfloat16"], root="/x").points[0]
+    assert a.hash == b.hash and len({a.hash, c.hash, d.hash}) == 3
     cfg = a.cfg.copy()
     cfg.output_dir = "/somewhere/else"
-    assert sw.config_hash(sw.identity(cfg)) == a.hash
+    cfg.task.scorer.timeout = 99.0  # scores carry their scorer per record: not identity
+    assert identity_hash(identity(cfg)) == a.hash
+    assert identity_hash(identity(cfg, version="999")) != a.hash  # a changed decoder is a new point
 
 
-def test_finished_needs_matching_hash(tmp_path):
-    p = sw.load(SMOKE, ["decoder=spd"], root=tmp_path).points[0]
-    d = tmp_path / p.hash
-    d.mkdir()
-    assert not sw.finished(d, p.hash)
-    from omegaconf import OmegaConf
+def test_a_knob_the_decoder_ignores_is_not_identity_and_not_accepted():
+    m4 = sw.load(SMOKE, ["decoder=multinomial"], root="/x").points[0]
+    cfg = m4.cfg.copy()
+    cfg.gamma = 6  # a config default changed: multinomial does not use it
+    assert identity_hash(identity(cfg)) == m4.hash
+    s = sw.load(SMOKE, ["decoder=specinfer,spd", "gamma=6"], root="/x")
+    bad, good = s.points
+    assert bad.hash is None and "specinfer uses k_config, not gamma" in bad.problem
+    assert good.hash is not None and good.cfg.decoder.gamma == 6
+    assert sw.main([str(SMOKE), "decoder=specinfer", "gamma=6", "--root", "/x", "--strict", "--dry-run"]) == 2
 
-    cfg = p.cfg.copy()
-    cfg.output_dir = str(d)
-    cfg = OmegaConf.to_container(cfg, resolve=True)  # what evaluate writes
-    (d / "summary.json").write_text(json.dumps({"config": cfg}))
-    assert sw.finished(d, p.hash)
-    cfg["gamma"] = 7
-    (d / "summary.json").write_text(json.dumps({"config": cfg}))
-    assert not sw.finished(d, p.hash)
+
+def test_finished_needs_matching_identity_limit_and_a_clean_record_file(tmp_path):
+    p = sw.load(SMOKE, ["decoder=spd", *TINY], root=tmp_path).points[0]
+    folder = PointFolder(tmp_path / p.hash)
+    folder.path.mkdir()
+    assert not folder.finished(p.hash, p.limit)
+    records = [{"example_id": f"e{i}", "turn": 0, "index": i} for i in range(2)]
+    folder.file("samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    folder.write_summary({"metrics": {"examples": 2}}, p.hash, p.limit, 2)
+    assert folder.finished(p.hash, p.limit)
+    assert not folder.finished(p.hash, 5)  # more examples asked for: not finished
+    assert not folder.finished("0" * HASH_LEN, p.limit)
+    with open(folder.file("samples.jsonl"), "a") as f:
+        f.write(json.dumps(records[1]) + "\n")  # a duplicate record
+    assert not folder.finished(p.hash, p.limit)
 
 
 def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
@@ -140,7 +169,7 @@ def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     monkeypatch.setattr(mtad.evaluate, "append_jsonl", append_then_die)
     with pytest.raises(KeyboardInterrupt):
         sw.run(s, progress=False)
-    assert sw.finished(tmp_path / s.name / first.hash, first.hash)
+    assert PointFolder(tmp_path / s.name / first.hash).finished(first.hash, first.limit)
     assert not (tmp_path / s.name / second.hash / "summary.json").exists()
     partial = (tmp_path / s.name / second.hash / "samples.jsonl").read_text().splitlines()
     assert len(partial) == 1 and len(generated) == 3
@@ -151,13 +180,14 @@ def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     summary_before = (tmp_path / s.name / first.hash / "summary.json").stat().st_mtime_ns
     generated.clear()
     report = sw.run(sw.load(SMOKE, ["decoder=multinomial,spd", *TINY], root=tmp_path), progress=False)
-    assert report.statuses == {first.label: sw.CACHED, second.label: sw.DONE}
+    assert report.statuses == {first.label: CACHED, second.label: DONE}
     assert len(generated) == 1  # only the second point's missing example
     assert (tmp_path / s.name / first.hash / "summary.json").stat().st_mtime_ns == summary_before
     lines = (tmp_path / s.name / second.hash / "samples.jsonl").read_text().splitlines()
     assert lines[0] == partial[0] and len(lines) == 2
     summary = json.loads((tmp_path / s.name / second.hash / "summary.json").read_text())
-    assert summary["metrics"]["examples"] == 2 and sw.finished(tmp_path / s.name / second.hash, second.hash)
+    assert summary["metrics"]["examples"] == 2
+    assert PointFolder(tmp_path / s.name / second.hash).finished(second.hash, second.limit)
 
 
 def test_unavailable_task_and_model_are_skipped_and_the_sweep_goes_on(tmp_path, monkeypatch):
@@ -167,15 +197,15 @@ def test_unavailable_task_and_model_are_skipped_and_the_sweep_goes_on(tmp_path, 
     calls = []
     real_run = mtad.evaluate.run
 
-    def counting_run(cfg, out):
+    def counting_run(cfg, out, *args):
         calls.append(out)
-        return real_run(cfg, out)
+        return real_run(cfg, out, *args)
 
     monkeypatch.setattr(mtad.evaluate, "run", counting_run)
     s = sw.load(SMOKE, ["task=chatalpaca,smoke", "model=llama31_8b__llama32_1b", "decoder=spd", *TINY],
                 root=tmp_path)
     report = sw.run(s, progress=False)
-    assert list(report.statuses.values()) == [sw.SKIPPED, sw.SKIPPED]
+    assert list(report.statuses.values()) == [SKIPPED, SKIPPED]
     ta = json.loads((tmp_path / s.name / s.points[0].hash / "skipped.json").read_text())
     mo = json.loads((tmp_path / s.name / s.points[1].hash / "skipped.json").read_text())
     assert ta["kind"] == "task_unavailable" and "ChatAlpaca" in ta["reason"]
@@ -183,14 +213,17 @@ def test_unavailable_task_and_model_are_skipped_and_the_sweep_goes_on(tmp_path, 
     assert len(calls) == 1  # the task was checked before any model was loaded
 
 
-def test_a_folder_with_another_config_is_not_resumed(tmp_path):
+def test_a_folder_with_another_point_is_not_resumed(tmp_path):
     s = sw.load(SMOKE, ["decoder=spd", *TINY], root=tmp_path)
+    other = sw.load(SMOKE, ["decoder=spd", "gamma=3", *TINY], root=tmp_path).points[0]
     d = s.dir / s.points[0].hash
     d.mkdir(parents=True)
-    (d / "config.json").write_text(json.dumps({"gamma": 99}))
+    (d / "point.json").write_text(json.dumps({"format": 2, "identity_hash": other.hash,
+                                              "identity": identity(other.cfg)}))
+    (d / "samples.jsonl").write_text('{"example_id": "HumanEval/0", "turn": 0, "index": 0}\n')
     report = sw.run(s, progress=False, evaluate=lambda cfg, out: pytest.fail("must not resume"))
-    assert report.count(sw.FAILED) == 1
-    assert "another config" in json.loads((d / "error.json").read_text())["reason"]
+    assert report.count(FAILED) == 1
+    assert len((d / "samples.jsonl").read_text().splitlines()) == 1  # left as it was
 
 
 def test_other_errors_are_recorded_and_the_sweep_goes_on(tmp_path):
@@ -199,7 +232,7 @@ def test_other_errors_are_recorded_and_the_sweep_goes_on(tmp_path):
 
     s = sw.load(SMOKE, ["decoder=multinomial,spd", *TINY], root=tmp_path)
     report = sw.run(s, progress=False, evaluate=broken)
-    assert report.count(sw.FAILED) == 2 and not report.ok
+    assert report.count(FAILED) == 2 and not report.ok
     err = json.loads((tmp_path / s.name / s.points[0].hash / "error.json").read_text())
     assert "decoder bug" in err["reason"] and "Traceback" in err["traceback"]
     with pytest.raises(ValueError):
@@ -220,32 +253,45 @@ def test_dry_run_lists_points_and_estimate(tmp_path, capsys):
     assert not (tmp_path / "table2_smoke").exists()
 
 
-def test_launch_one_multirun_per_model_pair(tmp_path, monkeypatch):
-    """--launcher: one Hydra multirun per pair (model fixed, so the launcher reads its gpus)."""
+def test_launch_one_job_per_model_pair(tmp_path, monkeypatch):
+    """--launcher: one Hydra multirun whose jobs are model pairs (x shards): a pair loads once."""
     commands = []
-    monkeypatch.setattr(sw.subprocess, "call", lambda cmd: commands.append(cmd) or 0)
+    monkeypatch.setattr(sw.launcher.subprocess, "call", lambda cmd: commands.append(cmd) or 0)
     s = sw.load(ROOT / "experiments" / "table2.yaml",
                 ["model=llama31_8b__llama32_1b,opt13b__opt125m", "task=humaneval", "decoder=spd,nope",
                  "hydra.launcher.partition=gpu"], root=tmp_path)
     assert s.hydra_overrides == ["hydra.launcher.partition=gpu"] and len(s.known()) == 2
-    assert sw.launch(s, "mtad_slurm") == 0
-    assert len(commands) == 2
-    for cmd, model in zip(commands, ("llama31_8b__llama32_1b", "opt13b__opt125m")):
-        assert cmd[2:6] == ["mtad.sweep", "hydra", "-m", "-cd"]
-        assert {"hydra/launcher=mtad_slurm", "hydra.launcher.partition=gpu", f"model={model}",
-                "decoder=spd", "task=humaneval", f"sweep.root={tmp_path.resolve()}"} <= set(cmd)
-    assert (tmp_path / "table2" / "sweep.json").exists()
+    assert sw.launch(s, "mtad_slurm", jobs_per_pair=2) == 0
+    (cmd,) = commands
+    assert cmd[2:6] == ["mtad.sweep", "pairs", "-m", "-cd"]
+    assert {"hydra/launcher=mtad_slurm", "hydra.launcher.partition=gpu", "~hydra.sweeper.params",
+            "model=llama31_8b__llama32_1b,opt13b__opt125m", "+sweep.shard=0,1", "+sweep.shards=2",
+            f"sweep.root={tmp_path.resolve()}"} <= set(cmd)
+    index = json.loads((tmp_path / "table2" / "sweep.json").read_text())
+    assert index["overrides"] == s.base_overrides  # what each pair job expands again
 
-    class FakePopen:
-        def __init__(self, cmd):
-            commands.append(cmd)
 
-        def wait(self):
-            return 0
+def test_pair_job_runs_only_its_pair_and_shard(tmp_path, monkeypatch):
+    s = sw.load(SMOKE, ["decoder=multinomial,spd,mtad", *TINY], root=tmp_path)
+    sw.write_index(s)
+    ran = []
+    monkeypatch.setattr(sw.launcher, "run", lambda sweep, points, progress: ran.append(points) or sw.Report())
 
-    commands.clear()
-    monkeypatch.setattr(sw.subprocess, "Popen", FakePopen)
-    assert sw.launch(s, "mtad_slurm", concurrent=True) == 0 and len(commands) == 2
+    class FakeHydraConfig:
+        @staticmethod
+        def get():
+            from omegaconf import OmegaConf
+
+            return OmegaConf.create({"runtime": {"choices": {"model": "tiny_random"}}})
+
+    monkeypatch.setattr("hydra.core.hydra_config.HydraConfig", FakeHydraConfig)
+    from omegaconf import OmegaConf
+
+    meta = {"file": str(SMOKE), "name": s.name, "root": str(tmp_path), "shards": 2}
+    for shard in (0, 1):
+        sw.pair_job(OmegaConf.create({"sweep": {**meta, "shard": shard}}))
+    labels = [[p.label for p in points] for points in ran]
+    assert [len(x) for x in labels] == [2, 1] and sorted(sum(labels, [])) == sorted(p.label for p in s.points)
 
 
 def _compose_launcher(sweep_file: Path, overrides):
@@ -270,3 +316,139 @@ def test_joblib_launcher_composes():
     assert cfg.hydra.launcher.n_jobs == 1
     assert type(instantiate(cfg.hydra.launcher)).__name__ == "JoblibLauncher"
     assert str(cfg.hydra.sweep.dir).startswith("results/sweeps/table2_smoke/.hydra/")
+
+
+# ----------------------------------------------------------------------------- legacy folders
+
+LEGACY = ROOT / "tests" / "fixtures" / "legacy_sweep"
+# the grid that wrote the fixture with the old sweep code (multinomial finished, spd cut off in
+# its second record's line, bild finished by BiLD version 1)
+LEGACY_GRID = ["decoder=multinomial,spd,bild", "limit=2", "max_new_tokens=4", "warmup=0"]
+
+
+def test_legacy_sweep_folder_is_adopted(tmp_path, monkeypatch):
+    """Folders of the old layout: finished points are cached, a cut-off one resumes in place
+    (torn line recomputed), a point whose decoder changed (BiLD 1 -> 2) is recomputed apart."""
+    import re
+    import shutil
+
+    import mtad.engine
+
+    shutil.copytree(LEGACY, tmp_path, dirs_exist_ok=True)
+    old = tmp_path / "table2_smoke"
+    by_decoder = {json.loads((d / "point.json").read_text())["choices"]["decoder"]: d
+                  for d in old.iterdir() if d.is_dir()}
+    torn = (by_decoder["spd"] / "samples.jsonl").read_text().splitlines()[1]
+    lost_ids = json.loads(re.search(r'"output_ids": (\[[^\]]*\])', torn).group(1))
+    multinomial_summary = (by_decoder["multinomial"] / "summary.json").read_bytes()
+    bild_files = {p.name: p.read_bytes() for p in by_decoder["bild"].iterdir()}
+
+    generated = []
+    real_generate = mtad.engine.Engine.generate
+    monkeypatch.setattr(mtad.engine.Engine, "generate",
+                        lambda self, *a, **k: generated.append(1) or real_generate(self, *a, **k))
+    s = sw.load(SMOKE, LEGACY_GRID, root=tmp_path)
+    report = sw.run(s, progress=False)
+    mn, spd, bild = s.points
+    assert [report.statuses[p.label] for p in s.points] == [CACHED, DONE, DONE]
+    assert len(generated) == 1 + 2  # spd's torn example, bild's two examples
+    assert (by_decoder["multinomial"] / "summary.json").read_bytes() == multinomial_summary
+    for d, p in ((by_decoder["multinomial"], mn), (by_decoder["spd"], spd)):
+        point = json.loads((d / "point.json").read_text())
+        assert point["format"] == 2 and point["identity_hash"] == p.hash and "adopted" in point
+        assert PointFolder(d).finished(p.hash, p.limit)
+    records = [json.loads(line) for line in (by_decoder["spd"] / "samples.jsonl").read_text().splitlines()]
+    assert [r["index"] for r in records] == [0, 1] and records[1]["output_ids"] == lost_ids
+    assert {p.name: p.read_bytes() for p in by_decoder["bild"].iterdir()} == bild_files
+    assert PointFolder(old / bild.hash).finished(bild.hash, bild.limit)
+    index = json.loads((old / "sweep.json").read_text())
+    assert [row["dir"] for row in index["points"]] == [by_decoder["multinomial"].name,
+                                                      by_decoder["spd"].name, bild.hash]
+    generated.clear()
+    assert set(sw.run(sw.load(SMOKE, LEGACY_GRID, root=tmp_path), progress=False).statuses.values()) == {CACHED}
+    assert not generated
+
+
+# ----------------------------------------------------------------------------- processes
+
+def _sweep_cmd(root: Path, *extra: str) -> list[str]:
+    import sys
+
+    return [sys.executable, "-m", "mtad.sweep", str(SMOKE), "decoder=multinomial,spd", "limit=2",
+            "max_new_tokens=4", "warmup=0", "perplexity=false", "--root", str(root), *extra]
+
+
+def _env() -> dict:
+    import os
+
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+
+
+def test_two_sweeps_at_once_write_each_record_once(tmp_path):
+    """Two processes on one sweep: each point is written by one of them (the other reports it
+    busy, or waits with --wait and then finds it cached)."""
+    import subprocess
+
+    procs = [subprocess.Popen(_sweep_cmd(tmp_path, "decoder=spd", *extra), cwd=ROOT, env=_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for extra in ((), ("--wait",))]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert procs[1].returncode == 0, outs[1]
+    assert procs[0].returncode == 0 or "busy 1" in outs[0], outs[0]
+    s = sw.load(SMOKE, ["decoder=spd", "limit=2", "max_new_tokens=4", "warmup=0", "perplexity=false"],
+                root=tmp_path)
+    for p in s.points:
+        lines = (s.dir / p.hash / "samples.jsonl").read_text().splitlines()
+        assert sorted(json.loads(x)["index"] for x in lines) == [0, 1]
+    assert set(sw.run(s, progress=False).statuses.values()) == {CACHED}
+
+
+TIMING = {"wall_time", "target_forward_time", "draft_forward_time", "prefill_time", "tokens_per_s",
+          "energy_j"}
+
+
+def _content(root: Path) -> dict:
+    """Every point's records and summary metrics without the timing fields."""
+    s = sw.load(SMOKE, ["decoder=multinomial,spd", "limit=2", "max_new_tokens=4", "warmup=0",
+                        "perplexity=false"], root=root)
+    out = {}
+    for p in s.points:
+        d = s.dir / p.hash
+        records = [json.loads(x) for x in (d / "samples.jsonl").read_text().splitlines()]
+        summary = json.loads((d / "summary.json").read_text())
+        metrics = {k: v for k, v in summary["metrics"].items()
+                   if k in ("examples", "new_tokens", "steps", "block_efficiency", "acceptance_rate")}
+        out[p.hash] = ([{k: v for k, v in r.items() if k not in TIMING} for r in sorted(records, key=lambda r: r["index"])],
+                       metrics, summary["score"]["value"], summary["records"])
+    return out
+
+
+@pytest.mark.slow  # about 50 s on 2 cores: seven process starts
+def test_sweep_killed_five_times_then_resumed_equals_an_uninterrupted_run(tmp_path):
+    """SIGKILL at seeded random moments while points are being written, then resume."""
+    import random
+    import signal
+    import subprocess
+    import time
+
+    rng = random.Random(1234)
+    killed_root, clean_root = tmp_path / "killed", tmp_path / "clean"
+    kills = 0
+    for _ in range(5):
+        proc = subprocess.Popen(_sweep_cmd(killed_root), cwd=ROOT, env=_env(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while not list(killed_root.glob("*/*/point.json")) and proc.poll() is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0.0, 2.0))  # somewhere inside the points' generation and writes
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait()
+    assert kills >= 1
+    resumed = subprocess.run(_sweep_cmd(killed_root), cwd=ROOT, env=_env(), capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    clean = subprocess.run(_sweep_cmd(clean_root), cwd=ROOT, env=_env(), capture_output=True, text=True)
+    assert clean.returncode == 0
+    assert _content(killed_root) == _content(clean_root)

@@ -13,6 +13,7 @@ class Multinomial(Decoder):
     """One target pass per token, ``y ~ warp(p)`` (temperature 0 gives greedy)."""
 
     name = "multinomial"
+    version = "1"  # bump when the behaviour changes (a point's identity includes it)
     uses_draft = False
 
     def step(self, ctx: StepContext) -> StepOutput:
@@ -24,6 +25,7 @@ class Greedy(Decoder):
     """One target pass per token, ``y = argmax p`` whatever the sampling settings."""
 
     name = "greedy"
+    version = "1"  # bump when the behaviour changes (a point's identity includes it)
     uses_draft = False
     stochastic = False  # ignores the warping: equals the others only at temperature 0
 

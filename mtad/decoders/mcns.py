@@ -12,4 +12,5 @@ from mtad.multidraft import verify_mcns
 
 class MCNS(SpecInfer):
     name = "mcns"
+    version = "1"  # bump when the behaviour changes (a point's identity includes it)
     verify = staticmethod(verify_mcns)

@@ -17,5 +17,6 @@ def _without_replacement(q, k, generator):
 
 class MCSS(SpecInfer):
     name = "mcss"
+    version = "1"  # bump when the behaviour changes (a point's identity includes it)
     sampler = staticmethod(_without_replacement)
     verify = staticmethod(verify_mcss)

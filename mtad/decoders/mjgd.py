@@ -171,6 +171,7 @@ class MJGD(JointDecoder):
     """Multi-token joint greedy decoding: the argmax block of the target's joint distribution."""
 
     name = "mjgd"
+    version = "1"  # bump when the behaviour changes (a point's identity includes it)
     sample_joint = False
 
 
@@ -178,4 +179,5 @@ class MTJD(JointDecoder):
     """Multi-token joint decoding by sampling: one block from the joint-level-warped joint."""
 
     name = "mtjd"
+    version = "1"  # bump when the behaviour changes (a point's identity includes it)
     sample_joint = True

@@ -79,6 +79,7 @@ class MTAD(Decoder):
     """Chain MTAD: beam-sampled draft, one target pass over its best beam, threshold acceptance."""
 
     name = "mtad"
+    version = "1"  # bump when the behaviour changes (a point's identity includes it)
     lossless = False
 
     def __init__(

@@ -61,6 +61,7 @@ def target_chain(ctx: StepContext, tokens: list[int]) -> torch.Tensor:
 
 class SpD(Decoder):
     name = "spd"
+    version = "1"  # bump when the behaviour changes (a point's identity includes it)
 
     def __init__(self, gamma: int = 4, name: str | None = None):
         super().__init__(name)

@@ -14,6 +14,7 @@ from mtad.multidraft import verify_specinfer
 
 class SpecInfer(Decoder):
     name = "specinfer"
+    version = "1"  # bump when the behaviour changes (a point's identity includes it)
     sampler = staticmethod(iid_children)
     verify = staticmethod(verify_specinfer)
 

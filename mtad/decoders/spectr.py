@@ -15,6 +15,7 @@ from mtad.multidraft import verify_spectr
 
 class SpecTr(Decoder):
     name = "spectr"
+    version = "1"  # bump when the behaviour changes (a point's identity includes it)
 
     def __init__(self, gamma: int = 4, num_drafts: int = 4, name: str | None = None):
         super().__init__(name)

@@ -81,6 +81,7 @@ class TreeMTAD(MTAD):
     """Tree-MTAD: beam-sampled token tree, one target pass over all of it, threshold acceptance."""
 
     name = "tree_mtad"
+    version = "1"  # bump when the behaviour changes (a point's identity includes it)
 
     def __init__(
         self,

@@ -52,6 +52,7 @@ def typical_accept_length(
 
 class Typical(Decoder):
     name = "typical"
+    version = "1"  # bump when the behaviour changes (a point's identity includes it)
     lossless = False
 
     def __init__(

@@ -1,0 +1,66 @@
+"""The results store: the one owner of the results folder format (docs/results.md).
+
+- ``mtad.results.io``: atomic JSON / JSON-lines files, torn-line detection;
+- ``mtad.results.identity``: a point's identity (what changes the generated tokens) and hash;
+- ``mtad.results.folder``: one point's folder: lock, claim (refuse another point's folder,
+  adopt a legacy one), self-check and repair of ``samples.jsonl``, status;
+- ``mtad.results.store``: a folder of points: find a point (legacy folders included), list
+  the points of a sweep, multirun or single run for readers.
+
+``mtad.evaluate`` writes through it, ``mtad.sweep`` plans and resumes through it,
+``mtad.render`` reads through it.
+"""
+
+from mtad.results.folder import (
+    BUSY,
+    CACHED,
+    CONFIG_FILE,
+    DONE,
+    ERROR_FILE,
+    FAILED,
+    FORMAT,
+    INDEX_FILE,
+    LOCK_FILE,
+    PARTIAL,
+    PENDING,
+    POINT_FILE,
+    SAMPLES_FILE,
+    SKIPPED,
+    SKIPPED_FILE,
+    SUMMARY_FILE,
+    UNKNOWN,
+    Check,
+    FolderBusy,
+    IdentityMismatch,
+    PointFolder,
+    now_utc,
+    record_key,
+)
+from mtad.results.identity import (
+    HASH_LEN,
+    LEGACY_DECODER_VERSION,
+    decoder_version,
+    differences,
+    identity,
+    identity_hash,
+    requested_limit,
+)
+from mtad.results.io import (
+    append_jsonl,
+    read_json,
+    read_jsonl,
+    rewrite_jsonl,
+    scan_jsonl,
+    write_json_atomic,
+)
+from mtad.results.store import Store, is_point_folder, load_point, point_dirs, used_config
+
+__all__ = [
+    "BUSY", "CACHED", "CONFIG_FILE", "DONE", "ERROR_FILE", "FAILED", "FORMAT", "INDEX_FILE",
+    "LOCK_FILE", "PARTIAL", "PENDING", "POINT_FILE", "SAMPLES_FILE", "SKIPPED", "SKIPPED_FILE",
+    "SUMMARY_FILE", "UNKNOWN", "Check", "FolderBusy", "IdentityMismatch", "PointFolder",
+    "now_utc", "record_key", "HASH_LEN", "LEGACY_DECODER_VERSION", "decoder_version",
+    "differences", "identity", "identity_hash", "requested_limit", "append_jsonl", "read_json",
+    "read_jsonl", "rewrite_jsonl", "scan_jsonl", "write_json_atomic", "Store", "is_point_folder",
+    "load_point", "point_dirs", "used_config",
+]

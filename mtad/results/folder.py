@@ -1,0 +1,280 @@
+"""One point's results folder: its lock, its identity, its status, its self-check.
+
+Files (see docs/results.md): ``point.json`` (format, identity and its hash, how it was
+asked for), ``config.json`` (the resolved config of the last run), ``samples.jsonl`` (one
+record per (example, turn)), ``summary.json`` (aggregates over the requested examples),
+``skipped.json`` / ``error.json`` (why a point has no results), ``.lock``.
+
+Folders written before the format had a version (``point.json`` without ``format``: the old
+sweep layout) are read too: their identity is computed from the stored resolved config with
+decoder version ``LEGACY_DECODER_VERSION``; ``claim`` adopts them (writes a new
+``point.json``, keeps every record).
+
+This module knows nothing about decoders, tasks or metrics; ``mtad.evaluate`` fills it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from mtad.results.identity import (
+    LEGACY_DECODER_VERSION,
+    differences,
+    identity,
+    identity_hash,
+    requested_limit,
+)
+from mtad.results.io import read_json, rewrite_jsonl, scan_jsonl, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+FORMAT = 2
+POINT_FILE, CONFIG_FILE, SAMPLES_FILE, SUMMARY_FILE = (
+    "point.json",
+    "config.json",
+    "samples.jsonl",
+    "summary.json",
+)
+SKIPPED_FILE, ERROR_FILE, LOCK_FILE, INDEX_FILE = "skipped.json", "error.json", ".lock", "sweep.json"
+
+# Point statuses.
+DONE, CACHED, PARTIAL, PENDING = "done", "cached", "partial", "pending"
+SKIPPED, FAILED, UNKNOWN, BUSY = "skipped", "failed", "unknown", "busy"
+
+
+class IdentityMismatch(ValueError):
+    """A folder holds results of another point; the message names the differing keys."""
+
+
+class FolderBusy(RuntimeError):
+    """Another live process holds the folder's lock."""
+
+
+def now_utc() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+def record_key(record: Mapping[str, Any]) -> tuple[str, int]:
+    return (str(record["example_id"]), int(record["turn"]))
+
+
+@dataclass
+class Check:
+    """The self-check of ``samples.jsonl``: usable records (first of duplicates) and problems."""
+
+    records: list[dict] = field(default_factory=list)
+    bad_lines: list[int] = field(default_factory=list)
+    duplicates: int = 0
+    torn_tail: bool = False
+
+    @property
+    def clean(self) -> bool:
+        return not self.bad_lines and not self.duplicates and not self.torn_tail
+
+    def describe(self) -> str:
+        parts = []
+        if self.torn_tail:
+            parts.append("a torn last line")
+        other = [n for n in self.bad_lines if not (self.torn_tail and n == self.bad_lines[-1])]
+        if other:
+            parts.append(f"unreadable lines {other}")
+        if self.duplicates:
+            parts.append(f"{self.duplicates} duplicate records")
+        return ", ".join(parts)
+
+
+class PointFolder:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    # ------------------------------------------------------------------ lock
+
+    @contextmanager
+    def lock(self, wait: bool = False) -> Iterator[None]:
+        """Hold the folder's lock: one writer per folder.
+
+        A kernel lock (``fcntl.flock`` through ``filelock.FileLock``): the kernel releases it
+        when the holder dies, however it dies, so a dead process never leaves a stale lock. The
+        lock is re-entrant within a process (a sweep point's lock covers its evaluate run).
+        """
+        from filelock import FileLock, Timeout
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(
+            self.file(LOCK_FILE),
+            is_singleton=True,  # one instance per path and process (arguments must not differ)
+            fallback_to_soft=False,  # a soft lock would outlive a killed process
+            preserve_lock_file=True,  # unlinking a flock file races with a waiting process
+        )
+        try:
+            lock.acquire(timeout=-1 if wait else 0)
+        except Timeout:
+            raise FolderBusy(
+                f"{self.path} is being written by another process (lock {self.file(LOCK_FILE)}); "
+                "wait for it (sweeps: --wait, run.py: wait_lock=true) or choose another folder"
+            ) from None
+        try:
+            yield
+        finally:
+            lock.release()
+
+    # ------------------------------------------------------------------ identity
+
+    def stored(self) -> tuple[dict | None, str | None]:
+        """(identity, "current" | "legacy") of what this folder holds; (None, None) if nothing."""
+        point = read_json(self.file(POINT_FILE)) or {}
+        if point.get("format") and isinstance(point.get("identity"), dict):
+            return point["identity"], "current"
+        summary = read_json(self.file(SUMMARY_FILE)) or {}
+        for cfg in (read_json(self.file(CONFIG_FILE)), summary.get("config")):
+            if isinstance(cfg, dict):
+                try:
+                    return identity(cfg, LEGACY_DECODER_VERSION), "legacy"
+                except (KeyError, TypeError, ValueError):
+                    continue
+        return None, None
+
+    def identity_hash(self) -> str | None:
+        point = read_json(self.file(POINT_FILE)) or {}
+        if point.get("format") and point.get("identity_hash"):
+            return str(point["identity_hash"])
+        ident, _ = self.stored()
+        return identity_hash(ident) if ident is not None else None
+
+    def claim(
+        self,
+        ident: Mapping[str, Any],
+        overrides: Sequence[str] = (),
+        choices: Mapping[str, str] | None = None,
+    ) -> None:
+        """Make this folder hold ``ident``'s results; refuse a folder that holds another point's.
+
+        An empty folder gets a ``point.json``; a legacy folder of the same point is adopted
+        (new ``point.json``, records kept). Call under ``lock``.
+        """
+        stored, kind = self.stored()
+        h = identity_hash(ident)
+        if stored is None and self.file(SAMPLES_FILE).exists():
+            raise IdentityMismatch(
+                f"{self.path} holds {SAMPLES_FILE} but no {POINT_FILE} or {CONFIG_FILE}: what "
+                "produced them is unknown; move it away or choose another folder"
+            )
+        if stored is not None and identity_hash(stored) != h:
+            diff = differences(stored, ident)
+            raise IdentityMismatch(
+                f"{self.path} holds the results of another point (stored -> requested: "
+                f"{'; '.join(diff)}); choose another folder (run.py: hydra.run.dir=<new folder>) "
+                "or move this one away"
+            )
+        old = read_json(self.file(POINT_FILE)) or {}
+        if kind == "current" and old.get("identity_hash") == h:
+            return
+        point: dict[str, Any] = {
+            "format": FORMAT,
+            "identity_hash": h,
+            "identity": dict(ident),
+            "overrides": list(overrides),
+            "choices": dict(choices or {}),
+            "created_utc": now_utc(),
+        }
+        if kind == "legacy":
+            point["adopted"] = {"from_format": 1, "hash": old.get("hash"), "time_utc": now_utc()}
+            log.info("adopted %s (written before the results format had a version)", self.path)
+        write_json_atomic(self.file(POINT_FILE), point)
+
+    # ------------------------------------------------------------------ records
+
+    def check(self, repair: bool = False) -> Check:
+        """Self-check ``samples.jsonl``: every line parses, (example, turn) keys are unique.
+
+        With ``repair`` a damaged file is rewritten without the torn/unreadable lines and the
+        later duplicates (their examples are then recomputed), with a one-line notice.
+        """
+        scan = scan_jsonl(self.file(SAMPLES_FILE))
+        check = Check(bad_lines=list(scan.bad_lines), torn_tail=scan.torn_tail)
+        seen: set[tuple[str, int]] = set()
+        for number, r in enumerate(scan.records):
+            try:
+                key = record_key(r)
+            except (KeyError, TypeError, ValueError):
+                check.bad_lines.append(number + 1)
+                continue
+            if key in seen:
+                check.duplicates += 1
+                continue
+            seen.add(key)
+            check.records.append(r)
+        if repair and not check.clean:
+            log.warning(
+                "repaired %s: dropped %s; %d records kept, the rest is recomputed",
+                self.file(SAMPLES_FILE),
+                check.describe(),
+                len(check.records),
+            )
+            rewrite_jsonl(self.file(SAMPLES_FILE), check.records)
+        return check
+
+    def write_summary(self, summary: Mapping[str, Any], ident_hash: str, limit: int | None,
+                      records: int) -> None:
+        write_json_atomic(
+            self.file(SUMMARY_FILE),
+            {"format": FORMAT, "identity_hash": ident_hash, "limit": limit, "records": records,
+             **summary},
+        )
+
+    def write_reason(self, name: str, ident_hash: str | None, reason: str, **extra: Any) -> None:
+        """``skipped.json`` / ``error.json``: why this point has no results."""
+        write_json_atomic(
+            self.file(name), {"identity_hash": ident_hash, "reason": reason, "time_utc": now_utc(), **extra}
+        )
+
+    # ------------------------------------------------------------------ status
+
+    def finished(self, ident_hash: str, limit: int | None) -> bool:
+        """True when ``summary.json`` covers exactly the requested examples of this point and
+        ``samples.jsonl`` passes the self-check with as many records as the summary counts."""
+        summary = read_json(self.file(SUMMARY_FILE))
+        if summary is None:
+            return False
+        if summary.get("format"):
+            same = summary.get("identity_hash") == ident_hash and summary.get("limit") == limit
+            count = summary.get("records")
+        else:  # legacy summary: identity, limit and count from its stored config and metrics
+            cfg = summary.get("config")
+            try:
+                same = (
+                    identity_hash(identity(cfg, LEGACY_DECODER_VERSION)) == ident_hash
+                    and requested_limit(cfg) == limit
+                )
+            except (KeyError, TypeError, ValueError):
+                return False
+            count = (summary.get("metrics") or {}).get("examples")
+        if not same:
+            return False
+        check = self.check()
+        if not check.clean:
+            return False
+        covered = [r for r in check.records if limit is None or int(r.get("index", 0)) < limit]
+        return len(covered) == count
+
+    def status(self, ident_hash: str, limit: int | None) -> tuple[str, str | None]:
+        """(status, detail) from the files only (no lock taken)."""
+        if self.finished(ident_hash, limit):
+            return DONE, None
+        for name, status in ((SKIPPED_FILE, SKIPPED), (ERROR_FILE, FAILED)):
+            if self.file(name).exists():
+                return status, (read_json(self.file(name)) or {}).get("reason")
+        check = self.check()
+        if check.records or not check.clean:
+            detail = f"{len(check.records)} records"
+            return PARTIAL, detail + (f"; {check.describe()}" if not check.clean else "")
+        return PENDING, None
