@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -95,11 +97,24 @@ def _sweep_varying(output_dir: Path) -> dict[str, str] | None:
     return {k: v for k, v in mine.items() if len(values.get(k, ())) > 1}
 
 
+def _is_sweep(value: str) -> bool:
+    """A Hydra override value that expands to several jobs: ``a,b``, ``range(...)``, ``choice(...)``."""
+    value = str(value).strip()
+    if re.match(r"(range|choice|glob|interval|shuffle|sort)\(", value):
+        return True
+    return not value.startswith(("[", "{", "'", '"')) and "," in value
+
+
 def _hydra_multirun() -> tuple[dict[str, str], str] | None:
-    """(this job's overrides, the multirun directory) inside a Hydra multirun, else None."""
+    """(this job's values of the swept keys, the multirun directory) inside a Hydra multirun, else None.
+
+    The swept keys are read from the multirun's ``multirun.yaml`` (the command line as given,
+    and ``hydra.sweeper.params``); without that file every override of the job counts.
+    """
     try:
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
+        from omegaconf import OmegaConf
     except ImportError:
         return None
     if not HydraConfig.initialized():
@@ -107,8 +122,15 @@ def _hydra_multirun() -> tuple[dict[str, str], str] | None:
     hc = HydraConfig.get()
     if hc.mode != RunMode.MULTIRUN:
         return None
-    overrides = dict(_parse_override(o) for o in hc.overrides.task if not o.startswith("hydra"))
-    return overrides, str(hc.sweep.dir)
+    job = dict(_parse_override(o) for o in hc.overrides.task if not o.startswith("hydra"))
+    saved = Path(str(hc.sweep.dir)) / "multirun.yaml"
+    if saved.is_file():
+        h = OmegaConf.load(saved).hydra
+        given = [_parse_override(o) for o in h.overrides.task]
+        given += [(str(k), str(v)) for k, v in (h.sweeper.get("params") or {}).items()]
+        swept = {k for k, v in given if _is_sweep(v)}
+        job = {k: v for k, v in job.items() if k in swept}
+    return job, str(hc.sweep.dir)
 
 
 def run_identity(config: dict, labels: dict | None = None) -> dict[str, Any]:
@@ -302,7 +324,11 @@ def _set_nested(d: dict, keys: list[str], value: Any) -> None:
 
 
 def read_offline_run(run_dir: str | Path) -> dict[str, Any]:
-    """A run logged in offline mode (``wandb/offline-run-*``): name, group, tags, config, summary, history."""
+    """A run logged in offline mode (``wandb/offline-run-*``).
+
+    Returns name, group, tags, config, summary, history, and ``complete``: whether the run's
+    exit record is in the file (W&B's writer process may still be flushing a just-finished run).
+    """
     from wandb.proto import wandb_internal_pb2 as pb
 
     run_dir = Path(run_dir)
@@ -316,6 +342,7 @@ def read_offline_run(run_dir: str | Path) -> dict[str, Any]:
         "config": {},
         "summary": {},
         "history": [],
+        "complete": False,
     }
     for raw in _log_records(files[0]):
         rec = pb.Record()
@@ -327,19 +354,28 @@ def read_offline_run(run_dir: str | Path) -> dict[str, Any]:
                 out["config"][item.key] = json.loads(item.value_json)
         elif kind == "summary":
             for item in rec.summary.update:
-                _set_nested(
-                    out["summary"], list(item.nested_key) or [item.key], json.loads(item.value_json)
-                )
+                keys = list(item.nested_key) or [item.key]
+                _set_nested(out["summary"], keys, json.loads(item.value_json))
         elif kind == "history":
             row: dict[str, Any] = {}
             for item in rec.history.item:
                 _set_nested(row, list(item.nested_key) or [item.key], json.loads(item.value_json))
             out["history"].append(row)
+        elif kind == "exit":
+            out["complete"] = True
     return out
 
 
-def offline_runs(wandb_dir: str | Path) -> list[dict[str, Any]]:
-    """Every offline run under ``wandb_dir`` (``$WANDB_DIR``: its ``wandb/offline-run-*`` folders), oldest first."""
+def offline_runs(wandb_dir: str | Path, wait_s: float = 30.0) -> list[dict[str, Any]]:
+    """Every offline run under ``wandb_dir`` (its ``wandb/offline-run-*`` folders), oldest first.
+
+    Waits up to ``wait_s`` seconds for runs whose files are still being written.
+    """
     root = Path(wandb_dir)
     root = root / "wandb" if (root / "wandb").is_dir() else root
-    return [read_offline_run(d) for d in sorted(root.glob("offline-run-*"))]
+    deadline = time.monotonic() + wait_s
+    while True:
+        runs = [read_offline_run(d) for d in sorted(root.glob("offline-run-*"))]
+        if all(r["complete"] for r in runs) or time.monotonic() > deadline:
+            return runs
+        time.sleep(0.2)

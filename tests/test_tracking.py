@@ -124,6 +124,7 @@ def test_run_summary_logged_offline_reads_back(tmp_path, offline_wandb):
     logger.finish()
 
     (logged,) = offline_runs(offline_wandb)
+    assert logged["complete"]
     assert logged["name"] == f"mtad g{cfg.gamma} t{cfg.tau:g} w{cfg.width} smoke"
     assert logged["group"] == "checks"
     assert logged["tags"] == ["pair:tiny_random", "task:smoke", "decoder:mtad"]
@@ -149,6 +150,7 @@ def test_records_spanning_log_blocks_read_back(offline_wandb):
     logger.start(big, name="big-config")
     logger.finish()
     (logged,) = offline_runs(offline_wandb)
+    assert logged["complete"]
     assert logged["name"] == "big-config"
     assert {k: v for k, v in logged["config"].items() if k in big} == big
 
@@ -157,3 +159,26 @@ def _samples(run_dir: Path) -> list[dict]:
     return [
         json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines() if line
     ]
+
+
+def test_hydra_multirun_named_by_the_swept_overrides(tmp_path, monkeypatch):
+    """``run.py -m``: the keys swept on the command line or in hydra.sweeper.params name the run."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    sweep_dir = tmp_path / "2026-01-02" / "03-04-05"
+    sweep_dir.mkdir(parents=True)
+    given = ["decoder=spd,mtad", "gamma=3,5", "limit=1", "+k_config=[4,2]"]
+    saved = {"hydra": {"overrides": {"task": given}, "sweeper": {"params": {"tau": "0.3,0.5"}}}}
+    (sweep_dir / "multirun.yaml").write_text(OmegaConf.to_yaml(saved))
+    job = ["decoder=mtad", "gamma=5", "limit=1", "+k_config=[4,2]", "tau=0.5"]
+    hydra = OmegaConf.create(
+        {"mode": RunMode.MULTIRUN, "overrides": {"task": job}, "sweep": {"dir": str(sweep_dir)}}
+    )
+    monkeypatch.setattr(HydraConfig, "initialized", staticmethod(lambda: True))
+    monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: hydra))
+    cfg = {"decoder": {"_target_": "mtad.decoders.mtad.MTAD", "gamma": 5, "tau": 0.5, "width": 4}}
+    ident = run_identity(cfg, {"decoder": "mtad", "task": "smoke", "pair": "tiny_random"})
+    assert ident["name"] == "mtad g5 t0.5 smoke"
+    assert ident["group"] == "multirun 2026-01-02/03-04-05"
