@@ -182,3 +182,27 @@ def test_hydra_multirun_named_by_the_swept_overrides(tmp_path, monkeypatch):
     ident = run_identity(cfg, {"decoder": "mtad", "task": "smoke", "pair": "tiny_random"})
     assert ident["name"] == "mtad g5 t0.5 smoke"
     assert ident["group"] == "multirun 2026-01-02/03-04-05"
+
+
+def test_evaluate_logs_its_run_with_labels_and_summary(tmp_path, offline_wandb):
+    """``logger=wandb`` on a run: evaluate passes the names it loaded and the whole summary."""
+    from mtad.evaluate import run
+
+    cfg = compose_config(
+        [
+            "+experiment=debug",
+            "decoder=spd",
+            "logger=wandb",
+            "logger.mode=offline",
+            f"logger.dir={offline_wandb}",
+            "limit=1",
+            "max_new_tokens=4",
+            f"output_dir={tmp_path / 'run'}",
+        ]
+    )
+    summary = run(cfg)
+    (logged,) = offline_runs(offline_wandb)
+    assert logged["name"] == f"spd g{cfg.gamma} smoke"
+    assert logged["tags"] == ["pair:tiny_random", "task:smoke", "decoder:spd"]
+    assert logged["summary"]["lossless"] is True and logged["summary"]["pair"] == "tiny_random"
+    assert logged["summary"]["tokens_per_s"] == pytest.approx(summary["metrics"]["tokens_per_s"])
