@@ -14,7 +14,6 @@ from mtad import sweep as sw
 from mtad.cli import CONF_DIR, check_keys, expand, group_options
 from mtad.config import ConfigError
 from mtad.results import (
-    BUSY,
     CACHED,
     DONE,
     FAILED,
@@ -264,7 +263,7 @@ def test_launch_one_job_per_model_pair(tmp_path, monkeypatch):
     assert sw.launch(s, "mtad_slurm", jobs_per_pair=2) == 0
     (cmd,) = commands
     assert cmd[2:6] == ["mtad.sweep", "pairs", "-m", "-cd"]
-    assert {"hydra/launcher=mtad_slurm", "hydra.launcher.partition=gpu", "~hydra.sweeper.params",
+    assert {"hydra/launcher=mtad_slurm", "hydra.launcher.partition=gpu", "hydra.sweeper.params=null",
             "model=llama31_8b__llama32_1b,opt13b__opt125m", "+sweep.shard=0,1", "+sweep.shards=2",
             f"sweep.root={tmp_path.resolve()}"} <= set(cmd)
     index = json.loads((tmp_path / "table2" / "sweep.json").read_text())
@@ -384,6 +383,7 @@ def _env() -> dict:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
 
+@pytest.mark.slow  # about 25 s: two process starts (the lock itself: tests/test_results.py)
 def test_two_sweeps_at_once_write_each_record_once(tmp_path):
     """Two processes on one sweep: each point is written by one of them (the other reports it
     busy, or waits with --wait and then finds it cached)."""

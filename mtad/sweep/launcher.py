@@ -18,6 +18,7 @@ import logging
 import subprocess
 import sys
 from collections.abc import Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -48,7 +49,7 @@ def launch(sweep: Sweep, launcher: str, jobs_per_pair: int = 1) -> int:
         sys.executable, "-m", "mtad.sweep", "pairs", "-m",
         "-cd", str(sweep.path.resolve().parent), "-cn", sweep.path.stem,
         f"hydra/launcher={launcher}",
-        "~hydra.sweeper.params",  # the grid is expanded inside each job, not by the launcher
+        "hydra.sweeper.params=null",  # the grid is expanded inside each job, not by the launcher
         f"sweep.name={sweep.name}",
         f"sweep.root={sweep.root.resolve()}",
         f"+sweep.file={sweep.path.resolve()}",
@@ -70,14 +71,30 @@ def pair_job(cfg: DictConfig) -> str:
     meta = cfg.sweep
     root = Path(meta.root) / str(meta.name)
     index = read_json(root / "sweep.json") or {}
-    sweep = load(meta.file, index.get("overrides", []), name=str(meta.name), root=meta.root)
     model = HydraConfig.get().runtime.choices.get("model")
+    with _own_hydra():
+        sweep = load(meta.file, index.get("overrides", []), name=str(meta.name), root=meta.root)
     mine = [p for p in sweep.known() if p.choices.get("model") == model]
     mine = mine[int(meta.shard) :: int(meta.shards)]
     report = run(sweep, points=mine, progress=False)
     summary = ", ".join(f"{s} {report.count(s)}" for s in sorted(set(report.statuses.values())))
     log.info("pair %s, shard %s/%s: %s", model, meta.shard, meta.shards, summary)
     return summary
+
+
+@contextmanager
+def _own_hydra():
+    """Compose configs inside a running Hydra job: set its global state aside, then restore it."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    running = GlobalHydra.instance().hydra
+    GlobalHydra.instance().clear()
+    try:
+        yield
+    finally:
+        GlobalHydra.instance().clear()
+        if running is not None:
+            GlobalHydra.instance().initialize(running)
 
 
 def point_job(cfg: DictConfig) -> str:
@@ -91,7 +108,7 @@ def point_job(cfg: DictConfig) -> str:
     choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra/") and v is not None}
     cfg = strip_hydra(cfg)
     cfg.output_dir = None
-    sweep_file = Path(_primary_dir(hc)) / f"{hc.job.config_name}.yaml"
+    sweep_file = _primary_file(hc)
     try:
         check_point(cfg, overrides, sweep_file)
     except ConfigError as e:
@@ -103,11 +120,14 @@ def point_job(cfg: DictConfig) -> str:
     return status
 
 
-def _primary_dir(hc) -> str:
+def _primary_file(hc) -> Path:
+    """The primary config file of a Hydra job (the sweep file given with ``-cd``/``-cn``)."""
     for source in hc.runtime.config_sources:
-        if source.provider == "main":
-            return source.path.removeprefix("file://")
-    return "."
+        if source.schema == "file":
+            path = Path(source.path) / f"{hc.job.config_name}.yaml"
+            if path.exists():
+                return path
+    raise FileNotFoundError(f"no {hc.job.config_name}.yaml among Hydra's config sources")
 
 
 def hydra_main(argv: Sequence[str], task=point_job) -> None:

@@ -1,0 +1,215 @@
+"""The results store: identity (what changes the tokens and nothing else), atomic files and torn
+lines, refusing another point's folder, one writer per folder, resuming and extending runs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mtad.cli import compose_config
+from mtad.results import (
+    FolderBusy,
+    IdentityMismatch,
+    PointFolder,
+    append_jsonl,
+    identity,
+    identity_hash,
+    scan_jsonl,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["+experiment=debug", "limit=2", "max_new_tokens=4", "perplexity=false"]
+UNSCORED = "~task.scorer"  # faster runs where the score does not matter
+
+
+def _cfg(*overrides: str):
+    return compose_config([*TINY, *overrides])
+
+
+def _hash(*overrides: str) -> str:
+    return identity_hash(identity(_cfg(*overrides)))
+
+
+def _hashes(variants: list[list[str]]) -> list[str]:
+    """Identity hashes of several configs, composed under one Hydra initialization."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return [identity_hash(identity(compose("config", overrides=[*TINY, *v]))) for v in variants]
+
+
+# ----------------------------------------------------------------------------- identity
+
+
+def test_identity_holds_what_changes_the_tokens():
+    changed = ["gamma=3", "tau=0.7", "width=2", "model.dtype=bfloat16", "model.hidden_size=16",
+               "temperature=0.5", "top_k=5", "top_p=0.5", "seed=1", "max_new_tokens=5",
+               "task.max_prompt_tokens=64", "decoder.replacement=false"]
+    same = ["limit=1", "task.limit=3", "warmup=2", "perplexity=true", "resume=false", "logger=wandb",
+            "output_dir=/elsewhere", "task.scorer.timeout=9.0", "temperature=1"]
+    base, *hashes = _hashes([["decoder=mtad"]] + [["decoder=mtad", o] for o in changed + same])
+    assert {o for o, h in zip(changed + same, hashes) if h == base} == set(same)
+
+
+def test_a_knob_its_decoder_does_not_use_is_not_identity():
+    assert _hash("decoder=multinomial", "gamma=6") == _hash("decoder=multinomial", "gamma=4")
+    assert _hash("decoder=specinfer", "gamma=6") == _hash("decoder=specinfer")
+    assert _hash("decoder=spd", "gamma=6") != _hash("decoder=spd")
+
+
+def test_the_decoder_version_is_identity():
+    cfg = _cfg("decoder=bild")
+    assert identity(cfg)["decoder_version"] == "2"
+    assert identity_hash(identity(cfg, version="1")) != identity_hash(identity(cfg))
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def test_a_torn_last_line_is_found_and_never_appended_to(tmp_path):
+    path = tmp_path / "samples.jsonl"
+    append_jsonl(path, {"example_id": "a", "turn": 0})
+    path.write_text(path.read_text() + '{"example_id": "b", "turn": 0}')  # parses, but no newline
+    scan = scan_jsonl(path)
+    assert scan.torn_tail and scan.bad_lines == [2] and len(scan.records) == 1
+    with pytest.raises(ValueError, match="torn"):
+        append_jsonl(path, {"example_id": "c", "turn": 0})
+
+
+def test_self_check_repairs_torn_glued_and_duplicate_lines(tmp_path, caplog):
+    folder = PointFolder(tmp_path)
+    r = [json.dumps({"example_id": f"e{i}", "turn": 0, "index": i}) for i in range(4)]
+    # line 2: a record torn by a kill with the next record glued on (the old append did that)
+    (tmp_path / "samples.jsonl").write_text(f"{r[0]}\n{r[1][:20]}{r[2]}\n{r[0]}\n{r[3]}\n{r[3][:10]}")
+    with caplog.at_level(logging.WARNING):
+        check = folder.check(repair=True)
+    assert [x["example_id"] for x in check.records] == ["e0", "e3"]
+    assert check.duplicates == 1 and check.torn_tail and 2 in check.bad_lines
+    assert "repaired" in caplog.text and len(caplog.records) == 1
+    assert folder.check().clean and len(scan_jsonl(tmp_path / "samples.jsonl").records) == 2
+
+
+# ----------------------------------------------------------------------------- folders
+
+
+def test_a_folder_holding_another_point_is_refused_with_the_differing_keys(tmp_path):
+    folder = PointFolder(tmp_path)
+    folder.claim(identity(_cfg("decoder=spd", "gamma=4")))
+    with pytest.raises(IdentityMismatch, match=r"decoder\.gamma: 4 -> 2.*hydra\.run\.dir"):
+        folder.claim(identity(_cfg("decoder=spd", "gamma=2")))
+    with pytest.raises(IdentityMismatch, match="decoder_version"):
+        folder.claim(identity(_cfg("decoder=spd", "gamma=4"), version="7"))
+    folder.claim(identity(_cfg("decoder=spd", "gamma=4", "limit=1")))  # same point: accepted
+
+
+def test_records_without_metadata_are_refused(tmp_path):
+    (tmp_path / "samples.jsonl").write_text('{"example_id": "e", "turn": 0, "index": 0}\n')
+    with pytest.raises(IdentityMismatch, match="no point.json"):
+        PointFolder(tmp_path).claim(identity(_cfg()))
+
+
+_HOLD = """
+import sys, time
+from mtad.results import PointFolder
+with PointFolder(sys.argv[1]).lock():
+    print("locked", flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def _holder(path: Path, seconds: float) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD, str(path), str(seconds)], cwd=ROOT,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_one_writer_per_folder_and_a_dead_holder_leaves_no_lock(tmp_path):
+    folder = PointFolder(tmp_path)
+    proc = _holder(tmp_path, 60)
+    with pytest.raises(FolderBusy, match="another process.*wait_lock=true"):
+        with folder.lock():
+            pass
+    proc.kill()  # SIGKILL: no cleanup runs, the kernel drops the lock
+    proc.wait()
+    with folder.lock():
+        with folder.lock(wait=True):  # re-entrant within the process
+            pass
+
+
+def test_wait_takes_the_lock_when_the_holder_finishes(tmp_path):
+    proc = _holder(tmp_path, 1.0)
+    start = time.monotonic()
+    with PointFolder(tmp_path).lock(wait=True):
+        assert proc.poll() is not None or time.monotonic() - start > 0.5
+    proc.wait()
+
+
+# ----------------------------------------------------------------------------- runs
+
+
+def _records(folder: Path) -> list[dict]:
+    return [json.loads(x) for x in (folder / "samples.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    import mtad.engine
+
+    calls: list[int] = []
+    real = mtad.engine.Engine.generate
+    monkeypatch.setattr(mtad.engine.Engine, "generate", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    return calls
+
+
+def test_a_run_extends_to_more_examples_and_summarizes_the_requested_ones(tmp_path, counted):
+    from mtad.evaluate import run
+
+    out = tmp_path / "run"
+    assert run(_cfg("decoder=spd", "limit=1", UNSCORED), out)["metrics"]["examples"] == 1
+    assert run(_cfg("decoder=spd", "limit=2", UNSCORED), out)["metrics"]["examples"] == 2
+    assert len(counted) == 2  # the second run generated only the new example
+    summary = run(_cfg("decoder=spd", "limit=1", UNSCORED), out)
+    assert summary["metrics"]["examples"] == 1 and len(counted) == 2 and len(_records(out)) == 2
+    assert PointFolder(out).finished(_hash("decoder=spd"), 1)
+
+
+def test_a_torn_line_is_recomputed_on_unfinished_and_finished_points(tmp_path, counted):
+    from mtad.evaluate import run
+
+    out = tmp_path / "run"
+    run(_cfg("decoder=spd", UNSCORED), out)
+    full = _records(out)
+    h = _hash("decoder=spd")
+    text = (out / "samples.jsonl").read_text()
+    torn = text[: len(text) - len(text.splitlines()[-1]) // 2 - 1]  # the last line cut in half
+
+    (out / "samples.jsonl").write_text(torn)  # finished point: summary still counts 2 records
+    assert not PointFolder(out).finished(h, 2)
+    (out / "summary.json").unlink()  # unfinished point
+    (out / "samples.jsonl").write_text(torn)
+    counted.clear()
+    summary = run(_cfg("decoder=spd", UNSCORED), out)
+    assert len(counted) == 1 and summary["metrics"]["examples"] == 2
+    again = _records(out)
+    assert [r["output_ids"] for r in again] == [r["output_ids"] for r in full]
+    assert PointFolder(out).finished(h, 2)
+
+
+def test_scored_records_carry_their_scorer(tmp_path):
+    from hydra.utils import instantiate
+
+    from mtad.evaluate import run
+
+    cfg = _cfg("decoder=multinomial", "limit=1")
+    scorer = instantiate(cfg.task.scorer)
+    run(cfg, tmp_path)
+    (record,) = _records(tmp_path)
+    assert (record["scorer"], record["scorer_version"]) == (scorer.name, scorer.version)
+    assert record["score"] is not None
