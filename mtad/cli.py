@@ -2,10 +2,12 @@
 
 ``check_overrides`` parses the command line with ``OverridesParser`` (so sweep syntax such as
 ``decoder=spd,mtad``, ``choice(...)``, ``range(...)``, ``glob(...)`` and quoted commas is read
-exactly as Hydra reads it), expands it into jobs as Hydra's basic sweeper does, composes every
-job and checks it (``mtad.config``): unknown config names and keys get a "did you mean", a
-top-level ``+key=`` add is refused (only ``+experiment=`` adds), bad values name the field,
-and a knob the decoder does not use is refused.
+exactly as Hydra reads it), expands it into jobs as Hydra's basic sweeper does and checks them
+(``mtad.config``): unknown config names and keys get a "did you mean", a top-level ``+key=``
+add is refused (only ``+experiment=`` adds), every value of a checked field is checked against
+its rule, one job per combination of config-group choices is composed and its knobs checked
+(a knob the decoder does not use is refused). Hydra's own errors are reworded, not bypassed:
+``hydra.main`` reports composition errors itself, so the check composes first.
 """
 
 from __future__ import annotations
@@ -18,12 +20,15 @@ from pathlib import Path
 from mtad.config import (
     CONF_DIR,
     GROUPS,
+    RULES,
+    SPECIAL_VALUES,
     TOP_LEVEL_KEYS,
     ConfigError,
     check_knobs,
     describe_error,
     did_you_mean,
     explicit_keys,
+    field_message,
     validate,
 )
 
@@ -31,7 +36,6 @@ from mtad.config import (
 _HYDRA_ONLY = ("-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir", "--cfg",
                "-c", "--info", "-i", "--help", "-h", "--hydra-help", "--shell-completion", "-sc",
                "--experimental-rerun")
-MAX_CHECKED_JOBS = 256
 
 
 def group_options(group: str, conf_dir: Path = CONF_DIR) -> list[str]:
@@ -108,34 +112,55 @@ def check_keys(overrides: Sequence[str], conf_dir: Path = CONF_DIR) -> None:
             raise ConfigError(f"{o.input_line}: {top} is already a key; set it without '+' ({top}=...)")
 
 
-def check_job(job: Sequence[str], files: Sequence[Path] = (), conf_dir: Path = CONF_DIR):
-    """Compose one job and check its values and knobs; returns the composed config."""
-    cfg = _compose(job, conf_dir)
-    validate(cfg)
-    check_knobs(cfg, explicit_keys(job, files, conf_dir))
-    return cfg
+def check_values(overrides: Sequence[str]) -> None:
+    """Every value given for a checked field (all values of a sweep) against its rule."""
+    for o in parse(overrides):
+        if o.key_or_group not in RULES or o.is_delete():
+            continue
+        given = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
+        for v in given:
+            if v not in SPECIAL_VALUES.get(o.key_or_group, ()) and not RULES[o.key_or_group].ok(v):
+                raise ConfigError(field_message(o.key_or_group, v))
 
 
-def _compose(job: Sequence[str], conf_dir: Path):
-    from hydra import compose, initialize_config_dir
+def check_jobs(jobs: Sequence[Sequence[str]], files: Sequence[Path] = (), conf_dir: Path = CONF_DIR) -> None:
+    """Compose one job per combination of config-group choices (the values themselves are
+    checked by ``check_values``) and check its values and knobs."""
+    from hydra import initialize_config_dir
+
+    combos: dict[tuple[str, ...], Sequence[str]] = {}
+    for job in jobs:
+        combos.setdefault(tuple(o for o in job if o.lstrip("+~").split("=", 1)[0] in GROUPS), job)
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        for job in combos.values():
+            try:
+                cfg = _compose(job)
+                validate(cfg)
+                check_knobs(cfg, explicit_keys(job, files, conf_dir))
+            except ConfigError as e:
+                raise ConfigError(f"{e}" + (f"  [job: {' '.join(job)}]" if len(jobs) > 1 else "")) from None
+
+
+def _compose(job: Sequence[str]):
+    """Compose ``job`` (Hydra initialized by the caller); ConfigError with a one-line reason."""
+    from hydra import compose
     from omegaconf import OmegaConf
 
     job = [o for o in job if not o.lstrip("+~").startswith("hydra")]
-    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+    try:
+        return compose("config", overrides=list(job))
+    except Exception as e:
+        groups_only = [o for o in job if o.lstrip("+~").split("=", 1)[0] in GROUPS]
         try:
-            return compose("config", overrides=list(job))
-        except Exception as e:
-            groups_only = [o for o in job if o.lstrip("+~").split("=", 1)[0] in GROUPS]
-            try:
-                base = compose("config", overrides=groups_only)
-                keys = {"": list(base.keys())}
-                for k in base.keys():
-                    node = OmegaConf.select(base, str(k), throw_on_resolution_failure=False)
-                    if OmegaConf.is_dict(node):
-                        keys[str(k)] = list(node.keys())
-            except Exception:
-                keys = None
-            raise ConfigError(describe_error(e, keys)) from None
+            base = compose("config", overrides=groups_only)
+            keys = {"": list(base.keys())}
+            for k in base.keys():
+                node = OmegaConf.select(base, str(k), throw_on_resolution_failure=False)
+                if OmegaConf.is_dict(node):
+                    keys[str(k)] = list(node.keys())
+        except Exception:
+            keys = None
+        raise ConfigError(describe_error(e, keys)) from None
 
 
 def check_overrides(argv: Sequence[str], conf_dir: Path = CONF_DIR) -> None:
@@ -145,12 +170,8 @@ def check_overrides(argv: Sequence[str], conf_dir: Path = CONF_DIR) -> None:
     overrides = [a for a in argv if not a.startswith("-")]
     try:
         check_keys(overrides, conf_dir)
-        jobs = expand(overrides, conf_dir)
-        for job in jobs[:MAX_CHECKED_JOBS]:
-            try:
-                check_job(job, (), conf_dir)
-            except ConfigError as e:
-                raise ConfigError(f"{e}" + (f"  [job: {' '.join(job)}]" if len(jobs) > 1 else "")) from None
+        check_values(overrides)
+        check_jobs(expand(overrides, conf_dir), (), conf_dir)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
