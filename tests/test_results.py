@@ -213,3 +213,14 @@ def test_scored_records_carry_their_scorer(tmp_path):
     (record,) = _records(tmp_path)
     assert (record["scorer"], record["scorer_version"]) == (scorer.name, scorer.version)
     assert record["score"] is not None
+
+
+def test_resume_false_sets_the_old_records_aside(tmp_path, counted):
+    from mtad.evaluate import run
+
+    run(_cfg("decoder=spd", "limit=1", UNSCORED), tmp_path)
+    first = _records(tmp_path)
+    run(_cfg("decoder=spd", "limit=1", "resume=false", UNSCORED), tmp_path)
+    (aside,) = tmp_path.glob("samples.replaced-*.jsonl")
+    assert _records(tmp_path)[0]["output_ids"] == first[0]["output_ids"]  # same seed, same tokens
+    assert [json.loads(x) for x in aside.read_text().splitlines()] == first and len(counted) == 2
