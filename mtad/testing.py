@@ -3,7 +3,8 @@
 ``exact_joint`` enumerates every continuation of a toy model (small vocabulary,
 short length) and returns the exact warped target joint distribution;
 ``sample_sequences`` runs a decoder through the engine many times;
-``chi_square_gof`` compares the two with cells of expected count < 5 merged.
+``chi_square_gof`` compares the two with cells of expected count < 5 merged, and names
+any sample outside the reference's support.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from mtad.warping import Warping
 
 
 @torch.no_grad()
-def exact_joint(model, prompt: Sequence[int], length: int, warping: Warping,
-                vocab_size: int | None = None) -> dict[tuple[int, ...], float]:
+def exact_joint(
+    model, prompt: Sequence[int], length: int, warping: Warping, vocab_size: int | None = None
+) -> dict[tuple[int, ...], float]:
     """P(x1..xL | prompt) = prod_i warp(p(. | prompt, x<i))[xi], for every sequence of ``length``."""
     vocab = vocab_size or model.config.vocab_size
     joint: dict[tuple[int, ...], float] = {(): 1.0}
@@ -47,16 +49,28 @@ def sample_sequences(engine, prompt: Sequence[int], length: int, n: int, seed0: 
     return counts
 
 
-def chi_square_gof(counts: Counter, probs: dict, min_expected: float = 5.0) -> tuple[float, float, int]:
+class OutsideSupport(AssertionError):
+    """Samples the reference gives probability 0: no goodness-of-fit statistic is needed."""
+
+
+def chi_square_gof(
+    counts: Counter, probs: dict, min_expected: float = 5.0, allow_outside: bool = False
+) -> tuple[float, float, int]:
     """Pearson chi-square goodness of fit; returns (statistic, p-value, degrees of freedom).
 
     Cells with expected count < ``min_expected`` are merged into one pooled cell.
-    Any observation outside the support of ``probs`` gives p-value 0.
+    Observations outside the support of ``probs`` raise ``OutsideSupport`` naming them
+    (the reason a test fails, not a small p-value); with ``allow_outside`` they give
+    statistic inf and p-value 0 instead, for controls that only need a rejection.
     """
     n = sum(counts.values())
-    outside = sum(c for k, c in counts.items() if probs.get(k, 0.0) <= 0)
-    if outside:
-        return float("inf"), 0.0, 0
+    outside = {k: c for k, c in counts.items() if probs.get(k, 0.0) <= 0}
+    if outside and not allow_outside:
+        shown = dict(sorted(outside.items(), key=lambda kc: -kc[1])[:10])
+        more = f" and {len(outside) - len(shown)} more" if len(outside) > len(shown) else ""
+        raise OutsideSupport(
+            f"samples outside the target's support: {sum(outside.values())} of {n} ({shown}{more})"
+        )
     obs, exp = [], []
     pool_o, pool_e = 0.0, 0.0
     for k, p in sorted(probs.items(), key=lambda kv: -kv[1]):
@@ -75,6 +89,8 @@ def chi_square_gof(counts: Counter, probs: dict, min_expected: float = 5.0) -> t
             obs[-1] += pool_o
             exp[-1] += pool_e
     obs_a, exp_a = np.asarray(obs, float), np.asarray(exp, float)
+    if outside:  # allowed: an outright rejection, over the cells the table would have had
+        return float("inf"), 0.0, len(obs_a) - 1
     exp_a *= obs_a.sum() / exp_a.sum()
     if len(obs_a) < 2:
         return 0.0, 1.0, 0

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import pytest
 import torch
 
 from mtad.beam import beam_sample, scoring_probs
 from mtad.decoders.autoregressive import Greedy
-from mtad.decoders.base import StepContext
+from mtad.decoders.base import StepContext, StepOutput, residual, sample
 from mtad.decoders.mtad import MTAD, accept_length, cumulative_log_ratio
+from mtad.decoders.spd import target_chain
 from mtad.engine import Engine
 from mtad.models.tiny import tiny_causal_lm
 from mtad.runner import ModelRunner
@@ -287,3 +289,119 @@ def test_approx_error_study_smoke(tmp_path):
         w1[("mtad", "0.5")] == w1[("tree_mtad", "0.5")]
         and w1[("mtad", "inf")] == w1[("tree_mtad", "inf")]
     )
+
+
+# ------------------------------------------------- finite tau against an exact reference
+# W = 1: beam sampling is plain ancestral sampling from q, acceptance is deterministic given
+# the draft (a = max{d : R_d > log tau}) and y ~ p(. | x_1..x_a). gamma = 2 keeps the
+# enumeration of the first block's distribution to V^2 drafts.
+EXACT_TAU, EXACT_WARPING, EXACT_SAMPLES = 0.3, Warping(1.0), 1000
+
+
+def exact_first_block(target, draft, prompt, tau, warping, rule="mtad"):
+    """Exact distribution of MTAD's first emitted block (W = 1, gamma = 2).
+
+    ``rule``: ``mtad`` (the definition), ``first_failure`` (stop at the first d with
+    R_d <= log tau) or ``residual`` (after a rejection y ~ norm(max(0, p - q))).
+    """
+
+    @torch.no_grad()
+    def dist(model, seq):
+        return warping(model(input_ids=torch.tensor([list(seq)])).logits[0, -1].double())
+
+    def log(x):
+        return math.log(x) if x > 0 else -math.inf
+
+    out: dict[tuple, float] = {}
+    q1 = dist(draft, prompt)
+    for x1 in torch.nonzero(q1).flatten().tolist():
+        q2 = dist(draft, prompt + [x1])
+        for x2 in torch.nonzero(q2).flatten().tolist():
+            p = [dist(target, prompt), dist(target, prompt + [x1]), dist(target, prompt + [x1, x2])]
+            r1 = log(float(p[0][x1])) - log(float(q1[x1]))
+            r2 = r1 + log(float(p[1][x2])) - log(float(q2[x2]))
+            passes = [r1 > math.log(tau), r2 > math.log(tau)]
+            if rule == "first_failure":
+                a = passes.index(False) if False in passes else 2
+            else:
+                a = max((d + 1 for d, ok in enumerate(passes) if ok), default=0)
+            y_dist = residual(p[a], [q1, q2][a]) if rule == "residual" and a < 2 else p[a]
+            for y in torch.nonzero(y_dist).flatten().tolist():
+                block = tuple([x1, x2][:a] + [y])
+                out[block] = out.get(block, 0.0) + float(q1[x1] * q2[x2] * y_dist[y])
+    return out
+
+
+def first_failure_accept_length(log_ratio: torch.Tensor, tau: float):
+    """Wrong on purpose: stop at the first prefix that fails."""
+    passes = [bool(r > math.log(tau)) for r in log_ratio.tolist()]
+    return (passes.index(False) if False in passes else len(passes)), passes
+
+
+class ResidualMTAD(MTAD):
+    """Wrong on purpose: after a rejection draw y from norm(max(0, p - q)) instead of p."""
+
+    def step(self, ctx: StepContext) -> StepOutput:
+        beams = beam_sample(ctx, self.gamma, self.width, self.replacement)
+        draft = beams.path_tokens(beams.best())
+        p = target_chain(ctx, draft)  # [g+1, V]
+        log_p = p[torch.arange(self.gamma), torch.tensor(draft)].log()
+        r = cumulative_log_ratio(log_p, beams.path_cum_logq(beams.best()).to(log_p.dtype))
+        a, _ = accept_length(r, self.tau)
+        n0 = len(ctx.committed) - 1
+        q = ctx.warping(ctx.draft.score(ctx.committed + draft)[n0 : n0 + self.gamma].double())
+        y_dist = residual(p[a], q[a]) if a < self.gamma else p[a]
+        return StepOutput(tokens=draft[:a] + [sample(y_dist, ctx.generator)], accepted=a)
+
+
+@pytest.fixture(scope="module")
+def exact_pair():
+    """Peaked pair on which both wrong rules move the first block's distribution."""
+    return toy(10, scale=10.0), toy(20, scale=10.0)
+
+
+@pytest.fixture(scope="module")
+def exact_block(exact_pair):
+    target, draft = exact_pair
+    return exact_first_block(target, draft, PROMPT, EXACT_TAU, EXACT_WARPING)
+
+
+def _first_blocks(pair, decoder, n):
+    target, draft = pair
+    rt, rd = ModelRunner(target, 6), ModelRunner(draft, 6)
+    counts: Counter = Counter()
+    for seed in range(n):
+        rt.prefill(PROMPT)
+        rd.prefill(PROMPT)
+        counts[tuple(decoder.step(_ctx(rt, rd, PROMPT, EXACT_WARPING, seed)).tokens)] += 1
+    return counts
+
+
+def test_exact_first_block_reference_is_a_distribution(exact_pair, exact_block):
+    assert sum(exact_block.values()) == pytest.approx(1.0, abs=1e-12)
+    lengths = {len(k) for k in exact_block}
+    assert lengths == {1, 2, 3}  # rejections, partial and full acceptance all occur
+    # W = 1 and q = p with tau < 1: every draft is accepted, y is the bonus from p
+    target, _ = exact_pair
+    same = exact_first_block(target, target, PROMPT, 0.9, EXACT_WARPING)
+    assert {len(k) for k in same} == {3}
+    assert same == pytest.approx(exact_joint(target, PROMPT, 3, EXACT_WARPING))
+
+
+def test_finite_tau_matches_the_exact_first_block(exact_pair, exact_block):
+    counts = _first_blocks(exact_pair, MTAD(gamma=2, width=1, tau=EXACT_TAU), EXACT_SAMPLES)
+    stat, pval, dof = chi_square_gof(counts, exact_block)
+    assert dof >= 20 and pval > 1e-4, (stat, pval, dof)
+
+
+def test_exact_first_block_rejects_a_residual_correction(exact_pair, exact_block):
+    counts = _first_blocks(exact_pair, ResidualMTAD(gamma=2, width=1, tau=EXACT_TAU), EXACT_SAMPLES)
+    stat, pval, dof = chi_square_gof(counts, exact_block)
+    assert pval < 1e-4, (stat, pval, dof)
+
+
+def test_exact_first_block_rejects_first_failure_acceptance(exact_pair, exact_block, monkeypatch):
+    monkeypatch.setattr("mtad.decoders.mtad.accept_length", first_failure_accept_length)
+    counts = _first_blocks(exact_pair, MTAD(gamma=2, width=1, tau=EXACT_TAU), EXACT_SAMPLES)
+    stat, pval, dof = chi_square_gof(counts, exact_block)
+    assert pval < 1e-4, (stat, pval, dof)

@@ -1,5 +1,7 @@
 """SpD: greedy equality with autoregressive decoding, and losslessness by chi-square."""
 
+from collections import Counter
+
 import pytest
 import torch
 
@@ -8,7 +10,7 @@ from mtad.decoders.base import StepContext, StepOutput, sample
 from mtad.decoders.spd import SpD, draft_chain, target_chain, verify_chain
 from mtad.engine import Engine
 from mtad.models.tiny import tiny_causal_lm
-from mtad.testing import chi_square_gof, exact_joint, sample_sequences
+from mtad.testing import OutsideSupport, chi_square_gof, exact_joint, sample_sequences
 from mtad.warping import Warping
 
 PROMPT = [5, 6, 7, 8, 9]
@@ -41,8 +43,11 @@ def _perturbed(model, scale):
 @pytest.mark.parametrize("draft_kind", ["same", "reject_all", "partial"])
 def test_greedy_spd_equals_greedy(gamma, draft_kind):
     target = _target()
-    draft = {"same": lambda: target, "reject_all": lambda: _negated(target),
-             "partial": lambda: _perturbed(target, 1.5)}[draft_kind]()
+    draft = {
+        "same": lambda: target,
+        "reject_all": lambda: _negated(target),
+        "partial": lambda: _perturbed(target, 1.5),
+    }[draft_kind]()
     ref = Engine(target, None, Greedy(), Warping(0)).generate(PROMPT, 40)
     res = Engine(target, draft, SpD(gamma), Warping(0)).generate(PROMPT, 40)
     assert res.output_ids == ref.output_ids
@@ -61,15 +66,32 @@ def test_verify_chain_hand_built():
     p = torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.5, 0.0], [0.0, 0.0, 1.0]], dtype=torch.float64)
     q = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], dtype=torch.float64)
     g = torch.Generator().manual_seed(0)
-    # token 1 certainly accepted (p=q); token 2 has p=0 -> rejected; residual = p[1]
+    # token 1 certainly accepted (p = q); token 2 has p = 0 -> rejected; residual = p[1]
     for _ in range(20):
         n, y = verify_chain([1, 2], p, q, g)
         assert n == 1 and y in (0, 1)
+    # p1(0) = 0.5 < q = 1: accepted iff the second uniform U2 <= 0.5, known from the seed
+    # (one float64 uniform per checked token, drawn before the correction/bonus sample)
     q_all = torch.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]], dtype=torch.float64)
-    n, y = verify_chain([1, 0], p, q_all, g)  # p1(0)=0.5 < q=1: accepted w.p. 0.5
-    assert n in (1, 2)
-    if n == 2:
-        assert y == 2  # bonus from p[2]
+    outcomes = set()
+    for seed in range(12):
+        u = torch.rand(2, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        n, y = verify_chain([1, 0], p, q_all, torch.Generator().manual_seed(seed))
+        expected_n = 2 if u[1] <= 0.5 else 1
+        # rejected: residual norm(max(0, p1 - q1)) = one-hot on 1; accepted: bonus from p2 = token 2
+        assert (n, y) == (expected_n, 2 if expected_n == 2 else 1), (seed, u.tolist())
+        outcomes.add(n)
+    assert outcomes == {1, 2}
+
+
+def test_chi_square_names_samples_outside_the_support():
+    probs = {(0,): 0.5, (1,): 0.5}
+    counts = Counter({(0,): 40, (1,): 55, (2,): 5})
+    with pytest.raises(OutsideSupport, match=r"outside the target's support: 5 of 100 .*\(2,\): 5"):
+        chi_square_gof(counts, probs)
+    stat, pval, dof = chi_square_gof(counts, probs, allow_outside=True)
+    assert (stat, pval, dof) == (float("inf"), 0.0, 1)
+    assert chi_square_gof(Counter({(0,): 50, (1,): 50}), probs) == (0.0, 1.0, 1)
 
 
 class LossySpD(SpD):
@@ -80,7 +102,9 @@ class LossySpD(SpD):
         p = target_chain(ctx, tokens)
         n, _ = verify_chain(tokens, p, q, ctx.generator)
         y = sample(p[n], ctx.generator)
-        return StepOutput(tokens=tokens[:n] + [y], drafted=self.gamma, accepted=n, tree_size=self.gamma)
+        return StepOutput(
+            tokens=tokens[:n] + [y], drafted=self.gamma, accepted=n, tree_size=self.gamma
+        )
 
 
 WARPINGS = [Warping(1.0), Warping(0.8, top_k=4, top_p=0.9)]
@@ -128,14 +152,18 @@ def test_seeded_runs_reproducible(toy_pair):
 
 def test_temperature_zero_deterministic(toy_pair):
     target, draft = toy_pair
-    outs = {tuple(Engine(target, draft, SpD(3), Warping(0)).generate([2, 3], 15, seed=s).output_ids)
-            for s in range(4)}
+    outs = {
+        tuple(Engine(target, draft, SpD(3), Warping(0)).generate([2, 3], 15, seed=s).output_ids)
+        for s in range(4)
+    }
     assert len(outs) == 1
 
 
 def test_eos_and_max_tokens_stop(toy_pair):
     target, draft = toy_pair
-    res = Engine(target, draft, SpD(4), Warping(1.0), eos_token_ids=[1]).generate([2, 3], 50, seed=0)
+    res = Engine(target, draft, SpD(4), Warping(1.0), eos_token_ids=[1]).generate(
+        [2, 3], 50, seed=0
+    )
     assert len(res.output_ids) <= 50
     if 1 in res.output_ids:
         assert res.output_ids[-1] == 1 and res.output_ids.count(1) == 1 and res.stop_reason == "eos"
