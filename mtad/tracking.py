@@ -63,6 +63,9 @@ class NullLogger:
     def log_image(self, name: str, path: str) -> None:
         pass
 
+    def log_scatter(self, name: str, dataframe, x: str, y: str, title: str) -> None:
+        pass
+
     def finish(self) -> None:
         pass
 
@@ -140,7 +143,7 @@ def run_identity(config: dict, labels: dict | None = None) -> dict[str, Any]:
     """
     labels = dict(labels or {})
     decoder_cfg = config.get("decoder") or {}
-    sweep = config.get("sweep") or {}
+    sweep = config.get("sweep") if isinstance(config.get("sweep"), dict) else {}
     output_dir = config.get("output_dir")
     varying = _sweep_varying(Path(output_dir)) if output_dir else None
     group = sweep.get("name")
@@ -281,6 +284,14 @@ class WandbLogger(NullLogger):
             import wandb
 
             self._run.log({name: wandb.Image(path)})
+
+    def log_scatter(self, name: str, dataframe, x: str, y: str, title: str) -> None:
+        """A W&B scatter chart (``wandb.plot.scatter``) of two columns of ``dataframe``."""
+        if self._run is not None:
+            import wandb
+
+            table = wandb.Table(dataframe=dataframe)
+            self._run.log({name: wandb.plot.scatter(table, x, y, title=title)})
 
     def finish(self) -> None:
         if self._run is not None:
