@@ -23,13 +23,13 @@ from typing import Any
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
-from tqdm import tqdm
 
 from mtad.config import ConfigError, validate  # noqa: F401  (ConfigError: the runner's error type)
 from mtad.energy import EnergyMeter
 from mtad.engine import Engine
 from mtad.metrics import perplexity, summarize, token_logprobs
 from mtad.models.pair import load_pair
+from mtad.progress import Progress
 from mtad.records import provenance
 from mtad.results import (
     SAMPLES_FILE,
@@ -128,7 +128,7 @@ def _run(cfg: DictConfig, folder: PointFolder, records: list[dict], ident_hash: 
         for _ in range(int(cfg.warmup)):
             engine.generate(ids, min(8, int(cfg.max_new_tokens)), seed=int(cfg.seed))
 
-    bar = tqdm(total=len(examples), desc=f"{decoder.name}/{task.name}", unit="ex", dynamic_ncols=True)
+    bar = Progress(len(examples), f"{decoder.name}/{task.name}", "ex", log)
     tokens_so_far, secs_so_far = 0, 0.0
     for index, ex in enumerate(examples):
         previous: list[str] = []
@@ -159,8 +159,7 @@ def _run(cfg: DictConfig, folder: PointFolder, records: list[dict], ident_hash: 
                 logger.log_example(record)
             tokens_so_far += res.new_tokens
             secs_so_far += res.wall_time
-        bar.update(1)
-        bar.set_postfix(tok_s=f"{tokens_so_far / secs_so_far:.2f}" if secs_so_far else "-")
+        bar.update(1, tok_s=f"{tokens_so_far / secs_so_far:.2f}" if secs_so_far else "-")
     bar.close()
 
     ids_wanted = {ex.id for ex in examples}

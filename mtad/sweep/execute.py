@@ -160,7 +160,7 @@ def run(
     points: Sequence | None = None,
 ) -> Report:
     """Run the known points of ``sweep`` (or ``points``, a subset) here, one after the other."""
-    from tqdm import tqdm
+    from mtad.progress import Progress
 
     report = Report()
     for p in sweep.points:
@@ -169,10 +169,10 @@ def run(
             log.warning("not run (%s): %s", p.label, p.problem)
     write_index(sweep)
     todo = list(points) if points is not None else sweep.known()
-    bar = tqdm(total=len(todo), desc=f"sweep {sweep.name}", unit="pt", disable=not progress, position=0)
+    bar = Progress(len(todo), f"sweep {sweep.name}", "pt", log, enabled=progress)
     try:
         for p in todo:
-            bar.set_postfix_str(p.label[:60])
+            bar.note(p.label[:60])
             try:
                 folder = sweep.folder(p)
                 status = run_point(p.cfg, folder, p.overrides, p.choices, evaluate=evaluate, wait=wait)
@@ -184,8 +184,9 @@ def run(
             finally:
                 write_index(sweep)
             report.statuses[p.label] = status
-            bar.update(1)
-            bar.set_postfix(
+            bar.update(
+                1,
+                point=p.label,
                 done=report.count(DONE) + report.count(CACHED),
                 skipped=report.count(SKIPPED),
                 busy=report.count(BUSY),
