@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import logging
 import sys
+import weakref
 
-_open = 0  # progresses open in this process (the first one is the outermost)
+#: Progresses open in this process; one left open by an exception goes away with its frame.
+_open: weakref.WeakSet = weakref.WeakSet()
 
 
 class Progress:
@@ -29,10 +31,10 @@ class Progress:
         """``enabled=False``: shows and logs nothing, and leaves the outermost place to the next one."""
         from tqdm import tqdm
 
-        global _open
         self.enabled = enabled
-        self.outer = enabled and _open == 0
-        _open += int(enabled)
+        self.outer = enabled and not any(p.outer for p in list(_open))
+        if enabled:
+            _open.add(self)
         self.total, self.desc, self.unit, self.done = total, desc, unit, 0
         self.log = log or logging.getLogger(__name__)
         self.lines = self.outer and not sys.stderr.isatty()
@@ -66,10 +68,9 @@ class Progress:
             )
 
     def close(self) -> None:
-        global _open
         if not self._closed:
             self._closed = True
-            _open -= int(self.enabled)
+            _open.discard(self)
             self.bar.close()
 
     def __enter__(self) -> Progress:

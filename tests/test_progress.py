@@ -68,3 +68,19 @@ def test_a_disabled_progress_leaves_the_bar_to_the_next(stderr, caplog):
         outer.update(1)
     assert [r.getMessage() for r in caplog.records] == ["spd/smoke: 1/2 ex", "spd/smoke: 2/2 ex"]
     assert err.getvalue() == ""
+
+
+def test_a_bar_left_open_by_an_exception_does_not_silence_the_next(stderr, caplog):
+    stderr(tty=False)
+    caplog.set_level(logging.INFO)
+
+    def failing_run():
+        bar = Progress(2, "failing", "ex")
+        raise RuntimeError("generation failed")
+        bar.close()  # unreachable, as in a run that raises mid-way
+
+    with pytest.raises(RuntimeError):
+        failing_run()
+    with Progress(1, "next", "ex") as bar:
+        bar.update(1)
+    assert [r.getMessage() for r in caplog.records] == ["next: 1/1 ex"]
