@@ -643,7 +643,8 @@ def plot_ablation(df: pd.DataFrame, knob: str):
         _knob_axis(ax, knob, list(sub["_x"]))
     if len(sub):
         axes[0].legend(fontsize=7, title="solid = lossless", title_fontsize=7)
-    fig.suptitle(_title(sub if len(sub) else df, f"Ablation over {knob}"), fontsize=10)
+    tasks = ", ".join(str(t) for t in dict.fromkeys((sub if len(sub) else df)["task"]))
+    fig.suptitle(_title(sub if len(sub) else df, f"Ablation over {knob} on {tasks}"), fontsize=10)
     fig.tight_layout()
     return fig
 
