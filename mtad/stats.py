@@ -11,6 +11,7 @@ example's pair together (``paired=True``).
 * ``perplexity_ratio``: ratio of geometric-mean perplexities from per-example
   log-perplexities, ``exp(mean(log ppl_a - log ppl_b))``, interval = exp of the paired
   interval of the mean log difference (< 1: ``a`` has the lower perplexity);
+* ``ratio_of_geometric_means``: the same for paired positive values (tokens/s);
 * ``binary_difference``: difference of success rates of 0/1 scores (Spider EX, HumanEval
   pass@1) with its paired interval and the exact McNemar p-value (two-sided binomial test
   on the discordant pairs, ``scipy.stats.binomtest``);
@@ -139,6 +140,14 @@ def perplexity_ratio(log_ppl_a: Sequence[float], log_ppl_b: Sequence[float], **k
         d.n,
         detail=d.detail,
     )
+
+
+def ratio_of_geometric_means(a: Sequence[float], b: Sequence[float], **kw) -> Interval:
+    """Ratio of geometric means a / b of paired positive values (e.g. tokens/s)."""
+    x, y = _array(a), _array(b)
+    if (x <= 0).any() or (y <= 0).any():
+        raise ValueError("a ratio of geometric means needs positive values")
+    return perplexity_ratio(np.log(x), np.log(y), **kw)
 
 
 def mcnemar_exact(a: Sequence[float], b: Sequence[float]) -> float:

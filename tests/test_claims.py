@@ -1,0 +1,281 @@
+"""mtad.claims: verdict rules at their boundaries, per-example values, and the whole report on a
+synthetic records folder written in the results format."""
+
+import csv
+import json
+import math
+
+import pytest
+
+from mtad import claims
+from mtad.claims import (
+    CONTRADICTED,
+    HOLDS,
+    OPEN,
+    direction,
+    equivalence,
+    non_inferiority,
+)
+from mtad.results import SAMPLES_FILE, append_jsonl, write_json_atomic
+
+
+# ------------------------------------------------------------------------------ rules
+def test_direction_boundaries():
+    assert direction(0.7, 0.99, 1.0, "below") == HOLDS
+    assert direction(0.7, 1.0, 1.0, "below") == OPEN  # touching 1: not entirely below
+    assert direction(1.0, 1.2, 1.0, "below") == CONTRADICTED  # excludes "below 1"
+    assert direction(0.9, 1.1, 1.0, "below") == OPEN
+    assert direction(0.01, 0.5, 0.0, "above") == HOLDS
+    assert direction(0.0, 0.5, 0.0, "above") == OPEN
+    assert direction(-0.5, 0.0, 0.0, "above") == CONTRADICTED
+    assert direction(math.nan, 1.0, 1.0, "below") == OPEN
+
+
+def test_non_inferiority_boundaries():
+    m = claims.NON_INFERIORITY["binary"]
+    assert m == -0.05 and claims.NON_INFERIORITY["rouge"] == -0.01
+    assert non_inferiority(-0.049, 0.1, m) == HOLDS
+    assert non_inferiority(-0.05, 0.1, m) == OPEN  # on the margin: not above it
+    assert non_inferiority(-0.2, -0.05, m) == OPEN
+    assert non_inferiority(-0.2, -0.051, m) == CONTRADICTED
+    assert non_inferiority(-0.2, 0.3, m) == OPEN
+
+
+def test_equivalence_boundaries():
+    lo, hi = claims.PPL_EQUIVALENCE
+    assert (lo, hi) == (0.97, 1.03)
+    assert equivalence(0.97, 1.03, lo, hi) == HOLDS  # inside, bounds included
+    assert equivalence(0.969, 1.0, lo, hi) == OPEN
+    assert equivalence(1.0, 1.031, lo, hi) == OPEN
+    assert equivalence(1.031, 1.2, lo, hi) == CONTRADICTED
+    assert equivalence(0.5, 0.969, lo, hi) == CONTRADICTED
+    assert equivalence(0.5, 1.5, lo, hi) == OPEN
+
+
+# ------------------------------------------------------------------------------ per example
+def test_log_perplexity_is_token_weighted_over_turns():
+    turns = [{"nll_sum": 10.0, "new_tokens": 10}, {"nll_sum": 90.0, "new_tokens": 30}]
+    assert claims.log_perplexity(turns) == pytest.approx(100 / 40)  # not the mean of 1 and 3
+    # perplexity without nll_sum: nll = log(ppl) * tokens
+    assert claims.log_perplexity([{"perplexity": math.e**2, "new_tokens": 5}]) == pytest.approx(2)
+    assert claims.log_perplexity([{"new_tokens": 5}]) is None
+
+
+def test_pairing_uses_the_common_turns_only():
+    a = {
+        ("x", 0): {"nll_sum": 1.0, "new_tokens": 1},
+        ("x", 1): {"nll_sum": 9.0, "new_tokens": 1},
+        ("y", 0): {"nll_sum": 2.0, "new_tokens": 1},
+    }
+    b = {("x", 0): {"nll_sum": 3.0, "new_tokens": 1}, ("z", 0): {"nll_sum": 5.0, "new_tokens": 1}}
+    assert claims.paired(a, b, claims.log_perplexity) == ([1.0], [3.0])
+    be = claims.block_efficiency(
+        [{"steps": 2, "accepted_per_step": [3, 1]}, {"steps": 1, "accepted_per_step": [2]}]
+    )
+    assert be == pytest.approx((6 + 3) / 3)
+
+
+# ------------------------------------------------------------------------------ end to end
+N = 12
+RATIOS = {"multinomial": 1.0, "spd": 1.03, "mtad": 0.8, "tree_mtad": 1.25}
+
+
+def _records(decoder, task):
+    turns = 2 if task == "mt_bench" else 1
+    out = []
+    for i in range(N):
+        for turn in range(turns):
+            log_ppl = 1.0 + 0.1 * i + 0.2 * turn + math.log(RATIOS[decoder])
+            if decoder == "tree_mtad" and task == "chatgpt_prompts":
+                log_ppl = 1.0 + 0.1 * i + (0.5 if i % 2 else -0.5)  # no clear direction
+            tokens = 10 + 5 * turn
+            steps, acc = {"tree_mtad": (4, 3), "spd": (5, 2)}.get(decoder, (tokens, 0))
+            r = {
+                "example_id": f"ex{i}",
+                "turn": turn,
+                "index": i,
+                "new_tokens": tokens,
+                "nll_sum": log_ppl * tokens,
+                "perplexity": math.exp(log_ppl),
+                "steps": steps,
+                "accepted_per_step": [acc] * steps,
+                "tokens_per_s": 1.0,
+            }
+            if turn == turns - 1:
+                r["score"] = _score(decoder, task, i)
+            out.append(r)
+    return out
+
+
+def _score(decoder, task, i):
+    if task == "spider":  # mtad ties spd; tree_mtad fails everywhere spd succeeds
+        return 0 if decoder == "tree_mtad" else 1
+    if task == "humaneval":  # 3 pairs each way: difference 0, wide interval
+        base = i % 2
+        if decoder == "mtad" and i < 6:
+            return 1 - base
+        return base
+    if task == "cnn_dailymail":
+        base = 0.25 + 0.01 * i
+        return base + {"multinomial": -0.01, "spd": 0.0, "mtad": -0.01, "tree_mtad": -0.02}[decoder]
+    return None
+
+
+def _write_point(folder, decoder, task, with_choices=True):
+    folder.mkdir(parents=True)
+    choices = {"decoder": decoder, "task": task} if with_choices else {}
+    write_json_atomic(
+        folder / "point.json",
+        {"format": 2, "identity_hash": folder.name, "identity": {}, "choices": choices},
+    )
+    cfg = {"decoder": {"_target_": f"mtad.decoders.{decoder}.Decoder"}, "task": {"name": task}}
+    write_json_atomic(folder / "summary.json", {"format": 2, "config": cfg})
+    for r in _records(decoder, task):
+        append_jsonl(folder / SAMPLES_FILE, r)
+
+
+@pytest.fixture
+def report(tmp_path):
+    root = tmp_path / "records"
+    for task in claims.TASKS:
+        for decoder in ("multinomial", "spd", "mtad", "tree_mtad"):
+            if decoder == "multinomial" and task == "mt_bench":
+                continue  # a missing decoder on a task
+            # one point read through its config only (no config-group choices)
+            _write_point(
+                root / "claims" / f"{decoder}-{task}",
+                decoder,
+                task,
+                with_choices=(decoder, task) != ("mtad", "spider"),
+            )
+    speed = tmp_path / "speed.json"
+    rows = []
+    for prompt in range(3):
+        for repeat in range(2):
+            for mode, tree_wall in (("sample", 8.0), ("greedy", 20.0)):
+                rows.append(
+                    {
+                        "task": "humaneval",
+                        "mode": mode,
+                        "decoder": "spd",
+                        "prompt": prompt,
+                        "repeat": repeat,
+                        "tokens": 64,
+                        "wall": 10.0 + prompt,
+                    }
+                )
+                rows.append(
+                    {
+                        "task": "humaneval",
+                        "mode": mode,
+                        "decoder": "tree_mtad",
+                        "prompt": prompt,
+                        "repeat": repeat,
+                        "tokens": 64,
+                        "wall": tree_wall * (10.0 + prompt) / 10.0,
+                    }
+                )
+    speed.write_text(json.dumps({"rows": rows}))
+    out = tmp_path / "out"
+    notes = tmp_path / "notes.md"
+    notes.write_text("Pilot: 30 examples per task.")
+    assert (
+        claims.main([str(root), "--out", str(out), "--speed", str(speed), "--notes", str(notes)])
+        == 0
+    )
+    with open(out / "claims.csv") as f:
+        rows = list(csv.DictReader(f))
+    return rows, out
+
+
+def _row(rows, claim, task, comparison, metric_prefix=""):
+    found = [
+        r
+        for r in rows
+        if r["claim"] == str(claim)
+        and r["task"] == task
+        and r["comparison"] == comparison
+        and r["metric"].startswith(metric_prefix)
+    ]
+    assert len(found) == 1, (claim, task, comparison, found)
+    return found[0]
+
+
+def test_report_columns_and_rows(report):
+    rows, out = report
+    assert list(rows[0]) == list(claims.FIELDS)
+    per_claim = {c: sum(r["claim"] == str(c) for r in rows) for c in range(1, 6)}
+    assert per_claim == {1: 20, 2: 10, 3: 6, 4: 2, 5: 8}
+    assert {r["verdict"] for r in rows} <= {HOLDS, CONTRADICTED, OPEN}
+    for name in ("claims.md", "claims.csv", "perplexity_ratio.png"):
+        assert (out / name).stat().st_size > 0
+
+
+def test_report_perplexity_claims(report):
+    rows, _ = report
+    r = _row(rows, 1, "spider", "mtad vs multinomial")  # read through its config (no choices)
+    assert float(r["estimate"]) == pytest.approx(0.8, rel=1e-3) and r["verdict"] == HOLDS
+    assert r["n"] == str(N)
+    assert _row(rows, 1, "humaneval", "tree_mtad vs spd")["verdict"] == CONTRADICTED
+    assert _row(rows, 1, "chatgpt_prompts", "tree_mtad vs multinomial")["verdict"] == OPEN
+    missing = _row(rows, 1, "mt_bench", "mtad vs multinomial")
+    assert (missing["n"], missing["verdict"]) == ("0", OPEN) and "no records" in missing["detail"]
+    # mt_bench pools two turns per example: still N paired examples
+    assert _row(rows, 1, "mt_bench", "mtad vs spd")["n"] == str(N)
+    eq = _row(rows, 5, "spider", "spd vs multinomial", "perplexity")  # ratio 1.03: on the bound
+    assert float(eq["estimate"]) == pytest.approx(1.03, rel=1e-3) and eq["verdict"] == HOLDS
+
+
+def test_report_block_efficiency_and_scores(report):
+    rows, _ = report
+    be = _row(rows, 2, "spider", "tree_mtad vs spd")
+    assert float(be["estimate"]) == pytest.approx(1.0) and be["verdict"] == HOLDS  # 4 vs 3
+    no_si = _row(rows, 2, "spider", "tree_mtad vs specinfer")
+    assert (no_si["n"], no_si["verdict"]) == ("0", OPEN) and "no records: specinfer" in no_si[
+        "detail"
+    ]
+    assert _row(rows, 3, "spider", "mtad vs spd")["verdict"] == HOLDS  # difference exactly 0
+    tree = _row(rows, 3, "spider", "tree_mtad vs spd")
+    assert tree["verdict"] == CONTRADICTED and "McNemar exact p = 0.000488" in tree["detail"]
+    he = _row(rows, 3, "humaneval", "mtad vs spd")
+    assert he["verdict"] == OPEN and "McNemar exact p = 1" in he["detail"]
+    # Rouge-L: -0.01 exactly is on the margin (not resolved); -0.02 is below it
+    assert _row(rows, 3, "cnn_dailymail", "mtad vs spd")["verdict"] == OPEN
+    assert _row(rows, 3, "cnn_dailymail", "tree_mtad vs spd")["verdict"] == CONTRADICTED
+    eq = _row(rows, 5, "cnn_dailymail", "spd vs multinomial", "Rouge-L")  # +0.01: on the bound
+    assert eq["verdict"] == HOLDS
+
+
+def test_report_speed_claim_reads_the_sample_rows(report):
+    rows, _ = report
+    r = _row(rows, 4, "humaneval", "tree_mtad vs spd")
+    assert float(r["estimate"]) == pytest.approx(1.25) and r["verdict"] == HOLDS
+    assert r["n"] == "6" and "mode=sample" in r["detail"]
+
+
+def test_report_markdown(report):
+    _, out = report
+    md = (out / "claims.md").read_text()
+    for text in (
+        "-0.05 for EX and pass@1",
+        "-0.01 for Rouge-L",
+        "[0.97, 1.03]",
+        "## Sample size for claim 1",
+        "no records",
+        "Pilot: 30 examples per task.",
+    ):
+        assert text in md, text
+
+
+def test_missing_everything_gives_unresolved_rows(tmp_path):
+    rows = claims.evaluate_claims({}, tmp_path / "none.json")
+    assert rows and all(r.verdict == OPEN and r.n == 0 and "no records" in r.detail for r in rows)
+    records, notes = claims.read_records(tmp_path / "absent")
+    assert records == {} and "no such folder" in notes[0]
+
+
+def test_needed_n_scales_with_the_squared_width():
+    row = claims.Row(1, "spider", "mtad vs spd", "perplexity ratio", "", 0.95, 0.8, 1.1, 30)
+    assert claims.needed_n(row) == 61  # 30 * (0.3 / 0.212)^2 = 60.07
+    row.ci_low, row.ci_high = 0.85, 0.95  # already narrower: the current n
+    assert claims.needed_n(row) == 30
