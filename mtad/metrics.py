@@ -16,7 +16,7 @@
   summary reports the mean of per-example perplexities and the token-weighted
   (pooled) perplexity.
 - speedup: tokens/s of a run / tokens/s of the baseline run in the same sweep.
-Confidence intervals: bootstrap over examples (``bootstrap_ci``).
+Confidence intervals: bootstrap over examples (``bootstrap_ci``: ``mtad.stats``, the one bootstrap).
 """
 
 from __future__ import annotations
@@ -28,16 +28,13 @@ import numpy as np
 import torch
 
 
-def bootstrap_ci(values: Sequence[float], statistic=np.mean, n_boot: int = 1000, level: float = 0.95,
+def bootstrap_ci(values: Sequence[float], statistic=np.mean, level: float = 0.95,
                  seed: int = 0) -> tuple[float, float]:
-    vals = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
-    if vals.size < 2:
-        return (float("nan"), float("nan"))
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, vals.size, size=(n_boot, vals.size))
-    boots = np.array([statistic(vals[i]) for i in idx])
-    a = (1 - level) / 2
-    return float(np.quantile(boots, a)), float(np.quantile(boots, 1 - a))
+    """``mtad.stats.bootstrap_ci`` over the values that are present (None and NaN dropped)."""
+    from mtad import stats
+
+    vals = [float(v) for v in values if v is not None and not math.isnan(v)]
+    return stats.bootstrap_ci(vals, statistic=statistic, level=level, seed=seed)
 
 
 def block_efficiency(accepted: int, steps: int) -> float:

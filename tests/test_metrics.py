@@ -115,3 +115,16 @@ def test_summarize_autoregressive_and_missing_energy():
     assert s["joules"] is None and s["j_per_token"] is None  # one example unmetered: unknown, never 0
     assert "perplexity" not in s
     assert summarize([]) == {"examples": 0}
+
+
+def test_one_bootstrap_for_metrics_and_scores():
+    """Metric intervals are ``mtad.stats``' (missing values dropped); a scorer's standard error comes
+    from the same bootstrap (about a quarter of the 95% interval's width for a mean)."""
+    from eval.base import bootstrap_stderr
+    from mtad import stats
+
+    rng = np.random.default_rng(2)
+    vals = list(rng.normal(5.0, 1.0, size=100))
+    assert bootstrap_ci(vals + [None, float("nan")]) == stats.bootstrap_ci(vals)
+    lo, hi = stats.bootstrap_ci(vals)
+    assert bootstrap_stderr(vals) == pytest.approx((hi - lo) / (2 * 1.96), rel=0.1)
