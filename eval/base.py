@@ -20,7 +20,8 @@ def bootstrap_stderr(values, statistic=np.mean, seed: int = 0) -> float:
     values = np.asarray(values, dtype=float)
     if values.size < 2:
         return float("nan")
-    res = bootstrap((values,), statistic, n_resamples=N_RESAMPLES, rng=np.random.default_rng(seed))
+    res = bootstrap((values,), statistic, n_resamples=N_RESAMPLES, method="percentile",
+                    rng=np.random.default_rng(seed))
     return float(res.standard_error)
 
 
