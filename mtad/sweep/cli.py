@@ -109,7 +109,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] in (["hydra"], ["pairs"]):
         hydra_main(argv[1:], point_job if argv[0] == "hydra" else pair_job)
         return 0
-    args = _parser().parse_intermixed_args(argv)
+    ap = _parser()
+    args = ap.parse_intermixed_args(argv)
+    if args.jobs_per_pair < 1:
+        ap.error(f"--jobs-per-pair must be >= 1, got {args.jobs_per_pair}")
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
