@@ -234,85 +234,78 @@ class Spec:
     rule: Callable[[float, float], str]  # (ci_low, ci_high) -> verdict
 
 
+RATIO = "perplexity ratio (geometric means)"
+
+
+def _ppl(claim: int, task: str, a: str, b: str, paper: str, rule) -> Spec:
+    return Spec(claim, task, a, b, RATIO, paper, log_perplexity, stats.perplexity_ratio, rule)
+
+
+def _score(claim: int, task: str, a: str, b: str, paper: str, rule) -> Spec:
+    metric, kind = SCORED[task]
+    diff = stats.binary_difference if kind == "binary" else stats.mean_difference
+    return Spec(claim, task, a, b, f"{metric} difference", paper, score, diff, rule)
+
+
 def specs() -> list[Spec]:
     """Every comparison of claims 1, 2, 3 and 5 (claim 4 reads the speed benchmark)."""
-    ratio = "perplexity ratio (geometric means)"
-    out = [
-        Spec(
-            1,
-            t,
-            a,
-            b,
-            ratio,
-            "-21.2% (ratio 0.788)" if b == "multinomial" else "lower",
-            log_perplexity,
-            stats.perplexity_ratio,
-            lambda lo, hi: direction(lo, hi, 1.0, "below"),
-        )
-        for t in TASKS
-        for a in ("mtad", "tree_mtad")
-        for b in ("multinomial", "spd")
-    ]
-    out += [
-        Spec(
-            2,
-            t,
-            "tree_mtad",
-            b,
-            "block efficiency difference",
-            "higher",
-            block_efficiency,
-            stats.mean_difference,
-            lambda lo, hi: direction(lo, hi, 0.0, "above"),
-        )
-        for t in TASKS
-        for b in ("spd", "specinfer")
-    ]
-    for t, (metric, kind) in SCORED.items():
-        diff = stats.binary_difference if kind == "binary" else stats.mean_difference
-        m, e = NON_INFERIORITY[kind], EQUIVALENCE[kind]
-        out += [
-            Spec(
-                3,
-                t,
-                a,
-                "spd",
-                f"{metric} difference",
-                f">= spd (margin {m:+g})",
-                score,
-                diff,
-                lambda lo, hi, m=m: non_inferiority(lo, hi, m),
+    out = []
+    for t in TASKS:
+        for a in ("mtad", "tree_mtad"):
+            for b in ("multinomial", "spd"):
+                paper = "-21.2% (ratio 0.788)" if b == "multinomial" else "lower"
+                out.append(_ppl(1, t, a, b, paper, lambda lo, hi: direction(lo, hi, 1.0, "below")))
+        for b in ("spd", "specinfer"):
+            out.append(
+                Spec(
+                    2,
+                    t,
+                    "tree_mtad",
+                    b,
+                    "block efficiency difference",
+                    "higher",
+                    block_efficiency,
+                    stats.mean_difference,
+                    lambda lo, hi: direction(lo, hi, 0.0, "above"),
+                )
             )
-            for a in ("mtad", "tree_mtad")
-        ]
+    for t in SCORED:
+        m = NON_INFERIORITY[SCORED[t][1]]
+        for a in ("mtad", "tree_mtad"):
+            out.append(
+                _score(
+                    3,
+                    t,
+                    a,
+                    "spd",
+                    f">= spd (margin {m:+g})",
+                    lambda lo, hi, m=m: non_inferiority(lo, hi, m),
+                )
+            )
+    lo_eq, hi_eq = PPL_EQUIVALENCE
+    for t in TASKS:
         out.append(
-            Spec(
+            _ppl(
                 5,
                 t,
                 "spd",
                 "multinomial",
-                f"{metric} difference",
+                f"equal (ratio in [{lo_eq}, {hi_eq}])",
+                lambda lo, hi: equivalence(lo, hi, lo_eq, hi_eq),
+            )
+        )
+    for t in SCORED:
+        e = EQUIVALENCE[SCORED[t][1]]
+        out.append(
+            _score(
+                5,
+                t,
+                "spd",
+                "multinomial",
                 f"equal (+-{e:g})",
-                score,
-                diff,
                 lambda lo, hi, e=e: equivalence(lo, hi, -e, e),
             )
         )
-    lo_eq, hi_eq = PPL_EQUIVALENCE
-    out += [
-        Spec(
-            5,
-            t,
-            "spd",
-            "multinomial",
-            ratio,
-            f"equal (ratio in [{lo_eq}, {hi_eq}])",
-            log_perplexity,
-            stats.perplexity_ratio,
-            lambda lo, hi: equivalence(lo, hi, *PPL_EQUIVALENCE),
-        )
-        for t in TASKS
-    ]
     return out
 
 
