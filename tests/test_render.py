@@ -306,7 +306,9 @@ def test_render_to_wandb_offline(sweep_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     render.render(
-        sweep_dir, tmp_path / "out", logger=WandbLogger(project="mtad-test", mode="offline")
+        sweep_dir,
+        tmp_path / "out",
+        logger=WandbLogger(project="mtad-test", mode="offline", dir=str(tmp_path)),
     )
     files = [
         p.relative_to(tmp_path).as_posix() for p in (tmp_path / "wandb").rglob("*") if p.is_file()
