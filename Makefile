@@ -57,7 +57,7 @@ lint: install ## ruff check + format check
 
 .PHONY: help install models run debug test test-slow lint
 
-# ---- Table 2 and ablations: resumable sweeps (mtad/sweep.py) + rendering (mtad/render.py) ----
+# ---- Table 2 and ablations: resumable sweeps (mtad/sweep/) + rendering (mtad/render.py) ----
 # PROFILE=smoke (tiny random pair, ~1 min) | cpu (offline pair, ~1-1.5 h) | paper (hub pairs, GPUs).
 # LAUNCHER=mtad_slurm|mtad_joblib runs the points through a Hydra launcher (docs/cluster.md).
 TABLE2_smoke := table2_smoke
