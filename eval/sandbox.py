@@ -211,6 +211,13 @@ def _as_root(drop_privileges: bool) -> bool:
     return bool(drop_privileges) and os.geteuid() == 0
 
 
+def _interpreter(python: str | None) -> str:
+    """The interpreter's real path: a virtual environment's ``bin/python`` is a link to it, and
+    the environment may live under /tmp, which the child does not see (``-I -S`` needs no
+    site-packages)."""
+    return os.path.realpath(python or sys.executable)
+
+
 def _bwrap_argv(workdir: str, as_root: bool, hide: tuple[str, ...] = ()) -> list[str]:
     argv = ["bwrap", "--ro-bind", "/", "/"]
     for path in map(os.path.realpath, hide):  # e.g. a benchmark's answer key
@@ -221,7 +228,12 @@ def _bwrap_argv(workdir: str, as_root: bool, hide: tuple[str, ...] = ()) -> list
     argv += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp"]
     if os.path.isdir("/var/tmp"):
         argv += ["--perms", "1777", "--tmpfs", "/var/tmp"]
-    argv += ["--perms", "1777", "--tmpfs", "/dev/shm", "--perms", "0777", "--dir", workdir,
+    argv += ["--perms", "1777", "--tmpfs", "/dev/shm"]
+    # an interpreter installed under a folder the private tmpfs mounts hide stays visible, read-only
+    base = os.path.realpath(sys.base_prefix)
+    if any(base == m or base.startswith(m + "/") for m in ("/tmp", "/var/tmp", "/dev/shm")):
+        argv += ["--ro-bind", base, base]
+    argv += ["--perms", "0777", "--dir", workdir,
              "--chdir", workdir, "--unshare-pid", "--unshare-net", "--unshare-ipc",
              "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
              "--die-with-parent", "--new-session"]
@@ -248,7 +260,7 @@ def isolation(drop_privileges: bool = True, python: str | None = None) -> str:
             reason = "bwrap is not installed (apt-get install bubblewrap)"
         else:
             cmd = _bwrap_argv("/tmp/mtad-sandbox-probe", key) + [
-                os.path.abspath(python or sys.executable), "-I", "-S", "-c", "pass"]
+                _interpreter(python), "-I", "-S", "-c", "pass"]
             try:
                 p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
                 if p.returncode != 0:
@@ -332,7 +344,7 @@ class _Child:
         cfg_file.write(json.dumps(cfg).encode("utf-8"))
         cfg_file.seek(0)
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir}
-        cmd = prefix + [os.path.abspath(python or sys.executable), "-I", "-S", "-B", "-c", _PRELUDE, str(cfg_file.fileno())]
+        cmd = prefix + [_interpreter(python), "-I", "-S", "-B", "-c", _PRELUDE, str(cfg_file.fileno())]
         self.t0 = time.monotonic()
         try:
             self.proc = subprocess.Popen(

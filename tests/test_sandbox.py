@@ -132,11 +132,37 @@ def test_writes_outside_the_work_dir_leave_nothing_behind():
 REPO = Path(__file__).resolve().parent.parent
 
 
+_MASKED = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def _masked(path: Path) -> bool:
+    p = str(path.resolve())
+    return any(p == m or p.startswith(m + "/") for m in _MASKED)
+
+
+def _traversable(path: Path) -> bool:
+    """Every ancestor searchable by others, so the unprivileged child can reach the folder."""
+    return all(a.stat().st_mode & 0o001 for a in [path, *path.parents] if a.exists())
+
+
+def _unmasked_parent() -> Path:
+    cache = REPO / ".pytest_cache"
+    for parent in (cache, Path("/srv"), Path("/mnt"), Path("/opt")):
+        if _masked(parent):
+            continue
+        if parent == cache:
+            parent.mkdir(exist_ok=True)
+        if parent.is_dir() and os.access(parent, os.W_OK) and _traversable(parent):
+            return parent
+    pytest.skip("no writable folder outside /tmp, /var/tmp and /dev/shm that others can reach")
+
+
 @pytest.fixture
 def host_dir():
-    """A folder anyone may write to, outside /tmp (which the sandbox replaces with its own)."""
-    parent = REPO / ".pytest_cache"
-    parent.mkdir(exist_ok=True)
+    """A folder anyone may write to, outside /tmp, /var/tmp and /dev/shm (which the sandbox
+    replaces with its own): the repository's .pytest_cache, or /srv, /mnt, /opt when the
+    checkout itself lies under one of those (a CI clone in /tmp)."""
+    parent = _unmasked_parent()
     path = Path(tempfile.mkdtemp(prefix="sandbox-host-", dir=parent))
     path.chmod(0o777)
     yield path
