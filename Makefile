@@ -96,6 +96,6 @@ ablations: $(SWEEP_DEPS) ## gamma / tau / width / draft-size ablations (experime
 reproduce-claims: models ## Claims report: sweeps claims + claims_tree (resumable), then mtad.claims -> results/claims
 	HF_HUB_OFFLINE=1 $(PY) -m mtad.sweep experiments/claims.yaml $(SWEEP_ARGS); rc=$$?; \
 	  HF_HUB_OFFLINE=1 $(PY) -m mtad.sweep experiments/claims_tree.yaml $(SWEEP_ARGS) || rc=1; \
-	  HF_HUB_OFFLINE=1 $(PY) -m mtad.claims results/claims --out results/claims && exit $$rc
+	  HF_HUB_OFFLINE=1 $(PY) -m mtad.claims results/claims --out results/claims --notes experiments/claims_notes.md && exit $$rc
 
 .PHONY: reproduce-claims
