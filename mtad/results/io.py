@@ -17,20 +17,10 @@ from typing import Any
 
 def write_json_atomic(path: str | Path, obj: Any) -> None:
     """Write JSON to a temp file in the same folder, then rename: never a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be shared
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2, default=str)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    def dump(f):
+        json.dump(obj, f, indent=2, default=str)
+
+    _replace_atomically(Path(path), dump, mkdir=True)
 
 
 def read_json(path: str | Path) -> dict | None:
@@ -113,13 +103,22 @@ def read_jsonl(path: str | Path) -> list[dict]:
 
 def rewrite_jsonl(path: str | Path, records: list[dict]) -> None:
     """Replace ``path`` with exactly ``records`` (temp file + rename, like ``write_json_atomic``)."""
-    path = Path(path)
+    def dump(f):
+        for r in records:
+            f.write(json.dumps(r, default=str) + "\n")
+
+    _replace_atomically(Path(path), dump)
+
+
+def _replace_atomically(path: Path, write, mkdir: bool = False) -> None:
+    """Write through ``write(file)`` into a temp file beside ``path``, fsync, rename over it."""
+    if mkdir:
+        path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.chmod(tmp, 0o644)
+    os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be shared
     try:
         with os.fdopen(fd, "w") as f:
-            for r in records:
-                f.write(json.dumps(r, default=str) + "\n")
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
