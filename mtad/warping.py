@@ -77,12 +77,19 @@ def warp_probs(
 def _top_k_fast_path(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor | None:
     """Top-k then top-p on the k candidates only (no sort over the whole vocabulary).
 
-    Same result as the general path; returns None (use the general path) when a tie at
-    the k-th logit would make top-k keep more than k tokens.
+    Same result as the general path. Ties at the k-th logit (common with bfloat16 logits)
+    keep every tied token, as the general path does: the candidates are then the top ``c``
+    (``c`` = most tokens any row keeps) with those below the row's k-th logit masked out.
+    Returns None (use the general path) only when ties would make ``c`` large.
     """
     vals, idx = torch.topk(logits, top_k, dim=-1)  # [..., k], descending
-    if not bool(((logits >= vals[..., -1:]).sum(-1) == top_k).all()):
-        return None
+    kth = vals[..., -1:]
+    c = int((logits >= kth).sum(-1).max())
+    if c > top_k:
+        if c > 4 * top_k + 64:
+            return None
+        vals, idx = torch.topk(logits, c, dim=-1)  # ties: every token >= the k-th logit
+        vals = vals.masked_fill(vals < kth, float("-inf"))
     if top_p < 1.0:
         probs = vals.softmax(-1)
         # mass of this token and every less likely kept token (the ascending cumsum, read backwards)
