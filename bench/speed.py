@@ -11,11 +11,27 @@ checks that our SpD emits exactly HF's tokens.
 
     python bench/speed.py                                  # offline pair, HumanEval + CNN/DM
     python bench/speed.py model=tiny_random --n-prompts 2  # seconds, pipeline check
+    python bench/speed.py --tasks humaneval:0-9,cnn_dailymail:0-4 \
+        --decoders hf_assisted,hf_heuristic,spd,spd/gamma=auto,tree_mtad,tree_mtad/gamma=5/width=2
+
+Decoder specs: a decoder name (``conf/decoder/<name>.yaml`` with ``--gamma``), optionally
+followed by ``/knob=value`` overrides (``tree_mtad/gamma=auto/width=auto``); the spec is the
+row's label. HF rows: ``hf_ar`` (plain ``generate``), ``hf_assisted`` (assisted generation,
+constant ``--gamma`` draft tokens, confidence stopping off: the same draft length as our
+SpD), ``hf_heuristic`` (assisted generation with HF's heuristic schedule: start at 5 draft
+tokens, +2 after a fully accepted draft, -1 otherwise, reset every call so repeats are
+independent; the schedule HF shipped as its default with assisted generation) and
+``hf_default`` (today's ``GenerationConfig`` defaults: 20 draft tokens, constant schedule,
+stop drafting below ``assistant_confidence_threshold`` 0.4; HF only adapts that threshold
+when scikit-learn is installed, which is recorded).
+Task specs: ``name`` (the first ``--n-prompts`` examples) or ``name:a-b`` (examples a..b,
+inclusive): tune on one range, report on another.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
 import sys
@@ -52,15 +68,48 @@ class ForwardTimer:
         return self.total, self.calls
 
 
-def load_prompts(task_name: str, n: int, tokenizer) -> list[list[int]]:
+def parse_task(spec: str, n_default: int) -> tuple[str, int, int]:
+    """``humaneval`` -> (humaneval, 0, n_default - 1); ``humaneval:10-19`` -> (humaneval, 10, 19)."""
+    name, _, rng = spec.partition(":")
+    if not rng:
+        return name, 0, n_default - 1
+    try:
+        a, _, b = rng.partition("-")
+        lo, hi = int(a), int(b or a)
+    except ValueError:
+        raise SystemExit(f"--tasks: bad range in {spec!r}; write name:first-last, e.g. humaneval:10-19") from None
+    if lo < 0 or hi < lo:
+        raise SystemExit(f"--tasks: bad range in {spec!r}; need 0 <= first <= last")
+    return name, lo, hi
+
+
+def load_prompts(task_name: str, lo: int, hi: int, tokenizer) -> list[list[int]]:
     cfg = compose_config([f"task={task_name}"], drop=("model", "logger"))
     task_cfg = OmegaConf.to_container(cfg.task, resolve=True)
     task_cfg.pop("scorer", None)
     task = instantiate(task_cfg)
-    return [task.render(ex, tokenizer, 0, []) for ex in task.load()[:n]]
+    examples = task.load()
+    if hi >= len(examples):
+        raise SystemExit(f"--tasks: {task_name} has {len(examples)} examples; range ends at {hi}")
+    return [task.render(ex, tokenizer, 0, []) for ex in examples[lo : hi + 1]]
 
 
-def hf_generate(pair, ids, max_new, warping: Warping, assistant: bool, gamma: int, seed: int):
+HF_ROWS = ("hf_ar", "hf_assisted", "hf_heuristic", "hf_default")
+
+
+def parse_decoder(spec: str, gamma: int) -> tuple[str, dict]:
+    """``tree_mtad/gamma=5/width=2`` -> ("tree_mtad", {"gamma": "5", "width": "2"}); ar = multinomial."""
+    name, *kv = spec.split("/")
+    knobs = {"gamma": gamma}
+    for item in kv:
+        k, sep, v = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--decoders: {spec!r}: write overrides as /knob=value, e.g. spd/gamma=6")
+        knobs[k] = v
+    return ("multinomial" if name == "ar" else name), knobs
+
+
+def hf_generate(pair, ids, max_new, warping: Warping, assistant: str | None, gamma: int, seed: int):
     kwargs = dict(max_new_tokens=max_new, min_new_tokens=0, pad_token_id=pair.tokenizer.pad_token_id
                   if getattr(pair.tokenizer, "pad_token_id", None) is not None else 0)
     if warping.greedy:
@@ -70,9 +119,13 @@ def hf_generate(pair, ids, max_new, warping: Warping, assistant: bool, gamma: in
                       top_p=warping.top_p)
     if assistant:
         kwargs.update(assistant_model=pair.draft)
-        pair.draft.generation_config.num_assistant_tokens = gamma
-        pair.draft.generation_config.num_assistant_tokens_schedule = "constant"
-        pair.draft.generation_config.assistant_confidence_threshold = 0.0
+        gc = pair.draft.generation_config
+        # set on every call: HF's "heuristic" schedule writes its state back into this config
+        gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = {
+            "hf_assisted": (gamma, "constant", 0.0),
+            "hf_heuristic": (5, "heuristic_transient", 0.0),
+            "hf_default": (20, "constant", 0.4),
+        }[assistant]
     torch.manual_seed(seed)
     inp = torch.tensor([ids], device=pair.target.device)
     t0 = time.perf_counter()
@@ -84,8 +137,9 @@ def hf_generate(pair, ids, max_new, warping: Warping, assistant: bool, gamma: in
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("overrides", nargs="*", help="Hydra overrides for the model, e.g. model=tiny_random")
-    ap.add_argument("--tasks", default="humaneval,cnn_dailymail")
-    ap.add_argument("--n-prompts", type=int, default=3)
+    ap.add_argument("--tasks", default="humaneval,cnn_dailymail",
+                    help="task specs: name or name:first-last (inclusive example range)")
+    ap.add_argument("--n-prompts", type=int, default=3, help="prompts for a task given without a range")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--gamma", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=2)
@@ -103,15 +157,17 @@ def main(argv=None):
     pair = instantiate(cfg.model)
     tok = pair.tokenizer
     timers = {"target": ForwardTimer(pair.target), "draft": ForwardTimer(pair.draft)}
-    prompts = {t: load_prompts(t, args.n_prompts, tok) for t in args.tasks.split(",")}
+    specs = [parse_task(t, args.n_prompts) for t in args.tasks.split(",")]
+    prompts = {name: load_prompts(name, lo, hi, tok) for name, lo, hi in specs}
+    first_index = {name: lo for name, lo, _ in specs}
     names = args.decoders.split(",")
     modes = {"greedy": Warping(0.0), "sample": Warping(float(cfg.temperature), int(cfg.top_k), float(cfg.top_p))}
     engines = {}
     for n in names:
-        if n in ("hf_ar", "hf_assisted"):
+        if n in HF_ROWS:
             continue
-        dec = load_decoder("multinomial" if n == "ar" else n, gamma=args.gamma)
-        engines[n] = dec
+        dec_name, knobs = parse_decoder(n, args.gamma)
+        engines[n] = load_decoder(dec_name, **knobs)
 
     rows = []  # one per (task, mode, decoder, prompt, repeat)
     # warm-up: one short run of each method
@@ -128,30 +184,55 @@ def main(argv=None):
                     order = names[rep % len(names):] + names[: rep % len(names)]
                     for n in order:
                         f0 = {k: t.snapshot() for k, t in timers.items()}
-                        out, wall = _run(n, pair, engines, ids, args.max_new_tokens, w, args.gamma, 1000 * pi + rep)
+                        out, wall, extra = _run(n, pair, engines, ids, args.max_new_tokens, w, args.gamma,
+                                                1000 * pi + rep)
                         fwd = sum(t.snapshot()[0] - f0[k][0] for k, t in timers.items())
                         tcalls = timers["target"].snapshot()[1] - f0["target"][1]
-                        rows.append(dict(task=task, mode=mname, decoder=n, prompt=pi, repeat=rep,
-                                         tokens=len(out), wall=wall, forward=fwd, target_calls=tcalls,
-                                         ids=out))
+                        rows.append(dict(task=task, mode=mname, decoder=n, prompt=first_index[task] + pi,
+                                         repeat=rep, tokens=len(out), wall=wall, forward=fwd,
+                                         target_calls=tcalls, ids=out, **extra))
                     print(f"[{task}/{mname}] prompt {pi} repeat {rep} done", file=sys.stderr, flush=True)
 
     report = summarize(rows, names)
     print_report(report, rows)
     write_json_atomic(args.out, {"report": report, "rows": rows, "args": vars(args),
                                  "model": {"target": pair.target_id, "draft": pair.draft_id, **pair.info},
+                                 "torch_threads": torch.get_num_threads(),
+                                 "sklearn_installed": importlib.util.find_spec("sklearn") is not None,
                                  "provenance": provenance()})
     print(f"\nwritten: {args.out}")
 
 
 def _run(name, pair, engines, ids, max_new, warping, gamma, seed):
-    if name == "hf_ar":
-        return hf_generate(pair, ids, max_new, warping, False, gamma, seed)
-    if name == "hf_assisted":
-        return hf_generate(pair, ids, max_new, warping, True, gamma, seed)
+    if name in HF_ROWS:
+        out, wall = hf_generate(pair, ids, max_new, warping, None if name == "hf_ar" else name, gamma, seed)
+        return out, wall, {}
     eng = Engine(pair.target, pair.draft, engines[name], warping, pair.vocab_size, pair.eos_token_ids)
     res = eng.generate(ids, max_new, seed=seed)
-    return res.output_ids, res.wall_time + res.prefill_time
+    steps = max(res.num_steps, 1)
+    extra = dict(steps=res.num_steps, mean_drafted=sum(s.drafted for s in res.steps) / steps,
+                 mean_tree_size=sum(s.tree_size for s in res.steps) / steps)
+    return res.output_ids, res.wall_time + res.prefill_time, extra
+
+
+def _per_prompt_rate(rs) -> dict[int, float]:
+    """tokens/s per prompt, pooled over repeats."""
+    out = {}
+    for pi in sorted({r["prompt"] for r in rs}):
+        mine = [r for r in rs if r["prompt"] == pi]
+        out[pi] = sum(r["tokens"] for r in mine) / sum(r["wall"] for r in mine)
+    return out
+
+
+def _paired_ratio(mine: dict[int, float], ref: dict[int, float]) -> dict | None:
+    """Ratio of geometric means of per-prompt tokens/s, 95% bootstrap interval over prompts."""
+    common = sorted(set(mine) & set(ref))
+    if not common:
+        return None
+    from mtad.stats import ratio_of_geometric_means
+
+    iv = ratio_of_geometric_means([mine[p] for p in common], [ref[p] for p in common])
+    return dict(estimate=iv.estimate, low=iv.low, high=iv.high, n=iv.n)
 
 
 def summarize(rows, names):
@@ -159,6 +240,7 @@ def summarize(rows, names):
     for key in sorted({(r["task"], r["mode"]) for r in rows}):
         sub = [r for r in rows if (r["task"], r["mode"]) == key]
         per = {}
+        rates = {}
         for n in names:
             rs = [r for r in sub if r["decoder"] == n]
             if not rs:
@@ -170,13 +252,22 @@ def summarize(rows, names):
             toks = sum(r["tokens"] for r in rs)
             # decoding target passes: ours prefill in a separate pass; HF's first pass both
             # prefills and emits (plain) or verifies the first draft (assisted)
-            passes = sum(r["target_calls"] - (0 if n.startswith("hf_") else 1) for r in rs)
+            passes = sum(r["target_calls"] - (0 if n in HF_ROWS else 1) for r in rs)
+            rates[n] = _per_prompt_rate(rs)
             per[n] = dict(tokens_per_s=statistics.median(tps), spread=(min(tps), max(tps)),
                           block_efficiency=toks / max(passes, 1),
-                          forward_share=sum(r["forward"] for r in rs) / sum(r["wall"] for r in rs))
-        for d in per.values():
+                          forward_share=sum(r["forward"] for r in rs) / sum(r["wall"] for r in rs),
+                          prompts=len(rates[n]))
+            if "steps" in rs[0]:
+                steps = sum(r["steps"] for r in rs)
+                per[n]["mean_drafted"] = sum(r["mean_drafted"] * r["steps"] for r in rs) / max(steps, 1)
+                per[n]["mean_tree_size"] = sum(r["mean_tree_size"] * r["steps"] for r in rs) / max(steps, 1)
+        for n, d in per.items():
             d["vs_hf_assisted"] = d["tokens_per_s"] / per["hf_assisted"]["tokens_per_s"] if "hf_assisted" in per else None
             d["vs_ar"] = d["tokens_per_s"] / per["ar"]["tokens_per_s"] if "ar" in per else None
+            d["paired_vs_spd"] = _paired_ratio(rates[n], rates["spd"]) if "spd" in rates else None
+            d["paired_vs_hf_assisted"] = (_paired_ratio(rates[n], rates["hf_assisted"])
+                                          if "hf_assisted" in rates else None)
         if key[1] == "greedy" and "spd" in per and "hf_assisted" in per:
             pairs = [(a["ids"], b["ids"]) for a in sub if a["decoder"] == "spd"
                      for b in sub if b["decoder"] == "hf_assisted" and b["prompt"] == a["prompt"]
@@ -187,19 +278,28 @@ def summarize(rows, names):
     return report
 
 
+def _fmt_ratio(r) -> str:
+    return "-" if not r else f"{r['estimate']:.2f} [{r['low']:.2f},{r['high']:.2f}]"
+
+
 def print_report(report, rows):
     for key, per in report.items():
         print(f"\n## {key}")
-        print(f"{'decoder':<12} {'tok/s':>7} {'spread':>15} {'block_eff':>9} {'x HF-asst':>9} {'x AR':>6} {'fwd share':>9}")
+        print(f"{'decoder':<26} {'tok/s':>6} {'spread':>11} {'BE':>5} {'nodes':>5} {'x HF-asst':>9} "
+              f"{'x AR':>5} {'x SpD, paired [95% CI]':>22} {'x HF-asst, paired':>18} {'fwd share':>9}")
         for n, d in per.items():
             sp = f"{d['spread'][0]:.2f}-{d['spread'][1]:.2f}"
             vs_hf = f"{d['vs_hf_assisted']:.2f}" if d["vs_hf_assisted"] is not None else "-"
             vs_ar = f"{d['vs_ar']:.2f}" if d["vs_ar"] is not None else "-"
+            nodes = f"{d['mean_tree_size']:.1f}" if "mean_tree_size" in d else "-"
             extra = f"  greedy tokens == HF assisted: {d['equal_prompts']}" if "equal_prompts" in d else ""
-            print(f"{n:<12} {d['tokens_per_s']:>7.2f} {sp:>15} {d['block_efficiency']:>9.2f} {vs_hf:>9} "
-                  f"{vs_ar:>6} {d['forward_share']:>9.1%}{extra}")
-    print("\nblock efficiency = new tokens / decoding target passes (forward hooks; HF's first pass counts,"
-          " ours prefill separately); tokens/s include prefill")
+            print(f"{n:<26} {d['tokens_per_s']:>6.2f} {sp:>11} {d['block_efficiency']:>5.2f} {nodes:>5} "
+                  f"{vs_hf:>9} {vs_ar:>5} {_fmt_ratio(d.get('paired_vs_spd')):>22} "
+                  f"{_fmt_ratio(d.get('paired_vs_hf_assisted')):>18} {d['forward_share']:>9.1%}{extra}")
+    print("\nBE = new tokens / decoding target passes (forward hooks; HF's first pass counts, ours prefill"
+          " separately); nodes = mean target tree nodes per step; tok/s include prefill (median over"
+          " repeats, spread = min-max); paired = ratio of geometric means of per-prompt tokens/s with a"
+          " 95% bootstrap interval over prompts; fwd share = wall time inside the models' top-level forward")
     print(json.dumps({"runs": len(rows)}))
 
 
