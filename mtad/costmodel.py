@@ -170,11 +170,12 @@ class AcceptanceModel:
     Hazard at depth d for width W (posterior means of Beta priors, innermost first)::
 
         h0_W     = 1 - (1 - h_ref) ** ((W / W_ref) ** rho)   # prior linking widths
+                   (W_ref, h_ref: the most-observed other width and its pooled hazard,
+                    else width 1 and ``prior_hazard``)
         pooled_W = (passed_W + k_w * h0_W) / (at_risk_W + k_w)        # all depths of W
         h_W(d)   = (passed_W(d) + k_d * pooled_W) / (at_risk_W(d) + k_d)
 
-    ``W_ref`` is the width with the most observations and ``h_ref`` its pooled hazard (the
-    ``prior_hazard`` pseudo-observation when nothing was seen). ``rho = 1`` would treat the W
+    ``rho = 1`` would treat the W
     candidates at a depth as independent tries; beam candidates share prefixes and repeat
     tokens, so the default is 0.5 for trees and 0 for chain MTAD (its width changes which
     chain is drafted, not how many are verified). Counting: a step with ``drafted = g``,
@@ -207,7 +208,11 @@ class AcceptanceModel:
         return w, (sum(c.passed) + k * self.prior_hazard) / (c.total_at_risk + k)
 
     def width_prior(self, width: int) -> float:
+        """The prior mean hazard of ``width``: from the most-observed other width, else from
+        ``prior_hazard`` (a width-1 value), through the link ``1 - (1 - h) ** ((W / W_ref) ** rho)``."""
         w_ref, h_ref = self._reference()
+        if w_ref == int(width):  # its own data are counted in pooled(); use the base prior
+            w_ref, h_ref = 1, self.prior_hazard
         return 1.0 - (1.0 - h_ref) ** ((width / w_ref) ** self.rho)
 
     def pooled(self, width: int) -> float:
