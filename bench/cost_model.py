@@ -237,7 +237,7 @@ def main(argv=None):
 
     result = {
         "args": vars(args),
-        "model": {"pair": pair.name, "target": pair.target_id, "draft": pair.draft_id, **pair.info},
+        "model": {"pair": pair.name, "target": pair.target_id, "draft": pair.draft_id, "info": pair.info},
         "machine": entry["machine"],
         "pass_time": {"target": {"measured": {str(k): v for k, v in tgt.items()}, "fit": target_pass.to_dict()},
                       "draft": {"measured": {str(k): v for k, v in drf.items()}, "fit": draft_pass.to_dict()}},

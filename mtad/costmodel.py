@@ -302,7 +302,8 @@ class CostModel:
     def step_time(self, kind: str, gamma: int, width: int = 1) -> float:
         draft_rows, target_rows = self.passes(kind, gamma, width)
         c0, c1 = self.overhead.get(kind, (0.0, 0.0))
-        return sum(self.draft(n) for n in draft_rows) + self.target(target_rows) + c0 + c1 * gamma
+        over = max(c0 + c1 * gamma, 0.0)  # a noisy fit may extrapolate below 0
+        return sum(self.draft(n) for n in draft_rows) + self.target(target_rows) + over
 
     def tokens_per_s(self, kind: str, gamma: int, width: int, expected: float) -> float:
         return expected / self.step_time(kind, gamma, width)
