@@ -30,8 +30,8 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 KNOBS = ("gamma", "tau", "width")
 #: Config groups (folders of conf/) that name a YAML file.
 GROUPS = ("model", "decoder", "task", "logger", "experiment")
-#: Values a knob may take besides numbers (e.g. a later ``gamma=auto``): knob -> strings.
-SPECIAL_VALUES: dict[str, tuple[str, ...]] = {}
+#: Values a knob may take besides numbers: knob -> strings (``auto``: mtad.autoshape chooses per step).
+SPECIAL_VALUES: dict[str, tuple[str, ...]] = {"gamma": ("auto",), "width": ("auto",)}
 
 
 class ConfigError(ValueError):
@@ -47,7 +47,7 @@ class MtadConfig:
     seed: int = 42
     gamma: Any = 4  # Any, not int: leaves room for SPECIAL_VALUES
     tau: float = 0.5
-    width: int = 4
+    width: Any = 4  # Any, not int: leaves room for SPECIAL_VALUES
     temperature: float = 1.0
     top_k: int = 10
     top_p: float = 0.9
@@ -75,7 +75,7 @@ class Rule:
     means: str = ""
     hint: str = ""
 
-    def text(self) -> str:
+    def text(self, special: tuple[str, ...] = ()) -> str:
         kind = "an integer" if self.integer else "a number"
         if self.high != math.inf:
             rng = f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
@@ -83,6 +83,7 @@ class Rule:
             rng = f"{'>' if self.low_open else '>='} {self.low:g}"
         out = f"{kind} {rng}" if self.integer else rng
         out += " or null" if self.nullable else ""
+        out += "".join(f" or {v!r}" for v in special)
         return out + (f" ({self.means})" if self.means else "")
 
     def ok(self, v: Any) -> bool:
@@ -112,7 +113,7 @@ RULES: dict[str, Rule] = {
 
 def field_message(name: str, value: Any) -> str:
     rule = RULES[name]
-    return f"{name} must be {rule.text()}, got {value!r}" + (f"; {rule.hint}" if rule.hint else "")
+    return f"{name} must be {rule.text(SPECIAL_VALUES.get(name, ()))}, got {value!r}" + (f"; {rule.hint}" if rule.hint else "")
 
 
 def validate(cfg: Any) -> None:

@@ -32,6 +32,7 @@ class StepRecord:
     target_time: float  # seconds in target forward passes
     draft_time: float  # seconds in draft forward passes
     wall_time: float  # seconds for the whole step
+    shape: dict | None = None  # gamma=auto / width=auto: the shape chosen for this step (mtad.autoshape)
 
 
 @dataclass
@@ -81,6 +82,7 @@ class GenerationResult:
             "prefill_time": self.prefill_time,
             "block_efficiency": self.block_efficiency,
             "stop_reason": self.stop_reason,
+            **({"shape_per_step": [s.shape for s in self.steps]} if any(s.shape for s in self.steps) else {}),
         }
 
 
@@ -164,6 +166,7 @@ class Engine:
                     target_time=self.target.forward_time - f0["target"],
                     draft_time=(self.draft.forward_time - f0["draft"]) if self.draft else 0.0,
                     wall_time=time.perf_counter() - ts,
+                    shape=out.info.get("shape"),
                 )
             )
             if stop:

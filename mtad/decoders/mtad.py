@@ -35,8 +35,9 @@ import math
 
 import torch
 
+from mtad.autoshape import auto_shape, check_shape_knob
 from mtad.beam import beam_sample
-from mtad.decoders.base import Decoder, StepContext, StepOutput, check_positive_int, sample
+from mtad.decoders.base import Decoder, StepContext, StepOutput, sample
 from mtad.decoders.spd import target_chain
 
 
@@ -84,23 +85,29 @@ class MTAD(Decoder):
 
     def __init__(
         self,
-        gamma: int = 4,
-        width: int = 4,
+        gamma: int | str = 4,
+        width: int | str = 4,
         tau: float = 0.5,
         replacement: bool = True,
         name: str | None = None,
     ):
         super().__init__(name)
-        self.gamma = check_positive_int("gamma", gamma)
-        self.width = check_positive_int("width", width)
+        self.gamma = check_shape_knob("gamma", gamma)
+        self.width = check_shape_knob("width", width)
         self.tau = check_tau(tau)
         self.replacement = check_bool("replacement", replacement)
+        self._auto = auto_shape(type(self).name, self.gamma, self.width)  # auto knobs: mtad.autoshape
+
+    def shape(self, ctx: StepContext) -> tuple[int, int]:
+        """(gamma, W) of this step: the knobs, or AutoShape's choice from past steps."""
+        return self._auto.choose(ctx) if self._auto else (self.gamma, self.width)
 
     def step(self, ctx: StepContext) -> StepOutput:
-        g = min(self.gamma, max(ctx.remaining - 1, 0))
+        gamma, width = self.shape(ctx)
+        g = min(gamma, max(ctx.remaining - 1, 0))
         if g == 0:
             return StepOutput(tokens=[sample(ctx.warping(ctx.target.root_logits), ctx.generator)])
-        beams = beam_sample(ctx, g, self.width, self.replacement)
+        beams = beam_sample(ctx, g, width, self.replacement)
         best = beams.best()
         draft = beams.path_tokens(best)  # [g]
         p = target_chain(ctx, draft)  # [g+1, V] warped target distributions
@@ -108,10 +115,11 @@ class MTAD(Decoder):
         r = cumulative_log_ratio(log_p, beams.path_cum_logq(best).to(log_p.dtype))
         a, passes = accept_length(r, self.tau)
         y = sample(p[a], ctx.generator)
-        return StepOutput(
+        out = StepOutput(
             tokens=draft[:a] + [y],
             drafted=g,
             accepted=a,
             tree_size=g,
             info={"pass": passes, "log_ratio": r.tolist()},
         )
+        return self._auto.record(ctx, out) if self._auto else out

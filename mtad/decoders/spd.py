@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import torch
 
+from mtad.autoshape import auto_shape, check_shape_knob
 from mtad.decoders.base import (
     Decoder,
     StepContext,
     StepOutput,
-    check_positive_int,
     residual,
     sample,
 )
@@ -63,15 +63,18 @@ class SpD(Decoder):
     name = "spd"
     version = "1"  # bump when the behaviour changes (a point's identity includes it)
 
-    def __init__(self, gamma: int = 4, name: str | None = None):
+    def __init__(self, gamma: int | str = 4, name: str | None = None):
         super().__init__(name)
-        self.gamma = check_positive_int("gamma", gamma)
+        self.gamma = check_shape_knob("gamma", gamma)
+        self._auto = auto_shape("spd", self.gamma)  # gamma=auto: chosen before each step (mtad.autoshape)
 
     def step(self, ctx: StepContext) -> StepOutput:
-        g = min(self.gamma, max(ctx.remaining - 1, 0))
+        gamma = self._auto.choose(ctx)[0] if self._auto else self.gamma  # from past steps only
+        g = min(gamma, max(ctx.remaining - 1, 0))
         if g == 0:
             return StepOutput(tokens=[sample(ctx.warping(ctx.target.root_logits), ctx.generator)])
         tokens, q = draft_chain(ctx, g)
         p = target_chain(ctx, tokens)
         n, y = verify_chain(tokens, p, q, ctx.generator)
-        return StepOutput(tokens=tokens[:n] + [y], drafted=g, accepted=n, tree_size=g)
+        out = StepOutput(tokens=tokens[:n] + [y], drafted=g, accepted=n, tree_size=g)
+        return self._auto.record(ctx, out) if self._auto else out

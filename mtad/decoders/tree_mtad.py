@@ -102,10 +102,11 @@ class TreeMTAD(MTAD):
         return torch.stack([c[min(best, len(c) - 1)] for c in beams.cum_logq])
 
     def step(self, ctx: StepContext) -> StepOutput:
-        g = min(self.gamma, max(ctx.remaining - 1, 0))
+        gamma, width = self.shape(ctx)  # the knobs, or AutoShape's choice (MTAD.shape)
+        g = min(gamma, max(ctx.remaining - 1, 0))
         if g == 0:
             return StepOutput(tokens=[sample(ctx.warping(ctx.target.root_logits), ctx.generator)])
-        beams = beam_sample(ctx, g, self.width, self.replacement)
+        beams = beam_sample(ctx, g, width, self.replacement)
         tokens, parents, depth, _ = beam_tree(beams)
         logits = ctx.target.forward(tokens, parents)  # [N, V], one pass over the whole tree
         p = ctx.warping(torch.cat([ctx.target.root_logits[None], logits]))  # [N+1, V], row 0 = root
@@ -121,10 +122,11 @@ class TreeMTAD(MTAD):
             path.append(tokens[n])
             n = parents[n]
         y = sample(p[node + 1], ctx.generator)  # node = ROOT (-1) gives the root row
-        return StepOutput(
+        out = StepOutput(
             tokens=path[::-1] + [y],
             drafted=g,
             accepted=a,
             tree_size=len(tokens),
             info={"pass": per_depth, "ref": ref.tolist()},
         )
+        return self._auto.record(ctx, out) if self._auto else out

@@ -8,7 +8,9 @@
 - ``model``: the full pair config (ids, dtype, kernels, ...), not just its name;
 - ``task``: the task config without ``scorer`` (scores carry their scorer and version per
   record) and without ``limit``;
-- ``sampling`` (temperature, top_k, top_p), ``seed``, ``max_new_tokens``.
+- ``sampling`` (temperature, top_k, top_p), ``seed``, ``max_new_tokens``;
+- ``cost_prior`` (only when a decoder knob is ``auto``): the sha256 of the cost-model prior
+  file ``gamma=auto`` loads (``mtad.costmodel.prior_path``), None when there is none.
 
 Not in it: the number of examples (``limit``, ``task.limit``: tasks return a prefix of a
 fixed list and every example has its own seed, ``seed + 1000 * index + turn``, so a point
@@ -74,17 +76,20 @@ def identity(cfg: Any, version: str | None = None) -> dict[str, Any]:
     """
     decoder = dict(_node(cfg, "decoder"))
     task = {k: v for k, v in dict(_node(cfg, "task")).items() if k not in TASK_NOT_IDENTITY}
-    return _canonical(
-        {
-            "decoder": decoder,
-            "decoder_version": version or decoder_version(decoder["_target_"]),
-            "model": _node(cfg, "model"),
-            "task": task,
-            "sampling": {k: _node(cfg, k) for k in SAMPLING},
-            "seed": _node(cfg, "seed"),
-            "max_new_tokens": _node(cfg, "max_new_tokens"),
-        }
-    )
+    ident = {
+        "decoder": decoder,
+        "decoder_version": version or decoder_version(decoder["_target_"]),
+        "model": _node(cfg, "model"),
+        "task": task,
+        "sampling": {k: _node(cfg, k) for k in SAMPLING},
+        "seed": _node(cfg, "seed"),
+        "max_new_tokens": _node(cfg, "max_new_tokens"),
+    }
+    if "auto" in decoder.values():  # the shapes depend on the prior it loads
+        from mtad.costmodel import file_sha, prior_path
+
+        ident["cost_prior"] = file_sha(prior_path())
+    return _canonical(ident)
 
 
 def identity_hash(ident: Mapping[str, Any]) -> str:
