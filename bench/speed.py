@@ -36,6 +36,7 @@ import json
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -162,12 +163,19 @@ def main(argv=None):
     first_index = {name: lo for name, lo, _ in specs}
     names = args.decoders.split(",")
     modes = {"greedy": Warping(0.0), "sample": Warping(float(cfg.temperature), int(cfg.top_k), float(cfg.top_p))}
+    # One decoder object per (spec, task, mode), like one sweep point: a gamma=auto controller
+    # learns from the steps of its own task and mode only.
     engines = {}
-    for n in names:
-        if n in HF_ROWS:
-            continue
-        dec_name, knobs = parse_decoder(n, args.gamma)
-        engines[n] = load_decoder(dec_name, **knobs)
+
+    def decoder(n, key):
+        if (n, key) not in engines:
+            dec_name, knobs = parse_decoder(n, args.gamma)
+            engines[(n, key)] = load_decoder(dec_name, **knobs)
+        return engines[(n, key)]
+
+    for n in names:  # fail early on a bad spec
+        if n not in HF_ROWS:
+            decoder(n, "warm-up")
 
     rows = []  # one per (task, mode, decoder, prompt, repeat)
     # warm-up: one short run of each method
@@ -175,16 +183,18 @@ def main(argv=None):
     for n in names:
         for mname, w in modes.items():
             if mname in args.modes:
-                _run(n, pair, engines, first, 4, w, args.gamma, 0)
+                _run(n, pair, None if n in HF_ROWS else decoder(n, "warm-up"), first, 4, w, args.gamma, 0)
     for task, plist in prompts.items():
         for mname in args.modes.split(","):
             w = modes[mname]
             for pi, ids in enumerate(plist):
                 for rep in range(args.repeats):
-                    order = names[rep % len(names):] + names[: rep % len(names)]
+                    shift = (pi + rep) % len(names)  # rotate the order: no decoder always runs first
+                    order = names[shift:] + names[:shift]
                     for n in order:
                         f0 = {k: t.snapshot() for k, t in timers.items()}
-                        out, wall, extra = _run(n, pair, engines, ids, args.max_new_tokens, w, args.gamma,
+                        dec = None if n in HF_ROWS else decoder(n, (task, mname))
+                        out, wall, extra = _run(n, pair, dec, ids, args.max_new_tokens, w, args.gamma,
                                                 1000 * pi + rep)
                         fwd = sum(t.snapshot()[0] - f0[k][0] for k, t in timers.items())
                         tcalls = timers["target"].snapshot()[1] - f0["target"][1]
@@ -203,15 +213,18 @@ def main(argv=None):
     print(f"\nwritten: {args.out}")
 
 
-def _run(name, pair, engines, ids, max_new, warping, gamma, seed):
+def _run(name, pair, dec, ids, max_new, warping, gamma, seed):
     if name in HF_ROWS:
         out, wall = hf_generate(pair, ids, max_new, warping, None if name == "hf_ar" else name, gamma, seed)
         return out, wall, {}
-    eng = Engine(pair.target, pair.draft, engines[name], warping, pair.vocab_size, pair.eos_token_ids)
+    eng = Engine(pair.target, pair.draft, dec, warping, pair.vocab_size, pair.eos_token_ids)
     res = eng.generate(ids, max_new, seed=seed)
     steps = max(res.num_steps, 1)
     extra = dict(steps=res.num_steps, mean_drafted=sum(s.drafted for s in res.steps) / steps,
                  mean_tree_size=sum(s.tree_size for s in res.steps) / steps)
+    shapes = [s.shape for s in res.steps if s.shape]
+    if shapes:  # gamma=auto / width=auto: how often each shape was chosen
+        extra["shapes"] = dict(Counter(f"g{sh.get('gamma')}w{sh.get('width', 1)}" for sh in shapes))
     return res.output_ids, res.wall_time + res.prefill_time, extra
 
 
