@@ -99,3 +99,25 @@ reproduce-claims: models ## Claims report: sweeps claims + claims_tree (resumabl
 	  HF_HUB_OFFLINE=1 $(PY) -m mtad.claims results/claims --out results/claims --notes experiments/claims_notes.md && exit $$rc
 
 .PHONY: reproduce-claims
+
+# ---- Speed on this machine (quiet CPU: nothing else running) ----
+# Tune on HumanEval 10-19 (bench-cost), report on HumanEval 0-4 and CNN/DM 0-4 (bench-speed).
+# SPD_BEST / TREE_BEST: the shapes bench-cost predicts best on the tuning prompts (docs/speed.md).
+SPD_BEST ?= spd/gamma=3
+TREE_BEST ?= tree_mtad/gamma=4/width=2
+SPEED_DECODERS ?= hf_assisted,hf_heuristic,spd,$(SPD_BEST),spd/gamma=auto,tree_mtad,$(TREE_BEST),tree_mtad/gamma=auto/width=auto
+SPEED_TASKS ?= humaneval:0-4,cnn_dailymail:0-4
+SPEED_COMPARE ?= $(TREE_BEST):$(SPD_BEST),tree_mtad:spd,spd:hf_assisted,spd:hf_heuristic,spd/gamma=auto:spd,spd/gamma=auto:hf_heuristic,tree_mtad/gamma=auto/width=auto:tree_mtad,tree_mtad/gamma=auto/width=auto:spd/gamma=auto
+
+bench-cost: models ## Cost model of this machine (~15 min, quiet CPU): results/bench/cost_model_<device>.json/.png + the prior gamma=auto loads
+	HF_HUB_OFFLINE=1 $(PY) bench/cost_model.py $(ARGS)
+
+bench-speed: models ## Interleaved speed benchmark (~50 min, quiet CPU) -> results/bench/speed_cpu.json
+	HF_HUB_OFFLINE=1 $(PY) bench/speed.py --tasks $(SPEED_TASKS) --max-new-tokens 128 --repeats 1 \
+	  --decoders $(SPEED_DECODERS) --compare '$(SPEED_COMPARE)' --out results/bench/speed_cpu.json $(ARGS)
+
+bench-overhead: models ## Harness overhead of every tree decoder, hooks vs py-spy (~6 min) -> results/bench/profile_share_cpu.json
+	HF_HUB_OFFLINE=1 $(PY) bench/profile_share.py --decoders spd,specinfer,mcss,spectr,mtad,tree_mtad \
+	  --tasks humaneval:10-11 --max-new-tokens 64 --out results/bench/profile_share_cpu.json $(ARGS)
+
+.PHONY: bench-cost bench-speed bench-overhead

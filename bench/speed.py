@@ -147,11 +147,15 @@ def main(argv=None):
     ap.add_argument("--modes", default="greedy,sample")
     ap.add_argument("--decoders", default="hf_ar,ar,hf_assisted,spd,specinfer,mcss,spectr,mtad,tree_mtad")
     ap.add_argument("--out", default="results/bench/speed.json")
+    ap.add_argument("--compare", default="",
+                    help="extra paired comparisons a:b (row labels, comma-separated), e.g. "
+                         "tree_mtad/gamma=4/width=2:spd/gamma=3")
     ap.add_argument("--report", help="only print the report of an earlier run's JSON")
     args = ap.parse_args(argv)
     if args.report:
         saved = json.loads(Path(args.report).read_text())
         print_report(summarize(saved["rows"], saved["args"]["decoders"].split(",")), saved["rows"])
+        print_comparisons(compare(saved["rows"], args.compare or saved["args"].get("compare", "")))
         return
 
     cfg = compose_config(args.overrides, drop=("task", "logger"))
@@ -205,7 +209,9 @@ def main(argv=None):
 
     report = summarize(rows, names)
     print_report(report, rows)
-    write_json_atomic(args.out, {"report": report, "rows": rows, "args": vars(args),
+    comparisons = compare(rows, args.compare)
+    print_comparisons(comparisons)
+    write_json_atomic(args.out, {"report": report, "comparisons": comparisons, "rows": rows, "args": vars(args),
                                  "model": {"target": pair.target_id, "draft": pair.draft_id, **pair.info},
                                  "torch_threads": torch.get_num_threads(),
                                  "sklearn_installed": importlib.util.find_spec("sklearn") is not None,
@@ -289,6 +295,28 @@ def summarize(rows, names):
             per["spd"]["equal_prompts"] = f"{sum(x == y for x, y in pairs)}/{len(pairs)}"
         report["/".join(key)] = per
     return report
+
+
+def compare(rows, spec: str) -> list[dict]:
+    """Paired tokens/s ratios a / b per (task, mode) for each ``a:b`` in ``spec``."""
+    out = []
+    for item in [x for x in spec.split(",") if x]:
+        a, sep, b = item.rpartition(":")
+        if not sep:
+            raise SystemExit(f"--compare: write a:b, got {item!r}")
+        for key in sorted({(r["task"], r["mode"]) for r in rows}):
+            sub = [r for r in rows if (r["task"], r["mode"]) == key]
+            ra = _per_prompt_rate([r for r in sub if r["decoder"] == a])
+            rb = _per_prompt_rate([r for r in sub if r["decoder"] == b])
+            out.append(dict(a=a, b=b, task=key[0], mode=key[1], ratio=_paired_ratio(ra, rb)))
+    return out
+
+
+def print_comparisons(comparisons: list[dict]) -> None:
+    if comparisons:
+        print("\n## paired comparisons (ratio of geometric means of per-prompt tokens/s, 95% CI)")
+    for c in comparisons:
+        print(f"{c['task'] + '/' + c['mode']:<24} {c['a']:>34} / {c['b']:<26} {_fmt_ratio(c['ratio'])}")
 
 
 def _fmt_ratio(r) -> str:
