@@ -50,6 +50,7 @@ import torch
 
 from mtad.decoders.base import StepContext
 from mtad.runner import ROOT
+from mtad.sampling import draw, support
 from mtad.warping import Warping
 
 
@@ -100,17 +101,16 @@ def select_entries(
     generator: torch.Generator,
 ) -> torch.Tensor:  # [k] indices into scores, k <= width
     """Top-W (greedy) or W multinomial draws over the flattened W x V scores."""
-    nonzero = int((scores > 0).sum())
     if greedy:
         # the first k of a stable descending sort, without sorting all W x V entries
         k = min(width, scores.numel())
         cand = torch.nonzero(scores >= torch.topk(scores, k).values[-1]).flatten()  # ascending index
         return cand[torch.sort(scores[cand], descending=True, stable=True).indices][:k]
-    if nonzero == 0:
+    ids, vals = support(scores)  # draw on the nonzero entries only (same distribution)
+    if ids.numel() == 0:
         raise RuntimeError("beam sampling: every draft score is zero (check the warping settings)")
-    k = width if replacement else min(width, nonzero)
-    probs = scores.float() if scores.dtype in (torch.bfloat16, torch.float16) else scores
-    return torch.multinomial(probs, k, replacement=replacement, generator=generator)
+    k = width if replacement else min(width, ids.numel())
+    return draw(ids, vals, generator, k, replacement)
 
 
 def beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool = True) -> Beams:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mtad.runner import ModelRunner
+from mtad.sampling import residual, sample  # noqa: F401  (decoders import them from here)
 from mtad.warping import Warping
 
 
@@ -62,15 +63,3 @@ def check_positive_int(field_name: str, value, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{field_name} must be an integer >= {minimum}, got {value!r}")
     return value
-
-
-def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
-    """One draw from a probability vector [V] (explicit generator, no global RNG)."""
-    return int(torch.multinomial(probs.float() if probs.dtype == torch.bfloat16 else probs, 1, generator=generator))
-
-
-def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """norm(max(0, p - q)); falls back to p when the residual has no mass in floating point."""
-    r = (p - q).clamp_min(0)
-    s = r.sum()
-    return r / s if s > 0 else p
