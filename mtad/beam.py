@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mtad.decoders.base import StepContext
+from mtad.protocols import StepContext
 from mtad.runner import ROOT
 from mtad.sampling import draw, support
 from mtad.warping import Warping

@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from mtad.decoders.base import Decoder, StepContext
+from mtad.decoders.base import Decoder
+from mtad.protocols import StepContext
 from mtad.runner import ModelRunner, _sync
 from mtad.warping import Warping
 

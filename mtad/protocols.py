@@ -8,7 +8,7 @@ row 0 is the root (the committed endpoint), nodes are rows ``1..N`` in the order
 added, and a node's parent row is smaller than its own.
 
 This module sits below the decoders and the drafting / verification maths
-(``mtad.beam``, ``mtad.decoders``): it imports nothing from the package.
+(``mtad.beam``, ``mtad.decoders``); of the package it imports only ``mtad.warping``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from mtad.warping import Warping
-
-ROOT = 0  # the root row of every step's token tree (the committed endpoint)
 
 
 @runtime_checkable

@@ -14,21 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
-
-from mtad.runner import ModelRunner
+from mtad.protocols import StepContext  # noqa: F401  (decoders import it from here)
 from mtad.sampling import residual, sample  # noqa: F401  (decoders import them from here)
-from mtad.warping import Warping
-
-
-@dataclass
-class StepContext:
-    committed: list[int]  # prompt + tokens emitted so far; the last one is the endpoint
-    target: ModelRunner
-    draft: ModelRunner | None
-    warping: Warping
-    generator: torch.Generator
-    remaining: int  # new tokens still allowed; a decoder may draft fewer near the end
 
 
 @dataclass
@@ -57,6 +44,11 @@ class Decoder:
 
     def config_dict(self) -> dict:
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+
+def target_only(ctx: StepContext) -> StepOutput:
+    """The step when no room is left to draft (``remaining == 1``): y ~ warped p at the endpoint."""
+    return StepOutput(tokens=[sample(ctx.warping(ctx.target.root_logits), ctx.generator)])
 
 
 def check_positive_int(field_name: str, value, minimum: int = 1) -> int:
