@@ -36,7 +36,14 @@ import math
 import torch
 
 from mtad.beam import beam_sample
-from mtad.decoders.base import Decoder, StepContext, StepOutput, check_positive_int, sample
+from mtad.decoders.base import (
+    Decoder,
+    StepContext,
+    StepOutput,
+    check_positive_int,
+    sample,
+    target_only,
+)
 from mtad.decoders.spd import target_chain
 
 
@@ -99,7 +106,7 @@ class MTAD(Decoder):
     def step(self, ctx: StepContext) -> StepOutput:
         g = min(self.gamma, max(ctx.remaining - 1, 0))
         if g == 0:
-            return StepOutput(tokens=[sample(ctx.warping(ctx.target.root_logits), ctx.generator)])
+            return target_only(ctx)
         beams = beam_sample(ctx, g, self.width, self.replacement)
         best = beams.best()
         draft = beams.path_tokens(best)  # [g]

@@ -17,6 +17,7 @@ from mtad.decoders.base import (
     check_positive_int,
     residual,
     sample,
+    target_only,
 )
 from mtad.runner import ROOT
 
@@ -70,7 +71,7 @@ class SpD(Decoder):
     def step(self, ctx: StepContext) -> StepOutput:
         g = min(self.gamma, max(ctx.remaining - 1, 0))
         if g == 0:
-            return StepOutput(tokens=[sample(ctx.warping(ctx.target.root_logits), ctx.generator)])
+            return target_only(ctx)
         tokens, q = draft_chain(ctx, g)
         p = target_chain(ctx, tokens)
         n, y = verify_chain(tokens, p, q, ctx.generator)

@@ -30,7 +30,7 @@ import math
 import torch
 
 from mtad.beam import beam_sample
-from mtad.decoders.base import StepContext, StepOutput, sample
+from mtad.decoders.base import StepContext, StepOutput, sample, target_only
 from mtad.decoders.mtad import MTAD, check_bool
 from mtad.runner import ROOT
 
@@ -104,7 +104,7 @@ class TreeMTAD(MTAD):
     def step(self, ctx: StepContext) -> StepOutput:
         g = min(self.gamma, max(ctx.remaining - 1, 0))
         if g == 0:
-            return StepOutput(tokens=[sample(ctx.warping(ctx.target.root_logits), ctx.generator)])
+            return target_only(ctx)
         beams = beam_sample(ctx, g, self.width, self.replacement)
         tokens, parents, depth, _ = beam_tree(beams)
         logits = ctx.target.forward(tokens, parents)  # [N, V], one pass over the whole tree
