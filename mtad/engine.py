@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 
@@ -173,6 +173,3 @@ class Engine:
         result.wall_time = time.perf_counter() - start
         return result
 
-
-def records_as_dicts(result: GenerationResult) -> list[dict]:
-    return [asdict(s) for s in result.steps]
