@@ -120,7 +120,7 @@ def beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool = Tr
     vocab = rows.shape[-1]
     weights = torch.ones(1, dtype=rows.dtype)  # [n] the root is one beam of weight 1
     cum_prev = torch.zeros(1, dtype=rows.dtype)
-    nodes_prev = [ROOT]  # draft node id per slot of the previous depth (ROOT before depth 0)
+    nodes_prev = [ROOT]  # draft tree row per slot of the previous depth (ROOT before depth 0)
     out = Beams(tokens=[], parents=[], cum_logq=[], weights=weights)
     for t in range(gamma):
         if t > 0:
@@ -145,9 +145,9 @@ def _expand(
     ctx: StepContext,
     tokens: torch.Tensor,  # [n] tokens of the previous depth's slots
     parents: torch.Tensor,  # [n] their parent slots (-1 at depth 0)
-    parent_nodes: list[int],  # draft node id of each slot one depth further up (or [ROOT])
+    parent_nodes: list[int],  # draft tree row of each slot one depth further up (or [ROOT])
 ) -> tuple[torch.Tensor, list[int]]:
-    """Feed one depth of beams to the draft as tree nodes; scoring rows [n, V] and node ids [n].
+    """Feed one depth of beams to the draft as tree nodes; scoring rows [n, V] and tree rows [n].
 
     Slots with the same (parent node, token) share one node (drawn with replacement).
     """
@@ -161,4 +161,4 @@ def _expand(
     logits = ctx.draft.forward([k[1] for k in unique], [k[0] for k in unique])  # [u, V]
     probs = scoring_probs(ctx.warping, logits)
     which = torch.tensor([unique[k] for k in keys])
-    return probs[which], [first + unique[k] for k in keys]
+    return probs[which], [first + 1 + unique[k] for k in keys]  # new rows first+1 ..

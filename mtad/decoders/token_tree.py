@@ -1,8 +1,10 @@
 """Drafting token trees on the draft model and scoring them with one target pass.
 
-Shared by the tree decoders (SpecInfer, MCSS, MCNS, SpecTr). Rows follow the
-layout of ``mtad.multidraft``: row 0 is the root (the endpoint), rows 1..N are
-nodes in the order drafted, ``parents[r] < r``; runner node ids are ``row - 1``.
+Shared by the tree decoders (SpecInfer, MCSS, MCNS, SpecTr). Rows follow the code
+base's token-tree convention (``mtad.runner``): row 0 is the root (the endpoint),
+rows 1..N are nodes in the order drafted, ``parents[r] < r``. A tree may hold rows
+with equal token paths (i.i.d. siblings); only their canonical rows are fed to the
+models, so a runner's rows are this tree's canonical rows, renumbered.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ class _TreeBuilder:
         self.ctx = ctx
         self.parents, self.tokens, self.canon = [-1], [-1], [0]
         self._by_key: dict[tuple[int, int], int] = {}
-        self._draft_node: dict[int, int] = {0: ROOT}  # canonical row -> draft runner node id
+        self._draft_node: dict[int, int] = {0: ROOT}  # canonical row -> draft runner row
         self.q_root = ctx.warping(ctx.draft.root_logits)
         self.qs: dict[int, torch.Tensor] = {0: self.q_root}  # canonical row -> q after it
 
@@ -82,7 +84,7 @@ class _TreeBuilder:
         logits = self.ctx.draft.forward([self.tokens[r] for r in todo], parents)
         probs = self.ctx.warping(logits)
         for i, r in enumerate(todo):
-            self._draft_node[r] = self.ctx.draft.num_nodes - len(todo) + i
+            self._draft_node[r] = self.ctx.draft.num_nodes - len(todo) + 1 + i
             self.qs[r] = probs[i]
 
     def tree(self, depth: int) -> TokenTree:
@@ -128,7 +130,7 @@ def score_tree(ctx: StepContext, tree: TokenTree) -> Rows:  # [N+1, V]
     rows = tree.unique_rows
     node = {0: ROOT}
     for i, r in enumerate(rows):
-        node[r] = i
+        node[r] = i + 1  # target runner row
     logits = ctx.target.forward([tree.tokens[r] for r in rows],
                                 [node[tree.canon[tree.parents[r]]] for r in rows])
     root = ctx.target.root_logits
