@@ -19,7 +19,6 @@ from mtad.decoders.base import (
     sample,
     target_only,
 )
-from mtad.runner import ROOT
 
 
 def verify_chain(
@@ -50,13 +49,13 @@ def draft_chain(ctx: StepContext, gamma: int) -> tuple[list[int], torch.Tensor]:
         tokens.append(x)
         qs.append(q)
         if i < gamma - 1:
-            logits = ctx.draft.forward([x], [ROOT if i == 0 else i - 1])[0]
+            logits = ctx.draft.forward([x], [i])[0]
     return tokens, torch.stack(qs) if qs else torch.empty(0)
 
 
 def target_chain(ctx: StepContext, tokens: list[int]) -> torch.Tensor:
     """One target pass over the endpoint and a chain; warped p [len(tokens) + 1, V]."""
-    logits = ctx.target.forward(tokens, [ROOT] + list(range(len(tokens) - 1)))
+    logits = ctx.target.forward(tokens, list(range(len(tokens))))  # rows: chain node i+1 under row i
     return ctx.warping(torch.cat([ctx.target.root_logits[None], logits]))
 
 
