@@ -15,14 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 import torch
 
 from mtad.warping import Warping
 
 
-@runtime_checkable
 class TreeRunner(Protocol):
     """One model, its cache and the current step's token tree (see ``mtad.runner``)."""
 
