@@ -163,7 +163,8 @@ class Engine:
         start = time.perf_counter()
         while len(result.output_ids) < max_new_tokens:
             ts = time.perf_counter()
-            f0 = {r.name: r.forward_time for r in self._runners()}
+            f0_target = self.target.forward_time
+            f0_draft = self.draft.forward_time if self.draft else 0.0
             calls0 = self.target.forward_calls
             for r in self._runners():
                 r.begin(committed)
@@ -198,8 +199,8 @@ class Engine:
                     emitted=len(tokens),
                     tree_size=out.tree_size,
                     target_passes=self.target.forward_calls - calls0,
-                    target_time=self.target.forward_time - f0["target"],
-                    draft_time=(self.draft.forward_time - f0["draft"]) if self.draft else 0.0,
+                    target_time=self.target.forward_time - f0_target,
+                    draft_time=(self.draft.forward_time - f0_draft) if self.draft else 0.0,
                     wall_time=time.perf_counter() - ts,
                 )
             )
