@@ -106,10 +106,11 @@ def select_entries(
         k = min(width, scores.numel())
         cand = torch.nonzero(scores >= torch.topk(scores, k).values[-1]).flatten()  # ascending index
         return cand[torch.sort(scores[cand], descending=True, stable=True).indices][:k]
-    ids, vals = support(scores)  # draw on the nonzero entries only (same distribution)
-    if ids.numel() == 0:
+    ids, vals = support(scores)  # a long vector: its nonzero entries only (same distribution)
+    nonzero = int((vals > 0).sum())
+    if nonzero == 0:
         raise RuntimeError("beam sampling: every draft score is zero (check the warping settings)")
-    k = width if replacement else min(width, ids.numel())
+    k = width if replacement else min(width, nonzero)
     return draw(ids, vals, generator, k, replacement)
 
 
