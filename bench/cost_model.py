@@ -76,7 +76,7 @@ def time_pass(runner: ModelRunner, committed: list[int], rows: int, with_pending
     fill = committed[-64:] * (rows // max(len(committed[-64:]), 1) + 1)
     if with_pending:  # the endpoint row + rows-1 chain nodes in one call (a target verify pass)
         k = rows - 1
-        toks, parents = fill[:k], ([ROOT] + list(range(k - 1)))[:k]
+        toks, parents = fill[:k], ([ROOT] + list(range(1, k)))[:k]  # a chain: rows 1..k
     else:  # the endpoint first, then rows sibling nodes (a beam depth on the draft)
         runner.forward([], [])  # feeds the pending endpoint (root logits)
         toks, parents = fill[:rows], [ROOT] * rows

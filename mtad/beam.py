@@ -48,8 +48,9 @@ from dataclasses import dataclass
 
 import torch
 
-from mtad.decoders.base import StepContext
+from mtad.protocols import StepContext
 from mtad.runner import ROOT
+from mtad.sampling import draw, support
 from mtad.warping import Warping
 
 
@@ -100,17 +101,17 @@ def select_entries(
     generator: torch.Generator,
 ) -> torch.Tensor:  # [k] indices into scores, k <= width
     """Top-W (greedy) or W multinomial draws over the flattened W x V scores."""
-    nonzero = int((scores > 0).sum())
     if greedy:
         # the first k of a stable descending sort, without sorting all W x V entries
         k = min(width, scores.numel())
         cand = torch.nonzero(scores >= torch.topk(scores, k).values[-1]).flatten()  # ascending index
         return cand[torch.sort(scores[cand], descending=True, stable=True).indices][:k]
+    ids, vals = support(scores)  # a long vector: its nonzero entries only (same distribution)
+    nonzero = int((vals > 0).sum())
     if nonzero == 0:
         raise RuntimeError("beam sampling: every draft score is zero (check the warping settings)")
     k = width if replacement else min(width, nonzero)
-    probs = scores.float() if scores.dtype in (torch.bfloat16, torch.float16) else scores
-    return torch.multinomial(probs, k, replacement=replacement, generator=generator)
+    return draw(ids, vals, generator, k, replacement)
 
 
 def beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool = True) -> Beams:
@@ -120,7 +121,7 @@ def beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool = Tr
     vocab = rows.shape[-1]
     weights = torch.ones(1, dtype=rows.dtype)  # [n] the root is one beam of weight 1
     cum_prev = torch.zeros(1, dtype=rows.dtype)
-    nodes_prev = [ROOT]  # draft node id per slot of the previous depth (ROOT before depth 0)
+    nodes_prev = [ROOT]  # draft tree row per slot of the previous depth (ROOT before depth 0)
     out = Beams(tokens=[], parents=[], cum_logq=[], weights=weights)
     for t in range(gamma):
         if t > 0:
@@ -145,9 +146,9 @@ def _expand(
     ctx: StepContext,
     tokens: torch.Tensor,  # [n] tokens of the previous depth's slots
     parents: torch.Tensor,  # [n] their parent slots (-1 at depth 0)
-    parent_nodes: list[int],  # draft node id of each slot one depth further up (or [ROOT])
+    parent_nodes: list[int],  # draft tree row of each slot one depth further up (or [ROOT])
 ) -> tuple[torch.Tensor, list[int]]:
-    """Feed one depth of beams to the draft as tree nodes; scoring rows [n, V] and node ids [n].
+    """Feed one depth of beams to the draft as tree nodes; scoring rows [n, V] and tree rows [n].
 
     Slots with the same (parent node, token) share one node (drawn with replacement).
     """
@@ -161,4 +162,4 @@ def _expand(
     logits = ctx.draft.forward([k[1] for k in unique], [k[0] for k in unique])  # [u, V]
     probs = scoring_probs(ctx.warping, logits)
     which = torch.tensor([unique[k] for k in keys])
-    return probs[which], [first + unique[k] for k in keys]
+    return probs[which], [first + 1 + unique[k] for k in keys]  # new rows first+1 ..

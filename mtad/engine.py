@@ -6,18 +6,22 @@ prefill both models, then repeat until ``max_new_tokens`` or EOS:
 
 The engine knows nothing about tokenization or acceptance rules: token ids in,
 token ids and per-step records out. Randomness comes from one explicit
-``torch.Generator`` seeded per call.
+``torch.Generator`` seeded per call. It drives the models through the
+``mtad.protocols.TreeRunner`` interface: given a model it wraps it in a
+``mtad.runner.ModelRunner``; given an object that already is a ``TreeRunner`` (e.g. a
+study's table of precomputed logits) it uses that object as is.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 
-from mtad.decoders.base import Decoder, StepContext
+from mtad.decoders.base import Decoder
+from mtad.protocols import StepContext, TreeRunner
 from mtad.runner import ModelRunner, _sync
 from mtad.warping import Warping
 
@@ -86,8 +90,28 @@ class GenerationResult:
         }
 
 
+_RUNNER_METHODS = ("prefill", "begin", "end", "forward", "root_logits", "num_nodes", "depth")
+
+
+def as_runner(model_or_runner, vocab_size: int | None, name: str) -> TreeRunner:
+    """A model wrapped in a ``ModelRunner``, or a ``TreeRunner`` object as is."""
+    if isinstance(model_or_runner, torch.nn.Module):
+        return ModelRunner(model_or_runner, vocab_size, name=name)
+    # checked on the type: reading ``root_logits`` on an instance would run a forward pass
+    missing = [m for m in _RUNNER_METHODS if not hasattr(type(model_or_runner), m)]
+    if missing:
+        raise TypeError(
+            f"{name}: expected a torch model or a mtad.protocols.TreeRunner, got "
+            f"{type(model_or_runner).__name__} without {', '.join(missing)}"
+        )
+    return model_or_runner
+
+
 class Engine:
-    """Runs a decoder on a (target, draft) pair. ``draft`` may be None for decoders without one."""
+    """Runs a decoder on a (target, draft) pair. ``draft`` may be None for decoders without one.
+
+    ``target`` and ``draft`` are models or ``TreeRunner`` objects (see ``as_runner``).
+    """
 
     def __init__(
         self,
@@ -101,17 +125,30 @@ class Engine:
         self.decoder = decoder
         self.warping = warping
         self.eos = set(int(e) for e in eos_token_ids)
-        self.target = ModelRunner(target, vocab_size, name="target")
+        self.target = as_runner(target, vocab_size, "target")
         needs_draft = getattr(decoder, "uses_draft", True)
         if needs_draft and draft is None:
             raise ValueError(f"decoder {decoder.name!r} needs a draft model; the model pair has none")
-        self.draft = ModelRunner(draft, vocab_size, name="draft") if (draft is not None and needs_draft) else None
+        self.draft = as_runner(draft, vocab_size, "draft") if (draft is not None and needs_draft) else None
 
-    def _runners(self) -> list[ModelRunner]:
+    def _runners(self) -> list[TreeRunner]:
         return [r for r in (self.target, self.draft) if r is not None]
 
     @torch.no_grad()
-    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, seed: int = 0) -> GenerationResult:
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        max_new_tokens: int,
+        seed: int = 0,
+        stop_after: int | None = None,
+    ) -> GenerationResult:
+        """Decode up to ``max_new_tokens`` (and the first EOS).
+
+        ``stop_after`` ends the generation after the step in which at least that many
+        tokens have been emitted (stop reason ``"stop_after"``), while ``max_new_tokens``
+        still sets the room each step sees (``StepContext.remaining``): a study can take
+        a prefix of a long generation without its drafts being shortened near the end.
+        """
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         prompt = [int(t) for t in prompt_ids]
@@ -128,7 +165,8 @@ class Engine:
         start = time.perf_counter()
         while len(result.output_ids) < max_new_tokens:
             ts = time.perf_counter()
-            f0 = {r.name: r.forward_time for r in self._runners()}
+            f0_target = self.target.forward_time
+            f0_draft = self.draft.forward_time if self.draft else 0.0
             calls0 = self.target.forward_calls
             for r in self._runners():
                 r.begin(committed)
@@ -163,8 +201,8 @@ class Engine:
                     emitted=len(tokens),
                     tree_size=out.tree_size,
                     target_passes=self.target.forward_calls - calls0,
-                    target_time=self.target.forward_time - f0["target"],
-                    draft_time=(self.draft.forward_time - f0["draft"]) if self.draft else 0.0,
+                    target_time=self.target.forward_time - f0_target,
+                    draft_time=(self.draft.forward_time - f0_draft) if self.draft else 0.0,
                     wall_time=time.perf_counter() - ts,
                     shape=out.info.get("shape"),
                 )
@@ -172,9 +210,9 @@ class Engine:
             if stop:
                 result.stop_reason = "eos"
                 break
+            if stop_after is not None and len(result.output_ids) >= stop_after:
+                result.stop_reason = "stop_after"
+                break
         result.wall_time = time.perf_counter() - start
         return result
 
-
-def records_as_dicts(result: GenerationResult) -> list[dict]:
-    return [asdict(s) for s in result.steps]

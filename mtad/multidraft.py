@@ -24,7 +24,16 @@ Tree layout (batch size 1): row 0 is the root (the context end), nodes
 ``1..N`` have ``parents[i]`` in ``[0, i)`` (``parents[0] = -1``) and token
 ``tokens[i]`` (``tokens[0]`` unused). ``p[i]`` / ``q[i]`` are the warped target /
 draft next-token distributions after row ``i``; the children of row ``i`` were
-drawn from ``q[i]``. Children of a row are taken in increasing index order.
+drawn from ``q[i]``. Children of a row are taken in increasing index order. ``p``
+and ``q`` are ``[N+1, V]`` tensors or ``Rows`` computed on demand (a walk reads only
+the rows on its path). This is the code base's token-tree convention
+(``mtad.runner``).
+
+Support. After top-k / top-p a distribution over V ~ 152k tokens has a handful of
+nonzero entries. On a long vocabulary each visited node's rule runs on the union of
+its P's and Q's supports and its candidates (``compress_support``, exact), and every
+draw is made on the support (``mtad.sampling``); dense small vocabularies (the exact
+tests) run as written.
 
 Methods:
 
@@ -57,8 +66,14 @@ from typing import NamedTuple
 
 import torch
 
+from mtad import sampling
+from mtad.sampling import sample, support
+
 __all__ = [
+    "Compressed",
     "PositionOutcome",
+    "Rows",
+    "compress_support",
     "draw_without_replacement",
     "mcns_position",
     "mcss_position",
@@ -106,11 +121,10 @@ def _accept_ratio(
 
 
 def _sample(
-    probs: torch.Tensor,  # [n], non-negative, not all zero
+    probs: torch.Tensor,  # [n], not all zero (entries <= 0 are never drawn)
     generator: torch.Generator,
 ) -> int:
-    probs = probs.float() if probs.dtype in (torch.float16, torch.bfloat16) else probs
-    return int(torch.multinomial(probs.clamp_min(0), 1, generator=generator))
+    return sample(probs, generator)
 
 
 def _sequential(
@@ -176,14 +190,13 @@ def draw_without_replacement(
     """
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
-    remaining = q.clone()
+    ids, vals = support(q)  # sequential draws on the support only (same distribution)
+    vals = vals.clone()
     drawn: list[int] = []
-    for _ in range(k):
-        if not bool((remaining > 0).any()):
-            break
-        t = _sample(remaining, generator)
-        drawn.append(t)
-        remaining[t] = 0
+    for _ in range(min(k, int((vals > 0).sum()))):
+        j = int(torch.multinomial(vals, 1, generator=generator))
+        drawn.append(int(ids[j]))
+        vals[j] = 0
     return torch.tensor(drawn, dtype=torch.long, device=q.device)
 
 
@@ -328,6 +341,74 @@ def mcns_position(
 # --------------------------------------------------------------------------- tree walking
 
 
+class Rows:
+    """Rows ``[N+1, V]`` computed on first access: ``row(i)`` for row ``i``, then cached.
+
+    The tree walkers read ``p`` / ``q`` only at the rows the walk visits (a path), so a
+    decoder can pass its target's distributions lazily (one warping per visited row)
+    instead of a dense ``[N+1, V]`` tensor; a tensor works everywhere a ``Rows`` does.
+    """
+
+    def __init__(self, num_rows: int, row: Callable[[int], torch.Tensor]):
+        self._n, self._row, self._cache = num_rows, row, {}
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: int) -> torch.Tensor:  # [V]
+        i = int(i)
+        if not 0 <= i < self._n:
+            raise IndexError(f"row {i} out of range 0..{self._n - 1}")
+        if i not in self._cache:
+            self._cache[i] = self._row(i)
+        return self._cache[i]
+
+
+class Compressed(NamedTuple):
+    """One node's P, Q and candidates restricted to the columns where any of them lives."""
+
+    P: torch.Tensor  # [C] columns ``cols`` of P
+    Q: torch.Tensor  # [C] columns ``cols`` of Q
+    cands: list[int]  # [k] candidates as column indices
+    cols: torch.Tensor  # [C] ascending vocabulary ids: compressed column j is token cols[j]
+
+
+def compress_support(
+    P: torch.Tensor,  # [V]
+    Q: torch.Tensor,  # [V]
+    cands: Sequence[int],  # [k]
+) -> Compressed:
+    """Restrict one verification position to the union of P's and Q's supports and the candidates.
+
+    Exact for every rule here: a column outside the union is 0 in P and Q, so residuals
+    (``max(0, P - Q)``, ``max(0, p - rho q)``), MCSS's ``Q`` updates, SpecTr's ``beta``
+    and MCNS's leftover mass are 0 there and every normalising sum is unchanged (up to
+    floating-point summation order); a fallback to ``P`` stays inside the union. Columns
+    keep their ascending order, so when both are drawn on their support
+    (``mtad.sampling``), a draw from a compressed vector picks the same token, for the
+    same generator state, as from the dense vector.
+    """
+    cand_t = torch.tensor([int(c) for c in cands], dtype=torch.long, device=P.device)
+    keep = (P > 0) | (Q > 0)  # [V]
+    keep[cand_t] = True
+    cols = torch.nonzero(keep).flatten()  # [C] ascending
+    return Compressed(P[cols], Q[cols], torch.searchsorted(cols, cand_t).tolist(), cols)
+
+
+def _run_rule(
+    rule: PositionRule,
+    P: torch.Tensor,  # [V]
+    Q: torch.Tensor,  # [V]
+    cands: list[int],  # [k]
+    compress: bool,
+) -> tuple[PositionOutcome, torch.Tensor | None]:
+    """The rule's outcome, on ``compress_support``'s columns when ``compress`` (then also the columns)."""
+    if not compress:
+        return rule(P, Q, cands), None
+    c = compress_support(P, Q, cands)
+    return rule(c.P, c.Q, c.cands), c.cols
+
+
 def _children(parents: Sequence[int], num_rows: int) -> list[list[int]]:
     if len(parents) != num_rows:
         raise ValueError(f"parents has {len(parents)} rows, p/q have {num_rows}")
@@ -344,37 +425,50 @@ def _children(parents: Sequence[int], num_rows: int) -> list[list[int]]:
 def _walk(
     parents: Sequence[int],  # [N+1]
     tokens: Sequence[int],  # [N+1]
-    p: torch.Tensor,  # [N+1, V]
-    q: torch.Tensor,  # [N+1, V]
+    p: torch.Tensor | Rows,  # [N+1, V]
+    q: torch.Tensor | Rows,  # [N+1, V]
     generator: torch.Generator,
     rule: PositionRule,
     merge_equal_prefixes: bool = False,
+    compress: bool | None = None,
 ) -> tuple[list[int], int]:
     """Walk the tree from the root, drawing each node's outcome from ``rule``.
 
     Without merging, the candidates at a node are its children. With merging
     (SpecTr's k chains), they are the children of every node whose path carries
-    the same tokens as the accepted prefix ("alive" drafts).
+    the same tokens as the accepted prefix ("alive" drafts). With ``compress`` the
+    rule runs on ``compress_support``'s columns of each visited node (same outcome)
+    and a correction is mapped back to the vocabulary; ``None`` compresses
+    vocabularies longer than ``mtad.sampling.DENSE_MAX``. Only the visited rows of
+    ``p`` and ``q`` are read.
     """
     parents = [int(x) for x in parents]
     tokens = [int(x) for x in tokens]
-    if p.shape != q.shape or p.dim() != 2:
-        raise ValueError(
-            f"p and q must both be [N+1, V], got {tuple(p.shape)} and {tuple(q.shape)}"
-        )
-    if len(tokens) != p.shape[0]:
-        raise ValueError(f"tokens has {len(tokens)} rows, p/q have {p.shape[0]}")
-    kids = _children(parents, p.shape[0])
+    if isinstance(p, torch.Tensor) or isinstance(q, torch.Tensor):
+        if not (isinstance(p, torch.Tensor) and isinstance(q, torch.Tensor)) or (
+            p.shape != q.shape or p.dim() != 2
+        ):
+            raise ValueError(
+                f"p and q must both be [N+1, V], got {tuple(getattr(p, 'shape', ()))} "
+                f"and {tuple(getattr(q, 'shape', ()))}"
+            )
+    if len(tokens) != len(p) or len(q) != len(p):
+        raise ValueError(f"tokens has {len(tokens)} rows, p/q have {len(p)} / {len(q)}")
+    kids = _children(parents, len(p))
     node, alive = 0, [0]
     while True:
         cand_nodes = [c for a in alive for c in kids[a]]
         if not cand_nodes:  # a leaf was accepted (or the tree is empty): bonus
             token = _sample(p[node], generator)
             break
-        out = rule(p[node], q[node], [tokens[c] for c in cand_nodes])
+        P = p[node]
+        squeeze = compress if compress is not None else P.shape[-1] > sampling.DENSE_MAX
+        out, cols = _run_rule(rule, P, q[node], [tokens[c] for c in cand_nodes], squeeze)
         j = _sample(torch.cat([out.accept_prob, out.reject_prob.reshape(1)]), generator)
         if j == len(cand_nodes):  # every candidate rejected: correction
             token = _sample(out.residual, generator)
+            if cols is not None:
+                token = int(cols[token])
             break
         node = cand_nodes[j]
         alive = (
@@ -393,12 +487,13 @@ def verify_specinfer(
     p: torch.Tensor,  # [N+1, V] warped target distribution after each row
     q: torch.Tensor,  # [N+1, V] warped draft distribution each row's children were drawn from
     generator: torch.Generator,
+    compress: bool | None = None,
 ) -> tuple[list[int], int]:
     """SpecInfer tree verification (Miao et al., ASPLOS 2024): (accepted path, correction/bonus).
 
     Children of each node must be i.i.d. draws from ``q`` of that node.
     """
-    return _walk(parents, tokens, p, q, generator, specinfer_position)
+    return _walk(parents, tokens, p, q, generator, specinfer_position, compress=compress)
 
 
 def verify_mcss(
@@ -407,13 +502,14 @@ def verify_mcss(
     p: torch.Tensor,  # [N+1, V] warped target distribution after each row
     q: torch.Tensor,  # [N+1, V] warped draft distribution each row's children were drawn from
     generator: torch.Generator,
+    compress: bool | None = None,
 ) -> tuple[list[int], int]:
     """MCSS tree verification (Yang et al., arXiv:2401.06706): (accepted path, correction/bonus).
 
     Children of each node must be drawn from ``q`` of that node without
     replacement, in index order (``draw_without_replacement``).
     """
-    return _walk(parents, tokens, p, q, generator, mcss_position)
+    return _walk(parents, tokens, p, q, generator, mcss_position, compress=compress)
 
 
 def verify_spectr(
@@ -422,6 +518,7 @@ def verify_spectr(
     p: torch.Tensor,  # [N+1, V] warped target distribution after each row
     q: torch.Tensor,  # [N+1, V] warped draft distribution each row's child was drawn from
     generator: torch.Generator,
+    compress: bool | None = None,
 ) -> tuple[list[int], int]:
     """SpecTr sequence verification of k i.i.d. chain drafts (Sun et al., NeurIPS 2023).
 
@@ -434,7 +531,9 @@ def verify_spectr(
     follows the branch of the deepest accepted node (all alive branches carry
     the same tokens).
     """
-    return _walk(parents, tokens, p, q, generator, spectr_position, merge_equal_prefixes=True)
+    return _walk(
+        parents, tokens, p, q, generator, spectr_position, merge_equal_prefixes=True, compress=compress
+    )
 
 
 def verify_mcns(
@@ -443,9 +542,12 @@ def verify_mcns(
     p: torch.Tensor,  # [N+1, V] warped target distribution after each row
     q: torch.Tensor,  # [N+1, V] unused: MCNS does not look at the proposal
     generator: torch.Generator,
+    compress: bool | None = None,
 ) -> tuple[list[int], int]:
     """MCNS: at each node draw y ~ p; accept the child carrying y, else emit y and stop.
 
     Returns (accepted path, correction/bonus). Lossless for any proposal.
     """
-    return _walk(parents, tokens, p, q, generator, lambda P, Q, cands: mcns_position(P, cands))
+    return _walk(
+        parents, tokens, p, q, generator, lambda P, Q, cands: mcns_position(P, cands), compress=compress
+    )

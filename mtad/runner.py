@@ -7,11 +7,19 @@ trees (SpecInfer, tree-MTAD, beam drafts) share the same code path:
   sequence; the committed tokens not yet cached (at least the last one, the
   *endpoint*) are *pending* and are fed with the first forward call of the step.
 * ``forward(tokens, parents)`` adds nodes to the step's token tree and returns
-  their next-token logits. ``parents[i]`` is ``ROOT`` (-1, the endpoint) or the id
-  of a node added earlier in this step (ids count from 0 in the order added).
+  their next-token logits. ``parents[i]`` is the row of a node added earlier in this
+  step, or ``ROOT`` (row 0, the endpoint); see the convention below.
   Nodes attend to the committed context, to their ancestors and to themselves
   (tree attention: a 4-D additive mask, ``position_ids = endpoint position + depth``).
 * ``root_logits`` are the logits at the endpoint (the first new token's distribution).
+
+Token-tree convention (the one used throughout the code base: runners, ``mtad.beam``,
+``mtad.multidraft``, ``mtad.decoders.token_tree``, the decoders, studies and tests):
+a step's tree is a list of *rows*. Row 0 (``ROOT``) is the root, the committed
+endpoint; nodes are rows ``1..N`` numbered in the order added; a node's parent row is
+smaller than its own (``parents[r] < r``, ``parents[0] = -1`` where a full row list
+is kept). So row ``r``'s next-token distribution is ``p[r]`` of a ``[N+1, V]`` tensor
+whose row 0 is the root's, with no offset, and a runner's node ids are these rows.
 * ``end(committed)`` keeps, in the cache, the longest path of fed nodes that
   matches the newly committed tokens (``index_select`` on the sequence axis of
   every layer's keys and values; a crop when the path is a prefix) and drops
@@ -49,7 +57,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-ROOT = -1
+ROOT = 0  # row of the root (the committed endpoint); nodes are rows 1..N
 
 _UNSUPPORTED_ATTN = ("flash_attention_2", "flash_attention_3", "flex_attention")
 
@@ -133,11 +141,12 @@ class ModelRunner:
         self._clear_tree()
 
     def _clear_tree(self) -> None:
-        self._parents: list[int] = []
+        # per node, at index row - 1:
+        self._parents: list[int] = []  # parent row
         self._tokens: list[int] = []
         self._depth: list[int] = []
-        self._anc: list[list[int]] = []  # node -> ancestor node ids, root side first, incl. itself
-        self._node_pos0 = 0  # cache position of node 0 (= committed length once pending is fed)
+        self._anc: list[list[int]] = []  # ancestors' offsets (row - 1), root side first, incl. itself
+        self._node_pos0 = 0  # cache position of row 1 (= committed length once pending is fed)
 
     def begin(self, committed: Sequence[int]) -> None:
         """Start a step for the committed sequence (prompt + everything emitted)."""
@@ -167,10 +176,11 @@ class ModelRunner:
 
     @property
     def num_nodes(self) -> int:
+        """Nodes added this step; they are rows ``1..num_nodes``."""
         return len(self._tokens)
 
     def depth(self, node: int) -> int:
-        return 0 if node == ROOT else self._depth[node]
+        return 0 if node == ROOT else self._depth[node - 1]
 
     # ---------------------------------------------------------------- forward
     @property
@@ -190,10 +200,10 @@ class ModelRunner:
             raise ValueError("tokens and parents must have the same length")
         first_new = self.num_nodes
         for i, p in enumerate(parents):  # validate before touching any state
-            if p != ROOT and not (0 <= p < first_new + i):
+            if not (ROOT <= p <= first_new + i):
                 raise ValueError(
-                    f"parent {p} of new node {first_new + i} is not a node added before it "
-                    f"in this step (ids 0..{first_new + i - 1}, or ROOT={ROOT})"
+                    f"parent {p} of new node {first_new + i + 1} is not the root or a node "
+                    f"added before it in this step (rows {ROOT}..{first_new + i})"
                 )
         m = len(tokens)
         past = cache_length(self.cache)
@@ -211,7 +221,7 @@ class ModelRunner:
             if p == ROOT:
                 d, anc = 1, []
             else:
-                d, anc = self._depth[p] + 1, self._anc[p]
+                d, anc = self._depth[p - 1] + 1, self._anc[p - 1]
             self._anc.append(anc + [len(self._tokens)])
             self._tokens.append(t)
             self._parents.append(p)
@@ -249,7 +259,7 @@ class ModelRunner:
 
         Every row sees the committed context (cache + pending rows, causally among the
         pending rows); a node row also sees its ancestors and itself, at cache column
-        ``node_pos0 + node id``: one ``index_fill_`` on the flattened mask.
+        ``node_pos0 + tree row - 1``: one ``index_fill_`` on the flattened mask.
         """
         q_len = n_pend + self.num_nodes - first_new
         kv_len = past + q_len
@@ -302,25 +312,25 @@ class ModelRunner:
         self._clear_tree()
 
     def _matching_path(self, tokens: list[int]) -> list[int]:
-        """Node ids of a longest root path whose tokens are a prefix of ``tokens``.
+        """Offsets (row - 1) of a longest root path whose tokens are a prefix of ``tokens``.
 
         Siblings may repeat a token (independent drafts): all of them are followed, so a
         match continuing under the second copy is found too. Of the deepest matches the
         lowest id is kept (a prefix of node order when one exists: a crop, no gather).
         """
         children: dict[int, list[int]] = {}
-        for nid, p in enumerate(self._parents):
-            children.setdefault(p, []).append(nid)
+        for row, p in enumerate(self._parents, start=1):
+            children.setdefault(p, []).append(row)
         frontier = [ROOT]
         for tok in tokens:
-            nxt = [c for n in frontier for c in children.get(n, ()) if self._tokens[c] == tok]
+            nxt = [c for n in frontier for c in children.get(n, ()) if self._tokens[c - 1] == tok]
             if not nxt:
                 break
             frontier = nxt
         node = min(frontier)
         if node == ROOT:
             return []
-        return list(self._anc[node])
+        return list(self._anc[node - 1])
 
     # ------------------------------------------------------------- utilities
     @torch.no_grad()

@@ -131,7 +131,7 @@ class FakeRunner:
         self.forward_calls += 1
         out = []
         for t, p in zip(tokens, parents):
-            self.paths.append(([] if p == ROOT else self.paths[p]) + [t])
+            self.paths.append(([] if p == ROOT else self.paths[p - 1]) + [t])
             out.append(self.logits_of(self.committed + self.paths[-1]))
         return torch.stack(out) if out else torch.empty(0, 4, dtype=torch.float64)
 
@@ -249,7 +249,7 @@ class OldBiLD(BiLD):
     def step(self, ctx: StepContext) -> StepOutput:
         draft, fallback = self._draft_run(ctx)
         n = len(draft)
-        logits = ctx.target.forward(draft, ([ROOT] + list(range(n - 1)))[:n])
+        logits = ctx.target.forward(draft, list(range(n)))
         p = self._probs(ctx, torch.cat([ctx.target.root_logits[None], logits]))
         rb = rollback_position(draft, p, self.alpha_rb)
         if rb is not None:

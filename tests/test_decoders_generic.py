@@ -47,3 +47,22 @@ def test_lossless_decoders_equal_greedy_at_temperature_zero(pair, name):
     ref = Engine(target, None, Greedy(), Warping(0)).generate([3, 4, 5], 30).output_ids
     out = Engine(target, draft, dec, Warping(0)).generate([3, 4, 5], 30, seed=2).output_ids
     assert out == ref
+
+
+@pytest.mark.parametrize("name", ["specinfer", "tree_mtad"])
+def test_engine_takes_runner_objects(pair, name):
+    """Runner objects (mtad.protocols.TreeRunner) are used as given, models are wrapped:
+    the same seeded output either way; ``stop_after`` ends after the step reaching it."""
+    from mtad.runner import ModelRunner
+
+    target, draft = pair
+    w = Warping(1.0, top_k=10, top_p=0.9)
+    ref = Engine(target, draft, _decoder(name), w).generate([3, 4, 5], 20, seed=3)
+    eng = Engine(ModelRunner(target), ModelRunner(draft), _decoder(name), w)
+    assert isinstance(eng.target, ModelRunner)
+    assert eng.generate([3, 4, 5], 20, seed=3).output_ids == ref.output_ids
+    short = eng.generate([3, 4, 5], 20, seed=3, stop_after=5)
+    assert short.stop_reason == "stop_after" and 5 <= len(short.output_ids) < 20
+    assert short.output_ids == ref.output_ids[: len(short.output_ids)]
+    with pytest.raises(TypeError, match="TreeRunner"):
+        Engine(object(), None, Greedy(), w)

@@ -98,8 +98,8 @@ def test_rollback_after_partly_rejected_chain(arch, impl, accepted):
         for i in range(gamma):
             chain.append(int(logits.argmax()))
             if i < gamma - 1:
-                logits = dr.forward([chain[-1]], [ROOT if i == 0 else i - 1])[0]
-        p = tr.forward(chain, [ROOT] + list(range(gamma - 1)))
+                logits = dr.forward([chain[-1]], [i])[0]
+        p = tr.forward(chain, list(range(gamma)))
         ref = sequential(target, committed + chain)
         assert max_diff(torch.cat([tr.root_logits[None], p]), ref[len(committed) - 1 :]) <= t
         if accepted < gamma:  # rejected at ``accepted``: a correction token != the draft's
@@ -125,12 +125,12 @@ def test_pending_tokens_and_tree_in_one_call(arch, impl):
     committed = [rng.randrange(2, V) for _ in range(5)]
     runner.prefill(committed)
     runner.begin(committed)
-    runner.forward([7, 8], [ROOT, 0])
+    runner.forward([7, 8], [ROOT, 1])
     committed = committed + [9, 10, 11, 12]  # diverges at once from the fed nodes
     runner.end(committed)
     assert runner.cached_ids == committed[:5]
     runner.begin(committed)  # 4 pending rows: old endpoint + 3 tokens never fed
-    tokens, parents = [20, 21, 22, 23, 24], [ROOT, 0, ROOT, 2, 0]
+    tokens, parents = [20, 21, 22, 23, 24], [ROOT, 1, ROOT, 3, 1]
     got = runner.forward(tokens, parents)
     base = len(committed) - 1
     for node, path in enumerate([[0], [0, 1], [2], [2, 3], [0, 4]]):
@@ -149,7 +149,7 @@ def test_begin_with_diverged_sequence_crops_to_common_prefix(arch, impl):
     a = [3, 4, 5, 6, 7, 8, 9]
     runner.prefill(a)
     runner.begin(a)
-    runner.forward([10, 11], [ROOT, 0])
+    runner.forward([10, 11], [ROOT, 1])
     runner.end(a + [10, 11, 12])
     b = a[:3] + [40, 41]  # shares only 3 tokens with the cache
     runner.begin(b)
@@ -164,7 +164,7 @@ def test_begin_with_diverged_sequence_crops_to_common_prefix(arch, impl):
     runner.begin(a[:4])  # a shorter sequence that the cache extends past
     assert runner.cached_ids == a[:3]
     assert max_diff(runner.root_logits, sequential(m, a[:4])[-1]) <= t
-    runner.forward([60, 61], [ROOT, 0])
+    runner.forward([60, 61], [ROOT, 1])
     runner.end(a[:4])  # nothing new committed (and the endpoint itself not): roll back
     assert_cache_is_fresh_prefill(m, runner, a[:4], t)
 
@@ -200,8 +200,8 @@ def test_forward_validation_leaves_state_unchanged():
     with pytest.raises(ValueError, match="same length"):
         runner.forward([7], [0, 0])
     assert runner.num_nodes == 1 and runner.cache.get_seq_length() == 4
-    out = runner.forward([7, 8], [0, 1])  # parents may be nodes of the same call
-    assert out.shape == (2, V) and runner.depth(2) == 3
+    out = runner.forward([7, 8], [1, 2])  # parents may be nodes of the same call
+    assert out.shape == (2, V) and runner.depth(3) == 3 and runner.depth(ROOT) == 0
     runner.end([3, 4, 5, 6, 7, 8, 9])
     assert runner.cached_ids == [3, 4, 5, 6, 7, 8]
     with pytest.raises(RuntimeError, match="begin"):

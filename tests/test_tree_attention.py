@@ -79,11 +79,12 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def random_tree(rng: random.Random, n: int, kind: str) -> tuple[list[int], list[int]]:
-    """``n`` nodes in insertion order; some siblings share a token (independent drafts)."""
+    """``n`` nodes (rows 1..n) in insertion order: tokens[i] and parents[i] are row i + 1's
+    token and parent row; some siblings share a token (independent drafts)."""
     if kind == "chain":
-        parents = [ROOT] + list(range(n - 1))
+        parents = list(range(n))
     else:
-        parents = [rng.randrange(-1, i) for i in range(n)]
+        parents = [rng.randrange(0, i + 1) for i in range(n)]
     tokens = []
     for i, p in enumerate(parents):
         sib = [j for j in range(i) if parents[j] == p]
@@ -92,10 +93,11 @@ def random_tree(rng: random.Random, n: int, kind: str) -> tuple[list[int], list[
 
 
 def root_path(parents: list[int], node: int) -> list[int]:
+    """Rows from the root's child down to ``node`` (a row)."""
     path = []
     while node != ROOT:
         path.append(node)
-        node = parents[node]
+        node = parents[node - 1]
     return path[::-1]
 
 
@@ -118,23 +120,24 @@ def check_tree(m, committed, tokens, parents, got, root, tol=TOL) -> None:
     has_child = set(parents)
     base = len(committed) - 1
     seen = set()
-    for leaf in [i for i in range(len(tokens)) if i not in has_child] or [None]:
+    rows = range(1, len(tokens) + 1)
+    for leaf in [r for r in rows if r not in has_child] or [None]:
         path = [] if leaf is None else root_path(parents, leaf)
-        ref = sequential(m, committed + [tokens[n] for n in path])
+        ref = sequential(m, committed + [tokens[r - 1] for r in path])
         assert max_diff(root, ref[base]) <= tol, "root logits"
         for d, node in enumerate(path, start=1):
-            err = max_diff(got[node], ref[base + d])
-            assert err <= tol, f"node {node} (depth {d}): max |diff| {err:.3g}"
+            err = max_diff(got[node - 1], ref[base + d])
+            assert err <= tol, f"row {node} (depth {d}): max |diff| {err:.3g}"
             seen.add(node)
-    assert seen == set(range(len(tokens)))
+    assert seen == set(rows)
 
 
 def commit_through(rng, committed, tokens, parents, node) -> list[int]:
-    """committed + root-to-node path + one extra token that no child of the node carries."""
-    path = [] if node == ROOT else root_path(parents, node)
+    """committed + root-to-row path + one extra token that no child of the row carries."""
+    path = root_path(parents, node)
     taken = {tokens[c] for c, p in enumerate(parents) if p == node}
     extra = rng.choice([t for t in range(2, V) if t not in taken])
-    return committed + [tokens[n] for n in path] + [extra]
+    return committed + [tokens[r - 1] for r in path] + [extra]
 
 
 def assert_cache_is_fresh_prefill(m, runner: ModelRunner, committed, tol=TOL) -> None:
@@ -168,7 +171,7 @@ def test_tree_logits_match_sequential(arch, impl, incremental, exact_eager):
             tokens, parents = random_tree(rng, n, kind)
             got = feed(runner, tokens, parents, rng, incremental)
             check_tree(m, committed, tokens, parents, got, runner.root_logits)
-            committed = commit_through(rng, committed, tokens, parents, rng.randrange(-1, n))
+            committed = commit_through(rng, committed, tokens, parents, rng.randrange(0, n + 1))
             runner.end(committed)
         assert_cache_is_fresh_prefill(m, runner, committed)
 
@@ -186,21 +189,21 @@ def test_stock_eager_kernels(arch):
         tokens, parents = random_tree(rng, n, kind)
         got = feed(runner, tokens, parents, rng, incremental=n > 6)
         check_tree(m, committed, tokens, parents, got, runner.root_logits, tol=1e-6)
-        committed = commit_through(rng, committed, tokens, parents, rng.randrange(-1, n))
+        committed = commit_through(rng, committed, tokens, parents, rng.randrange(0, n + 1))
         runner.end(committed)
     assert_cache_is_fresh_prefill(m, runner, committed, tol=1e-6)
 
 
 # ------------------------------------------------------------------- end / cache
-# (tokens, parents, node whose root path gets committed, expected cache route)
+# (tokens, parent rows, row whose root path gets committed, expected cache route)
 A, B, C, D, E = 10, 11, 12, 13, 14
 END_CASES = {
-    "empty": ([A, B, C], [ROOT, 0, ROOT], ROOT, "crop"),
+    "empty": ([A, B, C], [ROOT, 1, ROOT], ROOT, "crop"),
     "no-nodes": ([], [], ROOT, "crop"),
-    "prefix": ([A, B, C, D], [ROOT, 0, 1, ROOT], 2, "crop"),
-    "gather": ([A, B, C, D, E], [ROOT, ROOT, 1, 0, 2], 4, "index_select"),
-    "gather-deep": ([A, B, C, D, E, A], [ROOT, 0, 0, 2, 3, 1], 4, "index_select"),
-    "equal-siblings": ([A, A, B], [ROOT, ROOT, 1], 2, "index_select"),
+    "prefix": ([A, B, C, D], [ROOT, 1, 2, ROOT], 3, "crop"),
+    "gather": ([A, B, C, D, E], [ROOT, ROOT, 2, 1, 3], 5, "index_select"),
+    "gather-deep": ([A, B, C, D, E, A], [ROOT, 1, 1, 3, 4, 2], 5, "index_select"),
+    "equal-siblings": ([A, A, B], [ROOT, ROOT, 2], 3, "index_select"),
 }
 
 
@@ -222,7 +225,7 @@ def test_end_keeps_committed_path(arch, impl, case, exact_eager, monkeypatch):
     runner.begin(committed)  # an earlier step, so the cache holds emitted tokens too
     tokens, parents = random_tree(rng, 5, "tree")
     runner.forward(tokens, parents)
-    committed = commit_through(rng, committed, tokens, parents, 4)
+    committed = commit_through(rng, committed, tokens, parents, 5)
     runner.end(committed)
 
     tokens, parents, node, route = END_CASES[case]

@@ -146,21 +146,24 @@ def test_beam_tree_layout_and_dedup():
     )
     tokens, parents, depth, node_of = beam_tree(beams)
     # slots 0 and 1 at depth 1 are both token 1 under the root: one node; so are their children
-    assert tokens == [1, 2, 3, 4] and parents == [ROOT, ROOT, 0, 1] and depth == [1, 1, 2, 2]
-    assert node_of == [[0, 0, 1], [2, 2, 3]]
+    # (rows as in mtad.runner: row 0 is the root)
+    assert tokens == [-1, 1, 2, 3, 4] and parents == [-1, ROOT, ROOT, 1, 2]
+    assert depth == [0, 1, 1, 2, 2]
+    assert node_of == [[1, 1, 2], [3, 3, 4]]
 
 
 def test_tree_accept_rules():
-    depth = [1, 1, 2, 2, 3]
+    depth = [0, 1, 1, 2, 2, 3]  # rows; row 0 is the root (log P = 0, never a candidate)
     ref = torch.tensor([-1.0, -2.0, -3.0])
-    # node 4 (depth 3) passes although no depth-2 node does: deepest passing depth wins
-    logp = torch.tensor([-0.5, -0.2, -5.0, -6.0, -2.0])
-    assert tree_accept(logp, depth, ref, tau=1.0) == (3, 4, [True, False, True])
+    # row 5 (depth 3) passes although no depth-2 node does: deepest passing depth wins
+    logp = torch.tensor([0.0, -0.5, -0.2, -5.0, -6.0, -2.0])
+    assert tree_accept(logp, depth, ref, tau=1.0) == (3, 5, [True, False, True])
     # among passing nodes at the deepest depth, the largest P is chosen
-    logp = torch.tensor([-0.5, -0.2, -1.5, -1.0, -math.inf])
-    assert tree_accept(logp, depth, ref, tau=1.0) == (2, 3, [True, True, False])
+    logp = torch.tensor([0.0, -0.5, -0.2, -1.5, -1.0, -math.inf])
+    assert tree_accept(logp, depth, ref, tau=1.0) == (2, 4, [True, True, False])
     # nothing passes -> root; P = 0 never passes
-    assert tree_accept(torch.full((5,), -math.inf), depth, ref, tau=1e-9) == (0, ROOT, [False] * 3)
+    none = torch.tensor([0.0] + [-math.inf] * 5)
+    assert tree_accept(none, depth, ref, tau=1e-9) == (0, ROOT, [False] * 3)
     assert tree_accept(logp, depth, ref, tau=math.inf)[0] == 0
 
 

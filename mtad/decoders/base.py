@@ -14,20 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
-
-from mtad.runner import ModelRunner
-from mtad.warping import Warping
-
-
-@dataclass
-class StepContext:
-    committed: list[int]  # prompt + tokens emitted so far; the last one is the endpoint
-    target: ModelRunner
-    draft: ModelRunner | None
-    warping: Warping
-    generator: torch.Generator
-    remaining: int  # new tokens still allowed; a decoder may draft fewer near the end
+from mtad.protocols import StepContext  # noqa: F401  (decoders import it from here)
+from mtad.sampling import residual, sample  # noqa: F401  (decoders import them from here)
 
 
 @dataclass
@@ -58,19 +46,12 @@ class Decoder:
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}
 
 
+def target_only(ctx: StepContext) -> StepOutput:
+    """The step when no room is left to draft (``remaining == 1``): y ~ warped p at the endpoint."""
+    return StepOutput(tokens=[sample(ctx.warping(ctx.target.root_logits), ctx.generator)])
+
+
 def check_positive_int(field_name: str, value, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{field_name} must be an integer >= {minimum}, got {value!r}")
     return value
-
-
-def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
-    """One draw from a probability vector [V] (explicit generator, no global RNG)."""
-    return int(torch.multinomial(probs.float() if probs.dtype == torch.bfloat16 else probs, 1, generator=generator))
-
-
-def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """norm(max(0, p - q)); falls back to p when the residual has no mass in floating point."""
-    r = (p - q).clamp_min(0)
-    s = r.sum()
-    return r / s if s > 0 else p

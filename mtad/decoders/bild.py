@@ -62,7 +62,6 @@ import math
 import torch
 
 from mtad.decoders.base import Decoder, StepContext, StepOutput, check_positive_int, sample
-from mtad.runner import ROOT
 
 MODES = ("greedy", "sampling")
 
@@ -133,9 +132,7 @@ class BiLD(Decoder):
                 return draft, True
             draft.append(self._pick(ctx, q))
             if len(draft) < limit:
-                logits = ctx.draft.forward(
-                    [draft[-1]], [ROOT if len(draft) == 1 else len(draft) - 2]
-                )[0]
+                logits = ctx.draft.forward([draft[-1]], [len(draft) - 1])[0]  # chain rows
         return draft, False
 
     def step(self, ctx: StepContext) -> StepOutput:
@@ -144,7 +141,7 @@ class BiLD(Decoder):
         info = {"fallback": fallback, "rollback": None, "target_tokens": 0}
         if n == ctx.remaining and not fallback:  # the run ends the generation, unverified
             return StepOutput(tokens=draft, drafted=n, accepted=n, tree_size=0, info=info)
-        logits = ctx.target.forward(draft, ([ROOT] + list(range(n - 1)))[:n])  # [n, V]
+        logits = ctx.target.forward(draft, list(range(n)))  # [n, V], chain rows 1..n
         p = self._probs(ctx, torch.cat([ctx.target.root_logits[None], logits]))  # [n+1, V]
         rb = rollback_position(draft, p, self.alpha_rb)
         if rb is not None:
@@ -152,7 +149,7 @@ class BiLD(Decoder):
             if y != draft[rb]:  # roll back to i = rb, then one more target iteration
                 tokens = draft[:rb] + [y]
                 if len(tokens) < ctx.remaining:
-                    again = ctx.target.forward([y], [rb - 1 if rb else ROOT])[0]  # [V]
+                    again = ctx.target.forward([y], [rb])[0]  # [V], y under row rb
                     tokens.append(self._pick(ctx, self._probs(ctx, again)))
                 info.update(rollback=rb, target_tokens=len(tokens) - rb)
                 return StepOutput(tokens=tokens, drafted=n, accepted=rb, tree_size=n + 1, info=info)

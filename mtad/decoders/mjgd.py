@@ -40,7 +40,10 @@ METHODS = ("exact", "beam", "auto")
 
 
 def enumeration_tree(vocab: int, depth: int) -> tuple[list[int], list[int]]:
-    """Tokens and parents of every prefix of length 1..depth, breadth-first, lexicographic."""
+    """Tokens and parent rows of every prefix of length 1..depth, breadth-first, lexicographic.
+
+    Rows as in ``mtad.runner`` (root = row 0, the i-th listed prefix is row i + 1).
+    """
     tokens: list[int] = []
     parents: list[int] = []
     prev = [ROOT]
@@ -48,7 +51,7 @@ def enumeration_tree(vocab: int, depth: int) -> tuple[list[int], list[int]]:
         cur = []
         for par in prev:
             for v in range(vocab):
-                cur.append(len(tokens))
+                cur.append(len(tokens) + 1)
                 tokens.append(v)
                 parents.append(par)
         prev = cur
@@ -142,7 +145,7 @@ class JointDecoder(Decoder):
     def _beam(self, ctx: StepContext, g: int, vocab: int) -> tuple[list[int], int]:
         score = torch.zeros(1, dtype=torch.float64)  # [n] joint log-prob of each beam prefix
         prefixes: list[list[int]] = [[]]
-        nodes = [ROOT]  # target node id of each beam's last token
+        nodes = [ROOT]  # target tree row of each beam's last token
         rows = ctx.target.root_logits.double().log_softmax(-1)[None]  # [1, V]
         fed = 0
         for t in range(g):
@@ -150,7 +153,7 @@ class JointDecoder(Decoder):
                 first = ctx.target.num_nodes
                 logits = ctx.target.forward([pre[-1] for pre in prefixes], nodes)  # [n, V]
                 fed += len(prefixes)
-                nodes = list(range(first, first + len(prefixes)))
+                nodes = list(range(first + 1, first + 1 + len(prefixes)))
                 rows = logits.double().log_softmax(-1)
             cand = (score[:, None] + rows).flatten()  # [n * V]
             if t == g - 1:

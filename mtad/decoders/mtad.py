@@ -37,7 +37,7 @@ import torch
 
 from mtad.autoshape import auto_shape, check_shape_knob
 from mtad.beam import beam_sample
-from mtad.decoders.base import Decoder, StepContext, StepOutput, sample
+from mtad.decoders.base import Decoder, StepContext, StepOutput, sample, target_only
 from mtad.decoders.spd import target_chain
 
 
@@ -106,7 +106,7 @@ class MTAD(Decoder):
         gamma, width = self.shape(ctx)
         g = min(gamma, max(ctx.remaining - 1, 0))
         if g == 0:
-            return StepOutput(tokens=[sample(ctx.warping(ctx.target.root_logits), ctx.generator)])
+            return target_only(ctx)
         beams = beam_sample(ctx, g, width, self.replacement)
         best = beams.best()
         draft = beams.path_tokens(best)  # [g]

@@ -17,8 +17,8 @@ from mtad.decoders.base import (
     StepOutput,
     residual,
     sample,
+    target_only,
 )
-from mtad.runner import ROOT
 
 
 def verify_chain(
@@ -49,13 +49,13 @@ def draft_chain(ctx: StepContext, gamma: int) -> tuple[list[int], torch.Tensor]:
         tokens.append(x)
         qs.append(q)
         if i < gamma - 1:
-            logits = ctx.draft.forward([x], [ROOT if i == 0 else i - 1])[0]
+            logits = ctx.draft.forward([x], [i])[0]
     return tokens, torch.stack(qs) if qs else torch.empty(0)
 
 
 def target_chain(ctx: StepContext, tokens: list[int]) -> torch.Tensor:
     """One target pass over the endpoint and a chain; warped p [len(tokens) + 1, V]."""
-    logits = ctx.target.forward(tokens, [ROOT] + list(range(len(tokens) - 1)))
+    logits = ctx.target.forward(tokens, list(range(len(tokens))))  # rows: chain node i+1 under row i
     return ctx.warping(torch.cat([ctx.target.root_logits[None], logits]))
 
 
@@ -72,7 +72,7 @@ class SpD(Decoder):
         gamma = self._auto.choose(ctx)[0] if self._auto else self.gamma  # from past steps only
         g = min(gamma, max(ctx.remaining - 1, 0))
         if g == 0:
-            return StepOutput(tokens=[sample(ctx.warping(ctx.target.root_logits), ctx.generator)])
+            return target_only(ctx)
         tokens, q = draft_chain(ctx, g)
         p = target_chain(ctx, tokens)
         n, y = verify_chain(tokens, p, q, ctx.generator)

@@ -7,7 +7,7 @@ warped draft, verified by one target pass (``mtad.multidraft.verify_specinfer``)
 
 from __future__ import annotations
 
-from mtad.decoders.base import Decoder, StepContext, StepOutput, sample
+from mtad.decoders.base import Decoder, StepContext, StepOutput, target_only
 from mtad.decoders.token_tree import check_branching, draft_tree, iid_children, score_tree
 from mtad.multidraft import verify_specinfer
 
@@ -29,7 +29,7 @@ class SpecInfer(Decoder):
     def step(self, ctx: StepContext) -> StepOutput:
         ks = self.k_config[: max(ctx.remaining - 1, 0)]
         if not ks:
-            return StepOutput(tokens=[sample(ctx.warping(ctx.target.root_logits), ctx.generator)])
+            return target_only(ctx)
         tree = draft_tree(ctx, ks, self.sampler)
         p = score_tree(ctx, tree)
         path, y = self.verify(tree.parents, tree.tokens, p, tree.q, ctx.generator)

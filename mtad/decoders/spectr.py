@@ -8,7 +8,7 @@ rho* found by bisection, drafts pruned as they disagree with the accepted prefix
 
 from __future__ import annotations
 
-from mtad.decoders.base import Decoder, StepContext, StepOutput, check_positive_int, sample
+from mtad.decoders.base import Decoder, StepContext, StepOutput, check_positive_int, target_only
 from mtad.decoders.token_tree import draft_chains, score_tree
 from mtad.multidraft import verify_spectr
 
@@ -25,7 +25,7 @@ class SpecTr(Decoder):
     def step(self, ctx: StepContext) -> StepOutput:
         g = min(self.gamma, max(ctx.remaining - 1, 0))
         if g == 0:
-            return StepOutput(tokens=[sample(ctx.warping(ctx.target.root_logits), ctx.generator)])
+            return target_only(ctx)
         tree = draft_chains(ctx, self.num_drafts, g)
         p = score_tree(ctx, tree)
         path, y = verify_spectr(tree.parents, tree.tokens, p, tree.q, ctx.generator)

@@ -1,8 +1,10 @@
 """Drafting token trees on the draft model and scoring them with one target pass.
 
-Shared by the tree decoders (SpecInfer, MCSS, MCNS, SpecTr). Rows follow the
-layout of ``mtad.multidraft``: row 0 is the root (the endpoint), rows 1..N are
-nodes in the order drafted, ``parents[r] < r``; runner node ids are ``row - 1``.
+Shared by the tree decoders (SpecInfer, MCSS, MCNS, SpecTr). Rows follow the code
+base's token-tree convention (``mtad.runner``): row 0 is the root (the endpoint),
+rows 1..N are nodes in the order drafted, ``parents[r] < r``. A tree may hold rows
+with equal token paths (i.i.d. siblings); only their canonical rows are fed to the
+models, so a runner's rows are this tree's canonical rows, renumbered.
 """
 
 from __future__ import annotations
@@ -13,22 +15,25 @@ from dataclasses import dataclass, field
 import torch
 
 from mtad.decoders.base import StepContext, sample
+from mtad.multidraft import Rows
 from mtad.runner import ROOT
+from mtad.sampling import draw, support
 
 # (q [V], k, generator) -> child tokens
 ChildSampler = Callable[[torch.Tensor, int, torch.Generator], list[int]]
 
 
 def iid_children(q: torch.Tensor, k: int, generator: torch.Generator) -> list[int]:
-    """k i.i.d. draws from q (duplicates allowed)."""
-    return [sample(q, generator) for _ in range(k)]
+    """k i.i.d. draws from q (duplicates allowed), one draw at a time on q's support."""
+    ids, vals = support(q)
+    return [int(draw(ids, vals, generator)[0]) for _ in range(k)]
 
 
 @dataclass
 class TokenTree:
     parents: list[int]  # [N+1], parents[0] = -1
     tokens: list[int]  # [N+1], tokens[0] = -1 (the root is the committed endpoint)
-    q: torch.Tensor  # [N+1, V] warped draft distribution each row's children were drawn from (0 for leaves)
+    q: Rows  # [N+1, V] warped draft distribution each row's children were drawn from (0 for leaves)
     depth: int
     # canon[r]: the first row with the same token path as row r. Rows with equal paths (i.i.d.
     # siblings that drew the same token, and their subtrees) have equal model outputs, so only
@@ -55,7 +60,7 @@ class _TreeBuilder:
         self.ctx = ctx
         self.parents, self.tokens, self.canon = [-1], [-1], [0]
         self._by_key: dict[tuple[int, int], int] = {}
-        self._draft_node: dict[int, int] = {0: ROOT}  # canonical row -> draft runner node id
+        self._draft_node: dict[int, int] = {0: ROOT}  # canonical row -> draft runner row
         self.q_root = ctx.warping(ctx.draft.root_logits)
         self.qs: dict[int, torch.Tensor] = {0: self.q_root}  # canonical row -> q after it
 
@@ -79,14 +84,12 @@ class _TreeBuilder:
         logits = self.ctx.draft.forward([self.tokens[r] for r in todo], parents)
         probs = self.ctx.warping(logits)
         for i, r in enumerate(todo):
-            self._draft_node[r] = self.ctx.draft.num_nodes - len(todo) + i
+            self._draft_node[r] = self.ctx.draft.num_nodes - len(todo) + 1 + i
             self.qs[r] = probs[i]
 
     def tree(self, depth: int) -> TokenTree:
-        q = torch.zeros(len(self.tokens), self.q_root.shape[-1], dtype=self.q_root.dtype)
-        for r in range(len(self.tokens)):
-            if self.canon[r] in self.qs:
-                q[r] = self.qs[self.canon[r]]
+        qs, canon, zero = self.qs, self.canon, torch.zeros_like(self.q_root)
+        q = Rows(len(self.tokens), lambda r: qs.get(canon[r], zero))  # leaves: 0 (no children)
         return TokenTree(self.parents, self.tokens, q, depth, self.canon)
 
 
@@ -119,17 +122,28 @@ def draft_chains(ctx: StepContext, k: int, gamma: int) -> TokenTree:
     return b.tree(gamma)
 
 
-def score_tree(ctx: StepContext, tree: TokenTree) -> torch.Tensor:  # [N+1, V]
-    """One target pass over the tree's distinct nodes; warped p for every row (row 0 = root)."""
+def score_tree(ctx: StepContext, tree: TokenTree) -> Rows:  # [N+1, V]
+    """One target pass over the tree's distinct nodes; warped p for every row (row 0 = root).
+
+    The rows are warped on first access (a verifier reads only the rows on its path).
+    """
     rows = tree.unique_rows
     node = {0: ROOT}
     for i, r in enumerate(rows):
-        node[r] = i
+        node[r] = i + 1  # target runner row
     logits = ctx.target.forward([tree.tokens[r] for r in rows],
                                 [node[tree.canon[tree.parents[r]]] for r in rows])
-    p_unique = ctx.warping(torch.cat([ctx.target.root_logits[None], logits]))  # [1 + len(rows), V]
-    pos = {0: 0, **{r: i + 1 for i, r in enumerate(rows)}}
-    return p_unique[[pos[tree.canon[r]] for r in range(len(tree.tokens))]]
+    root = ctx.target.root_logits
+    pos = {r: i for i, r in enumerate(rows)}
+    warped: dict[int, torch.Tensor] = {}  # canonical row -> warped p
+
+    def row(r: int) -> torch.Tensor:  # [V]
+        c = tree.canon[r]
+        if c not in warped:
+            warped[c] = ctx.warping(root if c == 0 else logits[pos[c]])
+        return warped[c]
+
+    return Rows(len(tree.tokens), row)
 
 
 def check_branching(field_name: str, value) -> list[int]:

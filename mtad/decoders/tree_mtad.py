@@ -30,16 +30,17 @@ import math
 import torch
 
 from mtad.beam import beam_sample
-from mtad.decoders.base import StepContext, StepOutput, sample
+from mtad.decoders.base import StepContext, StepOutput, sample, target_only
 from mtad.decoders.mtad import MTAD, check_bool
 from mtad.runner import ROOT
 
 
 def beam_tree(beams) -> tuple[list[int], list[int], list[int], list[list[int]]]:
-    """Deduplicated token tree of all beam slots: tokens [N], parents [N], depth [N], slot->node."""
-    tokens: list[int] = []
-    parents: list[int] = []
-    depth: list[int] = []
+    """Deduplicated token tree of all beam slots, as rows (``mtad.runner``; row 0 = root):
+    tokens [N+1], parents [N+1], depth [N+1], slot->row."""
+    tokens: list[int] = [-1]
+    parents: list[int] = [-1]
+    depth: list[int] = [0]
     node_of: list[list[int]] = []
     index: dict[tuple[int, int], int] = {}
     for t in range(beams.gamma):
@@ -58,16 +59,16 @@ def beam_tree(beams) -> tuple[list[int], list[int], list[int], list[list[int]]]:
 
 
 def tree_accept(
-    log_path_p: torch.Tensor,  # [N] log P(path to node), -inf where P = 0
-    depth: list[int],  # [N] depth of each node, 1..g
+    log_path_p: torch.Tensor,  # [N+1] log P(path to row), -inf where P = 0 (row 0: the root)
+    depth: list[int],  # [N+1] depth of each row, 0 for the root, 1..g for nodes
     ref: torch.Tensor,  # [g] reference log Q per depth
     tau: float,
 ) -> tuple[int, int, list[bool]]:
-    """(a, chosen node or ROOT, per-depth "some node passed" flags)."""
+    """(a, chosen row or ROOT, per-depth "some node passed" flags)."""
     g = ref.numel()
-    d_idx = torch.tensor(depth) - 1
-    passing = (log_path_p - ref[d_idx]) > math.log(tau)
-    passing &= ~torch.isneginf(log_path_p)
+    d_idx = torch.tensor(depth) - 1  # -1 for the root, which never passes
+    passing = (log_path_p - ref[d_idx.clamp_min(0)]) > math.log(tau)
+    passing &= ~torch.isneginf(log_path_p) & (d_idx >= 0)
     per_depth = [bool(passing[d_idx == d].any()) for d in range(g)]
     a = max((d + 1 for d, ok in enumerate(per_depth) if ok), default=0)
     if a == 0:
@@ -105,15 +106,14 @@ class TreeMTAD(MTAD):
         gamma, width = self.shape(ctx)  # the knobs, or AutoShape's choice (MTAD.shape)
         g = min(gamma, max(ctx.remaining - 1, 0))
         if g == 0:
-            return StepOutput(tokens=[sample(ctx.warping(ctx.target.root_logits), ctx.generator)])
+            return target_only(ctx)
         beams = beam_sample(ctx, g, width, self.replacement)
         tokens, parents, depth, _ = beam_tree(beams)
-        logits = ctx.target.forward(tokens, parents)  # [N, V], one pass over the whole tree
+        logits = ctx.target.forward(tokens[1:], parents[1:])  # [N, V], one pass over the whole tree
         p = ctx.warping(torch.cat([ctx.target.root_logits[None], logits]))  # [N+1, V], row 0 = root
-        log_path_p = torch.empty(len(tokens), dtype=p.dtype)  # [N]
-        for i, (tok, par) in enumerate(zip(tokens, parents)):  # parents precede children
-            base = 0.0 if par == ROOT else log_path_p[par]
-            log_path_p[i] = base + p[par + 1, tok].log()
+        log_path_p = torch.zeros(len(tokens), dtype=p.dtype)  # [N+1], row 0: log 1
+        for r in range(1, len(tokens)):  # parents precede children
+            log_path_p[r] = log_path_p[parents[r]] + p[parents[r], tokens[r]].log()
         ref = self.reference(beams).to(p.dtype)
         a, node, per_depth = tree_accept(log_path_p, depth, ref, self.tau)
         path: list[int] = []
@@ -121,12 +121,12 @@ class TreeMTAD(MTAD):
         while n != ROOT:
             path.append(tokens[n])
             n = parents[n]
-        y = sample(p[node + 1], ctx.generator)  # node = ROOT (-1) gives the root row
+        y = sample(p[node], ctx.generator)  # node = ROOT (0) is the root row
         out = StepOutput(
             tokens=path[::-1] + [y],
             drafted=g,
             accepted=a,
-            tree_size=len(tokens),
+            tree_size=len(tokens) - 1,
             info={"pass": per_depth, "ref": ref.tolist()},
         )
         return self._auto.record(ctx, out) if self._auto else out

@@ -20,7 +20,14 @@ import math
 
 import torch
 
-from mtad.decoders.base import Decoder, StepContext, StepOutput, check_positive_int, sample
+from mtad.decoders.base import (
+    Decoder,
+    StepContext,
+    StepOutput,
+    check_positive_int,
+    sample,
+    target_only,
+)
 from mtad.decoders.spd import draft_chain, target_chain
 
 
@@ -72,7 +79,7 @@ class Typical(Decoder):
     def step(self, ctx: StepContext) -> StepOutput:
         g = min(self.gamma, max(ctx.remaining - 1, 0))
         if g == 0:
-            return StepOutput(tokens=[sample(ctx.warping(ctx.target.root_logits), ctx.generator)])
+            return target_only(ctx)
         tokens, _ = draft_chain(ctx, g)
         p = target_chain(ctx, tokens)  # [g+1, V]
         a = typical_accept_length(tokens, p, self.eps, self.delta)

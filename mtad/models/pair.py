@@ -323,7 +323,3 @@ def load_pair(model_cfg) -> ModelPair:
         _LOADED[key] = instantiate(model_cfg)
     return _LOADED[key]
 
-
-def describe(pair: ModelPair) -> str:
-    return json.dumps({"name": pair.name, "target": pair.target_id, "draft": pair.draft_id,
-                       "vocab_size": pair.vocab_size, **pair.info}, default=str)
