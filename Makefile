@@ -103,8 +103,8 @@ reproduce-claims: models ## Claims report: sweeps claims + claims_tree (resumabl
 # ---- Speed on this machine (quiet CPU: nothing else running) ----
 # Tune on HumanEval 10-19 (bench-cost), report on HumanEval 0-4 and CNN/DM 0-4 (bench-speed).
 # SPD_BEST / TREE_BEST: the shapes bench-cost predicts best on the tuning prompts (docs/speed.md).
-SPD_BEST ?= spd/gamma=3
-TREE_BEST ?= tree_mtad/gamma=4/width=2
+SPD_BEST ?= spd/gamma=5
+TREE_BEST ?= tree_mtad/gamma=5/width=1
 SPEED_DECODERS ?= hf_assisted,hf_heuristic,spd,$(SPD_BEST),spd/gamma=auto,tree_mtad,$(TREE_BEST),tree_mtad/gamma=auto/width=auto
 SPEED_TASKS ?= humaneval:0-4,cnn_dailymail:0-4
 SPEED_COMPARE ?= $(TREE_BEST):$(SPD_BEST),tree_mtad:spd,spd:hf_assisted,spd:hf_heuristic,spd/gamma=auto:spd,spd/gamma=auto:hf_heuristic,tree_mtad/gamma=auto/width=auto:tree_mtad,tree_mtad/gamma=auto/width=auto:spd/gamma=auto
