@@ -42,6 +42,7 @@ from typing import Any
 import pandas as pd
 
 from mtad.figures import LOG2_KNOBS, pareto_front, plot_ablation, plot_pareto  # noqa: F401
+from mtad.results.io import shown_path
 from mtad.tables import (  # noqa: F401  (the public names of the tables, used by the notebook)
     BASELINE_KEYS,
     COLUMNS,
@@ -284,7 +285,7 @@ def render(
     md = [
         f"# {name}: {what}",
         "",
-        f"Rendered by `python -m mtad.render {_shown(sweep_dir)} --out {_shown(out_dir)}`.",
+        f"Rendered by `python -m mtad.render {shown_path(sweep_dir)} --out {shown_path(out_dir)}`.",
         "n = examples; [a, b] = 95% bootstrap interval over examples; "
         f"{MISSING} = not run / skipped / failed (see the notes); {NOT_AVAILABLE} = no energy meter; "
         "×MN / ×SpD = tokens/s over the multinomial / SpD run of the same pair, task and settings.",
@@ -365,14 +366,6 @@ def render(
     if logger is not None:
         log_to_tracker(logger, name, df, tables, cols, out_dir, written)
     return written
-
-
-def _shown(path: Path) -> str:
-    """``path`` relative to the working directory when under it, else its name (no absolute paths)."""
-    try:
-        return Path(path).resolve().relative_to(Path.cwd().resolve()).as_posix()
-    except ValueError:
-        return Path(path).name
 
 
 def log_to_tracker(

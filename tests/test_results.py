@@ -224,3 +224,14 @@ def test_resume_false_sets_the_old_records_aside(tmp_path, counted):
     (aside,) = tmp_path.glob("samples.replaced-*.jsonl")
     assert _records(tmp_path)[0]["output_ids"] == first[0]["output_ids"]  # same seed, same tokens
     assert [json.loads(x) for x in aside.read_text().splitlines()] == first and len(counted) == 2
+
+
+def test_shown_path_is_never_absolute(tmp_path, monkeypatch):
+    from mtad.results import shown_path
+    from mtad.results.io import REPO_ROOT
+
+    monkeypatch.chdir(tmp_path)
+    assert shown_path(tmp_path / "a" / "b.json") == "a/b.json"  # under the working directory
+    # a file of the checkout the code runs from (e.g. a frozen worktree), seen from elsewhere
+    assert shown_path(REPO_ROOT / "experiments" / "claims.yaml") == "experiments/claims.yaml"
+    assert shown_path("/somewhere/else/x.yaml") == "x.yaml"

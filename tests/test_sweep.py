@@ -174,6 +174,7 @@ def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     assert len(partial) == 1 and len(generated) == 3
     index = json.loads((tmp_path / s.name / "sweep.json").read_text())
     assert [p["status"] for p in index["points"]] == ["done", "partial"]
+    assert not Path(index["file"]).is_absolute()  # committed indexes carry no machine paths
 
     monkeypatch.setattr(mtad.evaluate, "append_jsonl", real_append)
     summary_before = (tmp_path / s.name / first.hash / "summary.json").stat().st_mtime_ns

@@ -51,6 +51,7 @@ from mtad.results.io import (
     read_jsonl,
     rewrite_jsonl,
     scan_jsonl,
+    shown_path,
     write_json_atomic,
 )
 from mtad.results.store import Store, is_point_folder, load_point, point_dirs, used_config
@@ -61,6 +62,6 @@ __all__ = [
     "SUMMARY_FILE", "UNKNOWN", "Check", "FolderBusy", "IdentityMismatch", "PointFolder",
     "now_utc", "record_key", "HASH_LEN", "LEGACY_DECODER_VERSION", "decoder_version",
     "differences", "identity", "identity_hash", "requested_limit", "append_jsonl", "read_json",
-    "read_jsonl", "rewrite_jsonl", "scan_jsonl", "write_json_atomic", "Store", "is_point_folder",
+    "read_jsonl", "rewrite_jsonl", "scan_jsonl", "shown_path", "write_json_atomic", "Store", "is_point_folder",
     "load_point", "point_dirs", "used_config",
 ]

@@ -14,6 +14,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def shown_path(path: str | Path) -> str:
+    """A path for committed files and logs: relative to the working directory, else to the
+    checkout the code runs from (a frozen worktree), else the bare name. Never absolute."""
+    p = Path(path).resolve()
+    for base in (Path.cwd().resolve(), REPO_ROOT):
+        try:
+            return p.relative_to(base).as_posix()
+        except ValueError:
+            continue
+    return p.name
+
 
 def write_json_atomic(path: str | Path, obj: Any) -> None:
     """Write JSON to a temp file in the same folder, then rename: never a half-written file."""

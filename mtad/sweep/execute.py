@@ -33,6 +33,7 @@ from mtad.results import (
     identity_hash,
     now_utc,
     requested_limit,
+    shown_path,
     write_json_atomic,
 )
 from mtad.sweep.plan import Sweep, check_task, find_cause
@@ -142,7 +143,7 @@ def write_index(sweep: Sweep) -> None:
         sweep.dir / INDEX_FILE,
         {
             "name": sweep.name,
-            "file": str(sweep.path),
+            "file": shown_path(sweep.path),
             "overrides": sweep.base_overrides,
             "updated_utc": now_utc(),
             "points": rows,
