@@ -28,11 +28,13 @@ from pathlib import Path
 
 import torch
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mtad.autoshape import machine_id, model_key  # noqa: E402
+from speed import load_prompts as speed_prompts  # noqa: E402  (bench/speed.py, same folder)
+from speed import parse_task  # noqa: E402
+
+from mtad.autoshape import RHO, machine_id, model_key  # noqa: E402
 from mtad.cli import compose_config, load_decoder  # noqa: E402
 from mtad.costmodel import (  # noqa: E402
     AcceptanceModel,
@@ -48,25 +50,15 @@ from mtad.records import provenance, write_json_atomic  # noqa: E402
 from mtad.runner import ROOT, ModelRunner  # noqa: E402
 from mtad.warping import Warping  # noqa: E402
 
-RHO = {"spd": 0.0, "mtad": 0.0, "tree_mtad": 0.5}
-
 
 def ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v]
 
 
 def load_prompts(spec: str, n: int, tokenizer) -> list[list[int]]:
-    """``task:a-b`` (inclusive example indices), first ``n`` of them."""
-    task_name, _, rng = spec.partition(":")
-    lo, _, hi = (rng or "0-999999").partition("-")
-    cfg = compose_config([f"task={task_name}"], drop=("model", "logger"))
-    task_cfg = OmegaConf.to_container(cfg.task, resolve=True)
-    task_cfg.pop("scorer", None)
-    task = instantiate(task_cfg)
-    examples = task.load()[int(lo): int(hi or lo) + 1][:n]
-    if not examples:
-        raise SystemExit(f"no examples in {spec!r}")
-    return [task.render(ex, tokenizer, 0, []) for ex in examples]
+    """``task:a-b`` (inclusive example indices, as in bench/speed.py), the first ``n`` of them."""
+    name, lo, hi = parse_task(spec if ":" in spec else f"{spec}:0-{n - 1}", n)
+    return speed_prompts(name, lo, min(hi, lo + n - 1), tokenizer)
 
 
 # ------------------------------------------------------------------ (a), (b) pass times

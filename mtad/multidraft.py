@@ -120,13 +120,6 @@ def _accept_ratio(
     return torch.where(drawable, ratio.clamp(max=1.0), torch.zeros_like(ratio))
 
 
-def _sample(
-    probs: torch.Tensor,  # [n], not all zero (entries <= 0 are never drawn)
-    generator: torch.Generator,
-) -> int:
-    return sample(probs, generator)
-
-
 def _sequential(
     P: torch.Tensor,  # [V]
     Q: torch.Tensor,  # [V]
@@ -459,14 +452,14 @@ def _walk(
     while True:
         cand_nodes = [c for a in alive for c in kids[a]]
         if not cand_nodes:  # a leaf was accepted (or the tree is empty): bonus
-            token = _sample(p[node], generator)
+            token = sample(p[node], generator)
             break
         P = p[node]
         squeeze = compress if compress is not None else P.shape[-1] > sampling.DENSE_MAX
         out, cols = _run_rule(rule, P, q[node], [tokens[c] for c in cand_nodes], squeeze)
-        j = _sample(torch.cat([out.accept_prob, out.reject_prob.reshape(1)]), generator)
+        j = sample(torch.cat([out.accept_prob, out.reject_prob.reshape(1)]), generator)
         if j == len(cand_nodes):  # every candidate rejected: correction
-            token = _sample(out.residual, generator)
+            token = sample(out.residual, generator)
             if cols is not None:
                 token = int(cols[token])
             break
