@@ -316,6 +316,8 @@ def _log_records(path: Path):
             pos += left
             continue
         _crc, length, kind = struct.unpack("<IHB", data[pos : pos + _HEADER])
+        if kind == 0 or pos + _HEADER + length > len(data):
+            return  # the writer has not flushed this record yet (zero padding or a cut chunk)
         chunk = data[pos + _HEADER : pos + _HEADER + length]
         pos += _HEADER + length
         if kind == _FULL:
@@ -339,7 +341,11 @@ def read_offline_run(run_dir: str | Path) -> dict[str, Any]:
 
     Returns name, group, tags, config, summary, history, and ``complete``: whether the run's
     exit record is in the file (W&B's writer process may still be flushing a just-finished run).
+    A record that does not parse while the exit record is missing is one the writer is still
+    flushing: reading stops there with ``complete`` False (``offline_runs`` reads again); one that
+    does not parse in a finished file raises.
     """
+    from google.protobuf.message import DecodeError
     from wandb.proto import wandb_internal_pb2 as pb
 
     run_dir = Path(run_dir)
@@ -355,9 +361,15 @@ def read_offline_run(run_dir: str | Path) -> dict[str, Any]:
         "history": [],
         "complete": False,
     }
-    for raw in _log_records(files[0]):
+    records = list(_log_records(files[0]))
+    for i, raw in enumerate(records):
         rec = pb.Record()
-        rec.ParseFromString(raw)
+        try:
+            rec.ParseFromString(raw)
+        except DecodeError:
+            if i == len(records) - 1:
+                break  # the last record, still being written
+            raise
         kind = rec.WhichOneof("record_type")
         if kind == "run":
             out.update(name=rec.run.display_name, group=rec.run.run_group, tags=list(rec.run.tags))

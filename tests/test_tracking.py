@@ -155,6 +155,31 @@ def test_records_spanning_log_blocks_read_back(offline_wandb):
     assert {k: v for k, v in logged["config"].items() if k in big} == big
 
 
+def test_run_file_cut_while_being_written_reads_as_incomplete(tmp_path, offline_wandb):
+    """Any prefix of a finished run file (the writer mid-flush) reads without error, not complete."""
+    from mtad.tracking import read_offline_run
+
+    big = {f"key_{i}": "x" * 100 for i in range(400)}  # records over more than one block
+    logger = WandbLogger(mode="offline", group="cut", dir=str(offline_wandb))
+    logger.start(big, name="cut-run")
+    logger.log_summary({"metrics": {"tokens_per_s": 3.0}})
+    logger.finish()
+    (logged,) = offline_runs(offline_wandb)
+    assert logged["complete"]
+    (run_dir,) = (offline_wandb / "wandb").glob("offline-run-*")
+    (full,) = run_dir.glob("run-*.wandb")
+    data = full.read_bytes()
+    cut_dir = tmp_path / "cut" / run_dir.name
+    cut_dir.mkdir(parents=True)
+    cuts = sorted({*range(7, len(data), max(1, len(data) // 97)), len(data) - 1, 40000})
+    for cut in cuts:
+        (cut_dir / full.name).write_bytes(data[:cut])
+        got = read_offline_run(cut_dir)
+        assert got["complete"] is False, cut
+    (cut_dir / full.name).write_bytes(data)
+    assert read_offline_run(cut_dir) == logged
+
+
 def _samples(run_dir: Path) -> list[dict]:
     return [
         json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines() if line
@@ -202,6 +227,7 @@ def test_evaluate_logs_its_run_with_labels_and_summary(tmp_path, offline_wandb):
     )
     summary = run(cfg)
     (logged,) = offline_runs(offline_wandb)
+    assert logged["complete"]
     assert logged["name"] == f"spd g{cfg.gamma} smoke"
     assert logged["tags"] == ["pair:tiny_random", "task:smoke", "decoder:spd"]
     assert logged["summary"]["lossless"] is True and logged["summary"]["pair"] == "tiny_random"
