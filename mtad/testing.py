@@ -4,7 +4,9 @@
 short length) and returns the exact warped target joint distribution;
 ``sample_sequences`` runs a decoder through the engine many times;
 ``chi_square_gof`` compares the two with cells of expected count < 5 merged, and names
-any sample outside the reference's support.
+any sample outside the reference's support; ``prefix_marginal`` reduces either to the
+first ``k`` tokens, where a fixed sample has more counts per cell (more power against an
+error in the first block than the full joint's many sparse cells).
 """
 
 from __future__ import annotations
@@ -47,6 +49,14 @@ def sample_sequences(engine, prompt: Sequence[int], length: int, n: int, seed0: 
         out = engine.generate(prompt, length, seed=seed0 + i).output_ids
         counts[tuple(out[:length])] += 1
     return counts
+
+
+def prefix_marginal(dist: dict, k: int) -> dict:
+    """Counts or probabilities of whole sequences summed over their first ``k`` tokens."""
+    out: dict = {}
+    for seq, v in dist.items():
+        out[seq[:k]] = out.get(seq[:k], 0) + v
+    return Counter(out) if isinstance(dist, Counter) else out
 
 
 class OutsideSupport(AssertionError):

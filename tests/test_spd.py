@@ -10,7 +10,7 @@ from mtad.decoders.base import StepContext, StepOutput, sample
 from mtad.decoders.spd import SpD, draft_chain, target_chain, verify_chain
 from mtad.engine import Engine
 from mtad.models.tiny import tiny_causal_lm
-from mtad.testing import OutsideSupport, chi_square_gof, exact_joint, sample_sequences
+from mtad.testing import OutsideSupport, chi_square_gof, exact_joint, prefix_marginal, sample_sequences
 from mtad.warping import Warping
 
 PROMPT = [5, 6, 7, 8, 9]
@@ -121,6 +121,9 @@ def test_spd_lossless_chi_square(toy_pair, warping):
     _, pval, dof = chi_square_gof(counts, joint)
     assert dof > 10
     assert pval > ALPHA, f"SpD output differs from the target joint (p={pval:.2e})"
+    for k in (1, 2):  # the first block's marginals: the control below is rejected hardest there
+        _, pval, _ = chi_square_gof(prefix_marginal(counts, k), prefix_marginal(joint, k))
+        assert pval > ALPHA, f"SpD's first {k} tokens differ from the target's (p={pval:.2e})"
 
 
 def test_multinomial_matches_target_joint(toy_pair):
@@ -132,12 +135,16 @@ def test_multinomial_matches_target_joint(toy_pair):
 
 
 def test_lossy_control_is_rejected(toy_pair):
-    """The same test has power: a lossy SpD variant is rejected."""
+    """The same samples and tests have power: a lossy SpD variant is rejected, by a wide
+    margin on the first block's marginals (the full 3-token joint, 216 sparse cells for 2000
+    samples, rejects it only just)."""
     target, draft = toy_pair
     warping = WARPINGS[0]
     joint = exact_joint(target, [2, 3], 3, warping)
     counts = sample_sequences(Engine(target, draft, LossySpD(2), warping), [2, 3], 3, N_SAMPLES)
     assert chi_square_gof(counts, joint)[1] < ALPHA
+    pval = chi_square_gof(prefix_marginal(counts, 2), prefix_marginal(joint, 2))[1]
+    assert pval < ALPHA**2, f"the 2-token marginal should reject the lossy variant hard (p={pval:.2e})"
 
 
 def test_seeded_runs_reproducible(toy_pair):
