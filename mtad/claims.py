@@ -61,6 +61,9 @@ SCORED = {
 NON_INFERIORITY = {"binary": -0.05, "rouge": -0.01}  # claim 3 margins (a - b)
 EQUIVALENCE = {"binary": 0.05, "rouge": 0.01}  # claim 5 score margins (|a - b|)
 PPL_EQUIVALENCE = (0.97, 1.03)  # claim 5 perplexity ratio
+#: fewest pairs that get a verdict: a percentile bootstrap over fewer (a partial point, a few
+#: benchmark prompts) has far below its nominal coverage; the row shows its interval, not resolved
+MIN_PAIRS = 10
 PAPER_PPL_EFFECT = 0.212  # claim 1: -21.2% perplexity vs single-token sampling
 SPEED_FILE = Path("results/bench/speed_cpu.json")
 SPEED_MODE = "sample"
@@ -311,7 +314,9 @@ def specs() -> list[Spec]:
 
 def _fill(row: Row, iv: stats.Interval, verdict: str, detail: str = "") -> Row:
     row.estimate, row.ci_low, row.ci_high, row.n = iv.estimate, iv.low, iv.high, iv.n
-    row.verdict = verdict if iv.n >= 2 else OPEN
+    row.verdict = verdict if iv.n >= MIN_PAIRS else OPEN
+    if 0 < iv.n < MIN_PAIRS:
+        detail = "; ".join(x for x in (detail, f"n < {MIN_PAIRS} pairs: no verdict from so few") if x)
     if iv.p_value is not None:
         detail = "; ".join(x for x in (detail, f"McNemar exact p = {iv.p_value:.3g}") if x)
     row.detail = "; ".join(x for x in (detail, iv.detail) if x)
@@ -381,6 +386,13 @@ def needed_n(row: Row, width: float = PAPER_PPL_EFFECT) -> int | None:
     return max(row.n, math.ceil(row.n * (w / width) ** 2))
 
 
+def equivalence_band_width(metric: str) -> float:
+    """Width of claim 5's equivalence band for a metric (perplexity ratio, binary, Rouge-L)."""
+    if metric.startswith("perplexity"):
+        return PPL_EQUIVALENCE[1] - PPL_EQUIVALENCE[0]
+    return 2 * EQUIVALENCE["rouge" if "rouge" in metric.lower() else "binary"]
+
+
 def _fmt(x) -> str:
     if isinstance(x, float):
         return "" if math.isnan(x) else f"{x:.4g}"
@@ -445,6 +457,24 @@ def write_markdown(rows: Sequence[Row], notes: Sequence[str], path: Path, extra:
         need = needed_n(r)
         out.append(
             f"| {r.task} | {r.comparison} | {r.n} | {_fmt(r.ci_high - r.ci_low)} "
+            f"| {need if need is not None else ''} |"
+        )
+    out += [
+        "",
+        "## Sample size for claim 5",
+        "",
+        "Equivalence holds only when the whole interval lies inside the band, so even with no "
+        "true difference the interval must be narrower than the band: the n that makes it so "
+        "(width ~ 1/sqrt(n)); more is needed when the estimate is off-centre.",
+        "",
+        "| task | metric | n | width | band width | n needed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in (r for r in rows if r.claim == 5):
+        band = equivalence_band_width(r.metric)
+        need = needed_n(r, band)
+        out.append(
+            f"| {r.task} | {r.metric} | {r.n} | {_fmt(r.ci_high - r.ci_low)} | {band:g} "
             f"| {need if need is not None else ''} |"
         )
     out += ["", "## Points read", ""] + ([f"- {n}" for n in notes] or ["- none"])

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from mtad import claims
+from mtad import claims, stats
 from mtad.claims import (
     CONTRADICTED,
     HOLDS,
@@ -150,7 +150,7 @@ def report(tmp_path):
             )
     speed = tmp_path / "speed.json"
     rows = []
-    for prompt in range(3):
+    for prompt in range(5):
         for repeat in range(2):
             for mode, tree_wall in (("sample", 8.0), ("greedy", 20.0)):
                 rows.append(
@@ -250,7 +250,15 @@ def test_report_speed_claim_reads_the_sample_rows(report):
     rows, _ = report
     r = _row(rows, 4, "humaneval", "tree_mtad vs spd")
     assert float(r["estimate"]) == pytest.approx(1.25) and r["verdict"] == HOLDS
-    assert r["n"] == "6" and "mode=sample" in r["detail"]
+    assert r["n"] == "10" and "mode=sample" in r["detail"]
+
+
+def test_fewer_than_min_pairs_get_no_verdict():
+    """A partly generated point (here 4 pairs, all far apart) shows its interval, no verdict."""
+    iv = stats.ratio_of_geometric_means([2.0, 2.1, 2.2, 2.3], [1.0, 1.0, 1.1, 1.0])
+    row = claims._fill(claims.Row(1, "mt_bench", "a vs b", "perplexity ratio", ""), iv, CONTRADICTED)
+    assert row.n == 4 and row.ci_low > 1.5 and row.verdict == OPEN
+    assert f"n < {claims.MIN_PAIRS} pairs" in row.detail
 
 
 def test_report_markdown(report):
@@ -261,6 +269,7 @@ def test_report_markdown(report):
         "-0.01 for Rouge-L",
         "[0.97, 1.03]",
         "## Sample size for claim 1",
+        "## Sample size for claim 5",
         "no records",
         "Pilot: 30 examples per task.",
     ):
@@ -279,3 +288,11 @@ def test_needed_n_scales_with_the_squared_width():
     assert claims.needed_n(row) == 61  # 30 * (0.3 / 0.212)^2 = 60.07
     row.ci_low, row.ci_high = 0.85, 0.95  # already narrower: the current n
     assert claims.needed_n(row) == 30
+
+
+def test_claim5_sample_size_uses_the_equivalence_band():
+    assert claims.equivalence_band_width("perplexity ratio (geometric means)") == pytest.approx(0.06)
+    assert claims.equivalence_band_width("EX difference") == pytest.approx(0.1)
+    assert claims.equivalence_band_width("Rouge-L difference") == pytest.approx(0.02)
+    row = claims.Row(5, "spider", "spd vs multinomial", "perplexity ratio", "", 1.0, 0.955, 1.045, 30)
+    assert claims.needed_n(row, claims.equivalence_band_width(row.metric)) == 68  # 30 * 1.5^2 = 67.5
