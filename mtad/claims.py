@@ -513,15 +513,20 @@ def plot_perplexity(rows: Sequence[Row], path: Path) -> None:
         xs, ys, lo, hi = [], [], [], []
         for i, task in enumerate(TASKS):
             r = next((r for r in ppl if r.task == task and r.comparison == comp), None)
-            if r is None or _nan(r.estimate):
-                continue
+            if r is None or _nan(r.estimate) or r.n < MIN_PAIRS:
+                continue  # too few pairs for an interval worth drawing (no verdict either)
             xs.append(i - 0.4 + width * (j + 0.5))
             ys.append(r.estimate)
             lo.append(r.estimate - r.ci_low if not _nan(r.ci_low) else 0)
             hi.append(r.ci_high - r.estimate if not _nan(r.ci_high) else 0)
         ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=3, label=comp)
-    n = {t: max((r.n for r in ppl if r.task == t), default=0) for t in TASKS}
-    ax.set_xticks(range(len(TASKS)), [f"{t}\n(n={n[t]})" for t in TASKS])
+    def label(task: str) -> str:
+        ns = sorted({r.n for r in ppl if r.task == task})
+        lo, hi = (ns[0], ns[-1]) if ns else (0, 0)
+        n = f"n={lo}" if lo == hi else f"n={lo}-{hi}"
+        return f"{task}\n({n}{f'; < {MIN_PAIRS} not drawn' if lo < MIN_PAIRS else ''})"
+
+    ax.set_xticks(range(len(TASKS)), [label(t) for t in TASKS])
     ax.set_ylabel("perplexity ratio a / b (geometric means)")
     ax.set_title("Perplexity ratio per task, 95% paired bootstrap intervals (below 1: a is lower)")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
