@@ -112,7 +112,13 @@ N_SAMPLES = 2000
 ALPHA = 1e-4
 
 
-@pytest.mark.parametrize("warping", WARPINGS, ids=["T1", "T0.8-k4-p0.9"])
+# T0.8-k4-p0.9 is also test_lossless.py::test_lossless_fast[spd] (same warping, 1500 samples):
+# in the slow suite only, to keep the default suite's time
+@pytest.mark.parametrize(
+    "warping",
+    [WARPINGS[0], pytest.param(WARPINGS[1], marks=pytest.mark.slow)],
+    ids=["T1", "T0.8-k4-p0.9"],
+)
 def test_spd_lossless_chi_square(toy_pair, warping):
     target, draft = toy_pair
     prompt = [2, 3]
