@@ -116,8 +116,16 @@ bench-speed: models ## Interleaved speed benchmark (~50 min, quiet CPU) -> resul
 	HF_HUB_OFFLINE=1 $(PY) bench/speed.py --tasks $(SPEED_TASKS) --max-new-tokens 128 --repeats 1 \
 	  --decoders $(SPEED_DECODERS) --compare '$(SPEED_COMPARE)' --out results/bench/speed_cpu.json $(ARGS)
 
+# Claim 4 of the claims report (tree-MTAD faster than SpD, the paper's sampling setting): more
+# prompts than bench-speed, T=1 only, defaults and the cost model's shapes, 10 report prompts per task.
+CLAIM4_TASKS ?= humaneval:0-9,cnn_dailymail:0-9
+bench-claim4: models ## Tree-MTAD vs SpD at T=1 on 20 prompts (~35 min, quiet CPU) -> results/bench/speed_claim4_cpu.json
+	HF_HUB_OFFLINE=1 $(PY) bench/speed.py --tasks $(CLAIM4_TASKS) --modes sample --max-new-tokens 128 --repeats 1 \
+	  --decoders spd,tree_mtad,$(SPD_BEST),$(TREE_BEST) --compare 'tree_mtad:spd,$(TREE_BEST):$(SPD_BEST)' \
+	  --out results/bench/speed_claim4_cpu.json $(ARGS)
+
 bench-overhead: models ## Harness overhead of every tree decoder, hooks vs py-spy (~6 min) -> results/bench/profile_share_cpu.json
 	HF_HUB_OFFLINE=1 $(PY) bench/profile_share.py --decoders spd,specinfer,mcss,spectr,mtad,tree_mtad \
 	  --tasks humaneval:10-11 --max-new-tokens 64 --out results/bench/profile_share_cpu.json $(ARGS)
 
-.PHONY: bench-cost bench-speed bench-overhead
+.PHONY: bench-cost bench-speed bench-claim4 bench-overhead

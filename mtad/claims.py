@@ -65,7 +65,7 @@ PPL_EQUIVALENCE = (0.97, 1.03)  # claim 5 perplexity ratio
 #: benchmark prompts) has far below its nominal coverage; the row shows its interval, not resolved
 MIN_PAIRS = 10
 PAPER_PPL_EFFECT = 0.212  # claim 1: -21.2% perplexity vs single-token sampling
-SPEED_FILE = Path("results/bench/speed_cpu.json")
+SPEED_FILE = Path("results/bench/speed_claim4_cpu.json")  # make bench-claim4
 SPEED_MODE = "sample"
 EPS = 1e-9
 HOLDS, CONTRADICTED, OPEN = "holds", "contradicted", "not resolved"
