@@ -341,9 +341,9 @@ def read_offline_run(run_dir: str | Path) -> dict[str, Any]:
 
     Returns name, group, tags, config, summary, history, and ``complete``: whether the run's
     exit record is in the file (W&B's writer process may still be flushing a just-finished run).
-    A record that does not parse while the exit record is missing is one the writer is still
-    flushing: reading stops there with ``complete`` False (``offline_runs`` reads again); one that
-    does not parse in a finished file raises.
+    A last record that does not parse is one the writer is still flushing: reading stops there
+    with ``complete`` False (``offline_runs`` reads again); an unparsable record before the last
+    one raises.
     """
     from google.protobuf.message import DecodeError
     from wandb.proto import wandb_internal_pb2 as pb
