@@ -4,6 +4,7 @@ synthetic records folder written in the results format."""
 import csv
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -296,3 +297,18 @@ def test_claim5_sample_size_uses_the_equivalence_band():
     assert claims.equivalence_band_width("Rouge-L difference") == pytest.approx(0.02)
     row = claims.Row(5, "spider", "spd vs multinomial", "perplexity ratio", "", 1.0, 0.955, 1.045, 30)
     assert claims.needed_n(row, claims.equivalence_band_width(row.metric)) == 68  # 30 * 1.5^2 = 67.5
+
+
+def test_reproduce_claims_plans_the_committed_points():
+    """`make reproduce-claims`: both sweep files compose every point (4 decoders x 5 tasks, then
+    SpecInfer/BiLD x 5 tasks), and every committed record folder is one of those points, so the
+    command resumes the committed records instead of generating them again."""
+    from mtad import sweep as sw
+
+    root = Path(__file__).resolve().parent.parent
+    for name, n in (("claims", 20), ("claims_tree", 10)):
+        s = sw.load(root / "experiments" / f"{name}.yaml", root=root / "results" / "claims")
+        assert len(s.known()) == len(s.points) == n
+        committed = {p.name for p in (root / "results" / "claims" / name).iterdir() if p.is_dir()
+                     and not p.name.startswith(".")}
+        assert committed and committed <= {p.hash for p in s.known()}, committed - {p.hash for p in s.known()}

@@ -30,6 +30,7 @@ MAKE_EXERCISED = {
     "make test": (".ci/run", "make test"),
     "make reproduce-table2 PROFILE=smoke": ("tests/test_reproduce_smoke.py", "table2_smoke.yaml"),
     "make run": ("tests/test_readme.py", "test_make_run_config_composes"),
+    "make reproduce-claims": ("tests/test_claims.py", "test_reproduce_claims_plans_the_committed_points"),
 }
 
 
