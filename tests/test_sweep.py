@@ -190,6 +190,56 @@ def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     assert PointFolder(tmp_path / s.name / second.hash).finished(second.hash, second.limit)
 
 
+def test_a_sweep_starts_from_the_same_point_in_a_sibling_sweep(tmp_path, monkeypatch):
+    """Two sweeps under one root share a point (claims / claims_equiv): the second one asks for
+    more examples, copies the first one's records and generates only the missing examples;
+    the result equals a run of its own from scratch, and the first sweep's folder is untouched."""
+    import mtad.engine
+
+    generated: list[int] = []
+    real_generate = mtad.engine.Engine.generate
+
+    def counting_generate(self, *a, **k):
+        generated.append(1)
+        return real_generate(self, *a, **k)
+
+    monkeypatch.setattr(mtad.engine.Engine, "generate", counting_generate)
+    tiny = [o for o in TINY if not o.startswith("limit=")]
+    base = ["decoder=multinomial", *tiny]
+    first = sw.load(SMOKE, [*base, "limit=2"], root=tmp_path, name="first")
+    assert sw.run(first, progress=False).ok
+    (p,) = first.points
+    src = tmp_path / "first" / p.hash
+    before = (src / "samples.jsonl").read_bytes()
+    # a folder under the same hash name that holds another point is never copied
+    decoy = tmp_path / "decoy" / p.hash
+    decoy.mkdir(parents=True)
+    other = sw.load(SMOKE, ["decoder=spd", *tiny, "limit=2"], root=tmp_path / "x").points[0]
+    assert other.hash != p.hash
+    PointFolder(decoy).claim(identity(other.cfg))
+    (decoy / "samples.jsonl").write_text((src / "samples.jsonl").read_text() * 2)
+
+    generated.clear()
+    second = sw.load(SMOKE, [*base, "limit=3"], root=tmp_path, name="second")
+    assert second.points[0].hash == p.hash  # limit is not part of the identity
+    assert sw.run(second, progress=False).ok
+    assert len(generated) == 1  # only the third example
+    dst = tmp_path / "second" / p.hash
+    seeded = json.loads((dst / "point.json").read_text())["seeded"]
+    assert seeded["from"] == f"first/{p.hash}" and seeded["records"] == 2
+    assert (src / "samples.jsonl").read_bytes() == before
+    lines = (dst / "samples.jsonl").read_text().splitlines()
+    assert lines[:2] == before.decode().splitlines() and len(lines) == 3
+    assert PointFolder(dst).finished(p.hash, 3)
+
+    fresh = sw.load(SMOKE, [*base, "limit=3"], root=tmp_path / "fresh", name="second")
+    assert sw.run(fresh, progress=False).ok
+    strip = ("wall_time", "prefill_time", "target_forward_time", "draft_forward_time", "tokens_per_s")
+    read = lambda f: [{k: v for k, v in json.loads(line).items() if k not in strip}
+                      for line in f.read_text().splitlines()]
+    assert read(dst / "samples.jsonl") == read(tmp_path / "fresh" / "second" / p.hash / "samples.jsonl")
+
+
 def test_unavailable_task_and_model_are_skipped_and_the_sweep_goes_on(tmp_path, monkeypatch):
     import mtad.evaluate
 

@@ -191,6 +191,36 @@ class PointFolder:
             log.info("adopted %s (written before the results format had a version)", self.path)
         write_json_atomic(self.file(POINT_FILE), point)
 
+    def seed_from(self, sources: Sequence[PointFolder], ident_hash: str) -> PointFolder | None:
+        """Start an empty point from the records of the same point kept in another folder.
+
+        ``sources``: folders that may hold this point (e.g. the same hash in a sibling sweep
+        under the same root); only those whose stored identity hash is ``ident_hash`` count,
+        and the one with most clean records is copied. Records are keyed by (example, turn) and
+        a point's records do not depend on the folder or the ``limit`` it was asked with, so
+        resuming from the copy equals an uninterrupted run. Does nothing when this folder has
+        records already. Call under ``lock``, after ``claim``; returns the source used.
+        """
+        if self.check().records:
+            return None
+        best, best_records = None, []
+        for src in sources:
+            if src.path.resolve() == self.path.resolve() or src.identity_hash() != ident_hash:
+                continue
+            records = src.check().records
+            if len(records) > len(best_records):
+                best, best_records = src, records
+        if best is None:
+            return None
+        rewrite_jsonl(self.file(SAMPLES_FILE), best_records)
+        point = read_json(self.file(POINT_FILE)) or {}
+        point["seeded"] = {"from": best.path.name if best.path.parent == self.path.parent
+                           else f"{best.path.parent.name}/{best.path.name}",
+                           "records": len(best_records), "time_utc": now_utc()}
+        write_json_atomic(self.file(POINT_FILE), point)
+        log.info("%s starts from %d records of %s (same point)", self.path, len(best_records), best.path)
+        return best
+
     # ------------------------------------------------------------------ records
 
     def check(self, repair: bool = False) -> Check:

@@ -61,8 +61,12 @@ def run_point(
     choices: dict[str, str] | None = None,
     evaluate: Evaluate | None = None,
     wait: bool = False,
+    seeds: Sequence[PointFolder] = (),
 ) -> str:
     """Run one point into ``folder`` unless it is finished; returns its status.
+
+    ``seeds``: other folders that may hold the same point (``sibling_folders``); an empty
+    folder starts from the records of the one holding most (``PointFolder.seed_from``).
 
     TaskUnavailable and model-load errors write ``skipped.json``; any other exception writes
     ``error.json`` and is re-raised. KeyboardInterrupt passes through untouched (resumable).
@@ -86,6 +90,8 @@ def run_point(
             folder.claim(ident, overrides, choices)  # adopts a legacy folder's metadata
             if folder.finished(h, limit):
                 return CACHED
+            if seeds:
+                folder.seed_from(seeds, h)
             for stale in (SKIPPED_FILE, ERROR_FILE):
                 folder.file(stale).unlink(missing_ok=True)
             try:
@@ -112,6 +118,21 @@ def run_point(
         log.warning("%s", e)
         return BUSY
     return DONE
+
+
+def sibling_folders(sweep: Sweep, point_hash: str) -> list[PointFolder]:
+    """Folders of the same point hash in the other sweeps under this sweep's root.
+
+    Sweeps that share a root (e.g. ``results/claims``: ``claims`` and ``claims_equiv``) compute
+    a point they have in common once: the later one starts from the earlier one's records.
+    """
+    if not sweep.root.is_dir():
+        return []
+    return [
+        PointFolder(d)
+        for d in sorted(sweep.root.glob(f"*/{point_hash}"))
+        if d.is_dir() and d.parent.name != sweep.name and not d.parent.name.startswith(".")
+    ]
 
 
 @dataclass
@@ -176,7 +197,8 @@ def run(
             bar.note(p.label[:60])
             try:
                 folder = sweep.folder(p)
-                status = run_point(p.cfg, folder, p.overrides, p.choices, evaluate=evaluate, wait=wait)
+                status = run_point(p.cfg, folder, p.overrides, p.choices, evaluate=evaluate, wait=wait,
+                                   seeds=sibling_folders(sweep, p.hash))
             except Exception as e:
                 status = FAILED
                 log.error("point %s (%s) failed: %s", p.hash, p.label, e)
