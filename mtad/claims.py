@@ -2,8 +2,8 @@
 
     python -m mtad.claims results/claims --out results/claims
 
-reads every point under the records root (sweeps ``claims`` and ``claims_tree``, through
-``mtad.results``), pairs decoders by (example_id, turn) and writes ``claims.csv``,
+reads every point under the records root (sweeps ``claims``, ``claims_tree`` and
+``claims_equiv``, through ``mtad.results``), pairs decoders by (example_id, turn) and writes ``claims.csv``,
 ``claims.md`` and ``perplexity_ratio.png``. One row per (claim, task, decoder pair) with
 ``claim, task, comparison, metric, paper, estimate, ci_low, ci_high, n, verdict, detail``;
 ``n`` counts paired examples; intervals are 95% paired bootstraps (``mtad.stats``).
@@ -33,6 +33,12 @@ of the data; NaN intervals are ``not resolved``):
    1.03] and score differences inside +-``EQUIVALENCE`` (0.05 binary, 0.01 Rouge-L):
    ``holds`` if the interval lies inside, ``contradicted`` if it lies wholly outside.
 
+Claims 1, 2 and claim 5's perplexity also have a pooled row, task ``all``: the mean over tasks
+of each task's mean paired difference (equal task weights), with a bootstrap stratified by task;
+it gets a verdict only when every task has ``MIN_PAIRS`` pairs. Claim-1 rows against
+multinomial say in ``detail`` whether the paper's ratio 0.788 lies inside, below or above the
+interval (the paper's magnitude, next to the direction the verdict tests).
+
 A decoder or task without records gives rows with n = 0, ``not resolved`` ("no records").
 This module knows the claims and the verdict rules; ``mtad.results`` owns the folder format
 and ``mtad.stats`` the intervals.
@@ -52,6 +58,7 @@ from pathlib import Path
 from mtad import stats
 
 TASKS = ("spider", "humaneval", "cnn_dailymail", "chatgpt_prompts", "mt_bench")
+ALL = "all"  # the pooled rows: every task with equal weight
 # task -> (metric name, kind): kind "binary" (0/1) or "rouge" (continuous in [0, 1])
 SCORED = {
     "spider": ("EX", "binary"),
@@ -233,7 +240,7 @@ class Spec:
     metric: str
     paper: str
     value: Callable[[list[dict]], float | None]
-    interval: Callable[..., stats.Interval]  # (xs, ys, seed=) -> Interval
+    interval: Callable[..., stats.Interval]  # (xs, ys, seed=) -> Interval; task "all": (groups, seed=)
     rule: Callable[[float, float], str]  # (ci_low, ci_high) -> verdict
 
 
@@ -241,7 +248,14 @@ RATIO = "perplexity ratio (geometric means)"
 
 
 def _ppl(claim: int, task: str, a: str, b: str, paper: str, rule) -> Spec:
-    return Spec(claim, task, a, b, RATIO, paper, log_perplexity, stats.perplexity_ratio, rule)
+    interval = stats.stratified_ratio if task == ALL else stats.perplexity_ratio
+    return Spec(claim, task, a, b, RATIO, paper, log_perplexity, interval, rule)
+
+
+def _block_efficiency(task: str, b: str) -> Spec:
+    interval = stats.stratified_mean_difference if task == ALL else stats.mean_difference
+    return Spec(2, task, "tree_mtad", b, "block efficiency difference", "higher", block_efficiency,
+                interval, lambda lo, hi: direction(lo, hi, 0.0, "above"))
 
 
 def _score(claim: int, task: str, a: str, b: str, paper: str, rule) -> Spec:
@@ -251,27 +265,18 @@ def _score(claim: int, task: str, a: str, b: str, paper: str, rule) -> Spec:
 
 
 def specs() -> list[Spec]:
-    """Every comparison of claims 1, 2, 3 and 5 (claim 4 reads the speed benchmark)."""
+    """Every comparison of claims 1, 2, 3 and 5 (claim 4 reads the speed benchmark).
+
+    Claims 1, 2 and claim 5's perplexity also get a pooled row (task ``all``: every task with
+    equal weight, a bootstrap stratified by task; the paper's -21.2% is such an average)."""
     out = []
-    for t in TASKS:
+    for t in (*TASKS, ALL):
         for a in ("mtad", "tree_mtad"):
             for b in ("multinomial", "spd"):
                 paper = "-21.2% (ratio 0.788)" if b == "multinomial" else "lower"
                 out.append(_ppl(1, t, a, b, paper, lambda lo, hi: direction(lo, hi, 1.0, "below")))
         for b in ("spd", "specinfer"):
-            out.append(
-                Spec(
-                    2,
-                    t,
-                    "tree_mtad",
-                    b,
-                    "block efficiency difference",
-                    "higher",
-                    block_efficiency,
-                    stats.mean_difference,
-                    lambda lo, hi: direction(lo, hi, 0.0, "above"),
-                )
-            )
+            out.append(_block_efficiency(t, b))
     for t in SCORED:
         m = NON_INFERIORITY[SCORED[t][1]]
         for a in ("mtad", "tree_mtad"):
@@ -286,7 +291,7 @@ def specs() -> list[Spec]:
                 )
             )
     lo_eq, hi_eq = PPL_EQUIVALENCE
-    for t in TASKS:
+    for t in (*TASKS, ALL):
         out.append(
             _ppl(
                 5,
@@ -323,7 +328,21 @@ def _fill(row: Row, iv: stats.Interval, verdict: str, detail: str = "") -> Row:
     return row
 
 
+def magnitude(row: Row) -> str:
+    """Where the paper's claim-1 ratio (0.788 vs single-token sampling) lies from the interval."""
+    if row.claim != 1 or not row.comparison.endswith("vs multinomial") or _nan(row.ci_low, row.ci_high):
+        return ""
+    paper = 1 - PAPER_PPL_EFFECT
+    if paper < row.ci_low - EPS:
+        return f"paper's {paper:.3f} below the interval: a smaller reduction here"
+    if paper > row.ci_high + EPS:
+        return f"paper's {paper:.3f} above the interval: a larger reduction here"
+    return f"paper's {paper:.3f} inside the interval"
+
+
 def compare(records: Records, spec: Spec, seed: int = 0) -> Row:
+    if spec.task == ALL:
+        return compare_pooled(records, spec, seed)
     row = Row(spec.claim, spec.task, f"{spec.a} vs {spec.b}", spec.metric, spec.paper)
     missing = [d for d in (spec.a, spec.b) if (d, spec.task) not in records]
     if missing:
@@ -334,7 +353,40 @@ def compare(records: Records, spec: Spec, seed: int = 0) -> Row:
         row.detail = "no paired examples with this metric"
         return row
     iv = spec.interval(xs, ys, seed=seed)
-    return _fill(row, iv, spec.rule(iv.low, iv.high))
+    row = _fill(row, iv, spec.rule(iv.low, iv.high))
+    row.detail = "; ".join(x for x in (magnitude(row), row.detail) if x)
+    return row
+
+
+def compare_pooled(records: Records, spec: Spec, seed: int = 0) -> Row:
+    """Task ``all``: every task weighs the same, the bootstrap resamples within each task.
+
+    A verdict needs every task of ``TASKS`` with at least ``MIN_PAIRS`` pairs; with fewer the
+    row shows the pooled interval of the tasks that have them, ``not resolved``.
+    """
+    row = Row(spec.claim, ALL, f"{spec.a} vs {spec.b}", spec.metric, spec.paper)
+    groups, used, short = [], [], []
+    for t in TASKS:
+        if (spec.a, t) in records and (spec.b, t) in records:
+            xs, ys = paired(records[(spec.a, t)], records[(spec.b, t)], spec.value)
+        else:
+            xs, ys = [], []
+        if len(xs) >= MIN_PAIRS:
+            groups.append((xs, ys))
+            used.append(f"{t} {len(xs)}")
+        else:
+            short.append(f"{t} {len(xs)}")
+    if not groups:
+        row.detail = f"no records: no task has {MIN_PAIRS} pairs or more of {spec.a} and {spec.b}"
+        return row
+    iv = spec.interval(groups, seed=seed)
+    verdict = spec.rule(iv.low, iv.high) if not short else OPEN
+    row = _fill(row, iv, verdict)
+    pooled = f"equal weight per task, bootstrap within tasks; pairs: {', '.join(used)}"
+    if short:
+        pooled += f"; left out (< {MIN_PAIRS} pairs, no verdict): {', '.join(short)}"
+    row.detail = "; ".join(x for x in (magnitude(row), pooled, row.detail) if x)
+    return row
 
 
 def speed_rows(path: Path, seed: int) -> list[Row]:
@@ -344,7 +396,7 @@ def speed_rows(path: Path, seed: int) -> list[Row]:
     comparison = "tree_mtad vs spd"
     data = json.loads(path.read_text()) if path.is_file() else None
     if data is None:
-        return [Row(4, "all", comparison, metric, paper, detail=f"no records: {path} not found")]
+        return [Row(4, ALL, comparison, metric, paper, detail=f"no records: {path} not found")]
     tps: dict[tuple, dict[str, float]] = defaultdict(dict)
     for r in data.get("rows", []):
         if (
@@ -355,15 +407,15 @@ def speed_rows(path: Path, seed: int) -> list[Row]:
             tps[(r["task"], r["prompt"], r["repeat"])][r["decoder"]] = r["tokens"] / r["wall"]
     pairs = {k: v for k, v in tps.items() if len(v) == 2}
     rows = []
-    for task in sorted({k[0] for k in pairs}) + ["all"]:
-        keys = [k for k in sorted(pairs) if task in ("all", k[0])]
+    for task in sorted({k[0] for k in pairs}) + [ALL]:
+        keys = [k for k in sorted(pairs) if task in (ALL, k[0])]
         row = Row(4, task, comparison, metric, paper)
         iv = stats.ratio_of_geometric_means(
             [pairs[k]["tree_mtad"] for k in keys], [pairs[k]["spd"] for k in keys], seed=seed
         )
         src = (
             f"{path}: rows mode={SPEED_MODE}, decoder tree_mtad and spd, "
-            f"{'every task' if task == 'all' else 'task=' + task}, paired by (task, prompt, repeat)"
+            f"{'every task' if task == ALL else 'task=' + task}, paired by (task, prompt, repeat)"
         )
         rows.append(_fill(row, iv, direction(iv.low, iv.high, 1.0, "above"), src))
     if not rows[:-1]:
@@ -511,7 +563,7 @@ def plot_perplexity(rows: Sequence[Row], path: Path) -> None:
     width = 0.8 / max(len(comparisons), 1)
     for j, comp in enumerate(comparisons):
         xs, ys, lo, hi = [], [], [], []
-        for i, task in enumerate(TASKS):
+        for i, task in enumerate((*TASKS, ALL)):
             r = next((r for r in ppl if r.task == task and r.comparison == comp), None)
             if r is None or _nan(r.estimate) or r.n < MIN_PAIRS:
                 continue  # too few pairs for an interval worth drawing (no verdict either)
@@ -526,7 +578,8 @@ def plot_perplexity(rows: Sequence[Row], path: Path) -> None:
         n = f"n={lo}" if lo == hi else f"n={lo}-{hi}"
         return f"{task}\n({n}{f'; < {MIN_PAIRS} not drawn' if lo < MIN_PAIRS else ''})"
 
-    ax.set_xticks(range(len(TASKS)), [label(t) for t in TASKS])
+    ax.axvline(len(TASKS) - 0.5, color="0.6", lw=0.8)
+    ax.set_xticks(range(len(TASKS) + 1), [label(t) for t in (*TASKS, ALL)])
     ax.set_ylabel("perplexity ratio a / b (geometric means)")
     ax.set_title("Perplexity ratio per task, 95% paired bootstrap intervals (below 1: a is lower)")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))

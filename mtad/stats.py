@@ -15,7 +15,10 @@ example's pair together (``paired=True``).
 * ``binary_difference``: difference of success rates of 0/1 scores (Spider EX, HumanEval
   pass@1) with its paired interval and the exact McNemar p-value (two-sided binomial test
   on the discordant pairs, ``scipy.stats.binomtest``);
-* ``mean_difference``: mean paired difference of a continuous score (CNN/DM Rouge-L).
+* ``mean_difference``: mean paired difference of a continuous score (CNN/DM Rouge-L);
+* ``stratified_mean_difference`` / ``stratified_ratio``: the same pooled over strata (tasks)
+  with equal weight per stratum, the bootstrap resampling pairs within each stratum
+  (``scipy.stats.bootstrap`` with one sample per stratum, ``paired=False``).
 
 Fewer than two pairs give an interval of NaN (nothing to resample). This module knows
 nothing about decoders, tasks or files: arrays in, intervals out.
@@ -186,3 +189,56 @@ def binary_difference(a: Sequence[float], b: Sequence[float], **kw) -> Interval:
 def mean_difference(a: Sequence[float], b: Sequence[float], **kw) -> Interval:
     """Mean paired difference a - b of a continuous score (e.g. Rouge-L)."""
     return paired_bootstrap(a, b, **kw)
+
+
+def _mean_of_means(*samples: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean([np.mean(x, axis=axis) for x in samples], axis=0)
+
+
+def stratified_mean_difference(
+    groups: Sequence[tuple[Sequence[float], Sequence[float]]],
+    level: float = LEVEL,
+    method: str = "percentile",
+    n_resamples: int = N_RESAMPLES,
+    seed: int = 0,
+) -> Interval:
+    """Mean over strata of the mean paired difference a - b, each stratum weighing the same.
+
+    ``groups``: one (a, b) pair of paired samples per stratum (e.g. per task). The bootstrap
+    resamples the pairs of each stratum independently (a stratified bootstrap), so every
+    resample keeps each stratum's size; ``n`` counts the pairs over all strata.
+    """
+    _check_method(method)
+    diffs = []
+    for a, b in groups:
+        x, y = _array(a), _array(b)
+        if x.shape != y.shape:
+            raise ValueError(f"paired samples need equal lengths, got {x.size} and {y.size}")
+        diffs.append(x - y)
+    n = int(sum(d.size for d in diffs))
+    if not diffs or n == 0:
+        return Interval(math.nan, math.nan, math.nan, 0, detail="no pairs")
+    estimate = float(_mean_of_means(*diffs))
+    if min(d.size for d in diffs) < 2:
+        return Interval(estimate, math.nan, math.nan, n, detail="a stratum with fewer than 2 pairs")
+    if all(np.ptp(d) == 0 for d in diffs):
+        return Interval(estimate, estimate, estimate, n)
+    res = stats.bootstrap(
+        tuple(diffs),
+        _mean_of_means,
+        n_resamples=n_resamples,
+        confidence_level=level,
+        method=method,
+        paired=False,
+        rng=np.random.default_rng(seed),
+    )
+    return Interval(estimate, float(res.confidence_interval.low), float(res.confidence_interval.high), n)
+
+
+def stratified_ratio(groups: Sequence[tuple[Sequence[float], Sequence[float]]], **kw) -> Interval:
+    """exp of ``stratified_mean_difference`` of per-example logs: a ratio of geometric means
+    pooled over strata with equal weight (e.g. the perplexity ratio over all tasks)."""
+    d = stratified_mean_difference(groups, **kw)
+    return Interval(
+        math.exp(d.estimate) if d.n else math.nan, math.exp(d.low), math.exp(d.high), d.n, detail=d.detail
+    )

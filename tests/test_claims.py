@@ -206,7 +206,7 @@ def test_report_columns_and_rows(report):
     rows, out = report
     assert list(rows[0]) == list(claims.FIELDS)
     per_claim = {c: sum(r["claim"] == str(c) for r in rows) for c in range(1, 6)}
-    assert per_claim == {1: 20, 2: 10, 3: 6, 4: 2, 5: 8}
+    assert per_claim == {1: 24, 2: 12, 3: 6, 4: 2, 5: 9}  # per task + pooled (task "all")
     assert {r["verdict"] for r in rows} <= {HOLDS, CONTRADICTED, OPEN}
     for name in ("claims.md", "claims.csv", "perplexity_ratio.png"):
         assert (out / name).stat().st_size > 0
@@ -225,6 +225,26 @@ def test_report_perplexity_claims(report):
     assert _row(rows, 1, "mt_bench", "mtad vs spd")["n"] == str(N)
     eq = _row(rows, 5, "spider", "spd vs multinomial", "perplexity")  # ratio 1.03: on the bound
     assert float(eq["estimate"]) == pytest.approx(1.03, rel=1e-3) and eq["verdict"] == HOLDS
+    # against multinomial the paper's ratio 0.788 is compared with the interval
+    assert "paper's 0.788 below the interval" in r["detail"]
+    assert "paper's" not in _row(rows, 1, "spider", "mtad vs spd")["detail"]
+
+
+def test_report_pooled_rows(report):
+    """Task "all": every task weighs the same; a task without records leaves no verdict."""
+    rows, _ = report
+    pooled = _row(rows, 1, "all", "mtad vs spd")
+    assert float(pooled["estimate"]) == pytest.approx(0.8 / 1.03, rel=1e-3)
+    assert pooled["verdict"] == HOLDS and pooled["n"] == str(5 * N)
+    assert "equal weight per task" in pooled["detail"] and "mt_bench 12" in pooled["detail"]
+    partial = _row(rows, 1, "all", "mtad vs multinomial")  # no multinomial on mt_bench
+    assert partial["verdict"] == OPEN and partial["n"] == str(4 * N)
+    assert "left out" in partial["detail"] and "mt_bench 0" in partial["detail"]
+    assert float(partial["estimate"]) == pytest.approx(0.8, rel=1e-3)
+    be = _row(rows, 2, "all", "tree_mtad vs spd")
+    assert float(be["estimate"]) == pytest.approx(1.0) and be["verdict"] == HOLDS
+    assert _row(rows, 2, "all", "tree_mtad vs specinfer")["n"] == "0"
+    assert _row(rows, 5, "all", "spd vs multinomial", "perplexity")["verdict"] == OPEN
 
 
 def test_report_block_efficiency_and_scores(report):

@@ -12,6 +12,8 @@ from mtad.stats import (
     mean_difference,
     paired_bootstrap,
     perplexity_ratio,
+    stratified_mean_difference,
+    stratified_ratio,
 )
 
 
@@ -104,3 +106,23 @@ def test_degenerate_and_invalid_inputs():
         bootstrap_ci([1, 2, 3], method="basic")
     with pytest.raises(ValueError, match="finite"):
         paired_bootstrap([1, float("nan")], [1, 2])
+
+
+def test_stratified_bootstrap_weighs_strata_equally_and_resamples_within_them():
+    """Two tasks far apart (differences ~0 and ~10): equal weight gives ~5 whatever their sizes,
+    and resampling within tasks keeps the between-task offset out of the interval (a pooled
+    resample of all 60 differences would give a width of ~2.5)."""
+    rng = np.random.default_rng(3)
+    a0, a1 = rng.normal(0, 0.1, 20), rng.normal(10, 0.1, 40)
+    groups = [(a0, np.zeros(20)), (a1, np.zeros(40))]
+    d = stratified_mean_difference(groups, seed=0)
+    assert d.estimate == pytest.approx((a0.mean() + a1.mean()) / 2) and d.n == 60
+    se = math.sqrt(a0.var(ddof=1) / 20 + a1.var(ddof=1) / 40) / 2
+    assert d.width == pytest.approx(2 * 1.96 * se, rel=0.2)
+    assert d.low < d.estimate < d.high
+    assert stratified_mean_difference(groups, seed=0) == d
+    r = stratified_ratio([(np.log(x + 20), np.log(np.full(x.size, 20.0))) for x in (a0, a1)])
+    assert r.estimate == pytest.approx(math.exp(np.mean([np.mean(np.log(x / 20 + 1)) for x in (a0, a1)])))
+    assert stratified_mean_difference([([1.0], [0.0]), (a0, np.zeros(20))]).n == 21
+    assert math.isnan(stratified_mean_difference([([1.0], [0.0]), (a0, np.zeros(20))]).low)
+    assert stratified_mean_difference([]).n == 0
