@@ -10,7 +10,13 @@ from mtad.decoders.base import StepContext, StepOutput, sample
 from mtad.decoders.spd import SpD, draft_chain, target_chain, verify_chain
 from mtad.engine import Engine
 from mtad.models.tiny import tiny_causal_lm
-from mtad.testing import OutsideSupport, chi_square_gof, exact_joint, prefix_marginal, sample_sequences
+from mtad.testing import (
+    OutsideSupport,
+    chi_square_gof,
+    exact_joint,
+    prefix_marginal,
+    sample_sequences,
+)
 from mtad.warping import Warping
 
 PROMPT = [5, 6, 7, 8, 9]

@@ -235,8 +235,10 @@ def test_a_sweep_starts_from_the_same_point_in_a_sibling_sweep(tmp_path, monkeyp
     fresh = sw.load(SMOKE, [*base, "limit=3"], root=tmp_path / "fresh", name="second")
     assert sw.run(fresh, progress=False).ok
     strip = ("wall_time", "prefill_time", "target_forward_time", "draft_forward_time", "tokens_per_s")
-    read = lambda f: [{k: v for k, v in json.loads(line).items() if k not in strip}
-                      for line in f.read_text().splitlines()]
+
+    def read(f):
+        return [{k: v for k, v in json.loads(line).items() if k not in strip} for line in f.read_text().splitlines()]
+
     assert read(dst / "samples.jsonl") == read(tmp_path / "fresh" / "second" / p.hash / "samples.jsonl")
 
 
