@@ -3,7 +3,7 @@
     python -m mtad.claims results/claims --out results/claims
 
 reads every point under the records root (sweeps ``claims``, ``claims_tree`` and
-``claims_equiv``, through ``mtad.results``), pairs decoders by (example_id, turn) and writes ``claims.csv``,
+``claims_spider``, through ``mtad.results``), pairs decoders by (example_id, turn) and writes ``claims.csv``,
 ``claims.md`` and ``perplexity_ratio.png``. One row per (claim, task, decoder pair) with
 ``claim, task, comparison, metric, paper, estimate, ci_low, ci_high, n, verdict, detail``;
 ``n`` counts paired examples; intervals are 95% paired bootstraps (``mtad.stats``).

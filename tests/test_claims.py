@@ -321,19 +321,19 @@ def test_claim5_sample_size_uses_the_equivalence_band():
 
 def test_reproduce_claims_plans_the_committed_points():
     """`make reproduce-claims`: the three sweep files compose every point (4 decoders x 5 tasks,
-    SpecInfer/BiLD x 5 tasks, then multinomial/SpD on Spider to 100 examples for claim 5), and
+    SpecInfer/BiLD x 5 tasks, then the four decoders on Spider's first 100 examples), and
     every committed record folder is one of those points, so the command resumes the committed
-    records instead of generating them again; claims_equiv's points are claims.yaml's (same
+    records instead of generating them again; claims_spider's points are claims.yaml's (same
     identity), so it starts from their records."""
     from mtad import sweep as sw
 
     root = Path(__file__).resolve().parent.parent
     hashes = {}
-    for name, n in (("claims", 20), ("claims_tree", 10), ("claims_equiv", 2)):
+    for name, n in (("claims", 20), ("claims_tree", 10), ("claims_spider", 4)):
         s = sw.load(root / "experiments" / f"{name}.yaml", root=root / "results" / "claims")
         assert len(s.known()) == len(s.points) == n
         hashes[name] = {p.hash for p in s.known()}
         committed = {p.name for p in (root / "results" / "claims" / name).iterdir() if p.is_dir()
                      and not p.name.startswith(".")}
         assert committed and committed <= {p.hash for p in s.known()}, committed - {p.hash for p in s.known()}
-    assert hashes["claims_equiv"] <= hashes["claims"]
+    assert hashes["claims_spider"] <= hashes["claims"]

@@ -191,7 +191,7 @@ def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
 
 
 def test_a_sweep_starts_from_the_same_point_in_a_sibling_sweep(tmp_path, monkeypatch):
-    """Two sweeps under one root share a point (claims / claims_equiv): the second one asks for
+    """Two sweeps under one root share a point (claims / claims_spider): the second one asks for
     more examples, copies the first one's records and generates only the missing examples;
     the result equals a run of its own from scratch, and the first sweep's folder is untouched."""
     import mtad.engine

@@ -123,7 +123,7 @@ def run_point(
 def sibling_folders(sweep: Sweep, point_hash: str) -> list[PointFolder]:
     """Folders of the same point hash in the other sweeps under this sweep's root.
 
-    Sweeps that share a root (e.g. ``results/claims``: ``claims`` and ``claims_equiv``) compute
+    Sweeps that share a root (e.g. ``results/claims``: ``claims`` and ``claims_spider``) compute
     a point they have in common once: the later one starts from the earlier one's records.
     """
     if not sweep.root.is_dir():
