@@ -576,12 +576,13 @@ def plot_perplexity(rows: Sequence[Row], path: Path) -> None:
         ns = sorted({r.n for r in ppl if r.task == task})
         lo, hi = (ns[0], ns[-1]) if ns else (0, 0)
         n = f"n={lo}" if lo == hi else f"n={lo}-{hi}"
-        return f"{task}\n({n}{f'; < {MIN_PAIRS} not drawn' if lo < MIN_PAIRS else ''})"
+        name = "all tasks, equal weights" if task == ALL else task
+        return f"{name}\n({n}{f'; < {MIN_PAIRS} not drawn' if lo < MIN_PAIRS else ''})"
 
     ax.axvline(len(TASKS) - 0.5, color="0.6", lw=0.8)
     ax.set_xticks(range(len(TASKS) + 1), [label(t) for t in (*TASKS, ALL)])
     ax.set_ylabel("perplexity ratio a / b (geometric means)")
-    ax.set_title("Perplexity ratio per task, 95% paired bootstrap intervals (below 1: a is lower)")
+    ax.set_title("Perplexity ratio per task and pooled, 95% paired bootstrap intervals (below 1: a is lower)")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
