@@ -222,6 +222,14 @@ def test_a_sweep_starts_from_the_same_point_in_a_sibling_sweep(tmp_path, monkeyp
     generated.clear()
     second = sw.load(SMOKE, [*base, "limit=3"], root=tmp_path, name="second")
     assert second.points[0].hash == p.hash  # limit is not part of the identity
+    import io
+
+    from mtad.sweep.cli import dry_run, estimate
+
+    listing = io.StringIO()
+    dry_run(second, 10, 10, out=listing)
+    assert f"starts from 2 records in first/{p.hash}/" in listing.getvalue()
+    assert estimate(second, 10, 10)["turns"] == 1
     assert sw.run(second, progress=False).ok
     assert len(generated) == 1  # only the third example
     dst = tmp_path / "second" / p.hash

@@ -191,6 +191,20 @@ class PointFolder:
             log.info("adopted %s (written before the results format had a version)", self.path)
         write_json_atomic(self.file(POINT_FILE), point)
 
+    def best_source(
+        self, sources: Sequence[PointFolder], ident_hash: str
+    ) -> tuple[PointFolder | None, list[dict]]:
+        """The folder among ``sources`` (not this one) holding ``ident_hash`` with most clean
+        records, and those records; (None, []) when none holds any."""
+        best, best_records = None, []
+        for src in sources:
+            if src.path.resolve() == self.path.resolve() or src.identity_hash() != ident_hash:
+                continue
+            records = src.check().records
+            if len(records) > len(best_records):
+                best, best_records = src, records
+        return best, best_records
+
     def seed_from(self, sources: Sequence[PointFolder], ident_hash: str) -> PointFolder | None:
         """Start an empty point from the records of the same point kept in another folder.
 
@@ -203,13 +217,7 @@ class PointFolder:
         """
         if self.check().records:
             return None
-        best, best_records = None, []
-        for src in sources:
-            if src.path.resolve() == self.path.resolve() or src.identity_hash() != ident_hash:
-                continue
-            records = src.check().records
-            if len(records) > len(best_records):
-                best, best_records = src, records
+        best, best_records = self.best_source(sources, ident_hash)
         if best is None:
             return None
         rewrite_jsonl(self.file(SAMPLES_FILE), best_records)

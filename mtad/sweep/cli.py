@@ -9,8 +9,18 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from mtad.results import BUSY, CACHED, DONE, FAILED, HASH_LEN, PARTIAL, PENDING, SKIPPED, UNKNOWN
-from mtad.sweep.execute import run
+from mtad.results import (
+    BUSY,
+    CACHED,
+    DONE,
+    FAILED,
+    HASH_LEN,
+    PARTIAL,
+    PENDING,
+    SKIPPED,
+    UNKNOWN,
+)
+from mtad.sweep.execute import run, sibling_folders
 from mtad.sweep.launcher import hydra_main, launch, pair_job, point_job
 from mtad.sweep.plan import Sweep, check_task, load, unknown_names
 
@@ -33,7 +43,10 @@ def estimate(
         if not ok:
             unavailable += 1
             continue
-        have = [r for r in folder.check().records if p.limit is None or int(r.get("index", 0)) < p.limit]
+        records = folder.check().records
+        if not records:  # an empty folder starts from the same point in a sibling sweep
+            records = folder.best_source(sibling_folders(sweep, p.hash), p.hash)[1]
+        have = [r for r in records if p.limit is None or int(r.get("index", 0)) < p.limit]
         left = max(0, (n_turns or 0) - len(have))
         tokens += left * int(p.cfg.max_new_tokens)
         turns += left
@@ -60,6 +73,10 @@ def dry_run(sweep: Sweep, tokens_per_s: float, point_overhead_s: float,
                 status, detail = "unavailable", reason
             elif status in (PENDING, PARTIAL):
                 detail = f"{n_ex} examples, {n_turns} turns" + (f", {detail}" if detail else "")
+            if status == PENDING and ok:
+                src, records = folder.best_source(sibling_folders(sweep, p.hash), p.hash)
+                if src is not None:
+                    detail += f"; starts from {len(records)} records in {src.path.parent.name}/{src.path.name}/"
             if folder.path.name != p.hash:
                 detail = f"{detail}; " if detail else ""
                 detail += f"in {folder.path.name}/ (written before the results format had a version)"
