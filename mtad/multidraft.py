@@ -239,6 +239,11 @@ def spectr_rho(
     """
     if k <= 1:
         return 1.0
+    if not bool((q > p).any()):
+        # q <= p everywhere: beta(1) = sum(q) = 1, so the root is at 1. Decided here, not from
+        # f(1): a sum of p one ulp below 1 makes f(1) ~ 1e-16 > 0 and puts a spurious root
+        # at ~1 + 1e-16^(1/k) (1.009 at k = 8), depending on the machine's summation order.
+        return 1.0
     drawable = q > 0
     qd, pd = q[drawable], p[drawable]  # [n]
     r, order = (pd / qd).sort()  # [n] ascending ratios; token x is "in" (min = q) iff rho <= r_x

@@ -425,3 +425,12 @@ def test_bad_tree_is_rejected():
         verify_specinfer([0, 0, 1], [-1, 1, 2], p, p, g)
     with pytest.raises(ValueError, match="rows"):
         verify_specinfer([-1, 0], [-1, 1], p, p, g)
+
+
+def test_spectr_rho_is_one_for_equal_distributions_whose_sum_is_an_ulp_off():
+    """p = q whose float sum is just below 1: f(1) ~ 1e-16 > 0 must not move the root off 1
+    (it did, to 1.009 at k = 8, on machines whose summation order gives that sum)."""
+    p = torch.tensor([0.25, 0.25, 0.5 - 2**-53], dtype=torch.float64)  # sums to 1 - 2^-53
+    assert float(p.sum()) < 1.0
+    for k in (2, 4, 8):
+        assert spectr_rho(p, p.clone(), k) == 1.0
