@@ -143,13 +143,10 @@ def test_finished_needs_matching_identity_limit_and_a_clean_record_file(tmp_path
     assert not folder.finished(p.hash, p.limit)
 
 
-def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
-    """2-point smoke sweep, killed in the middle of the second point, then rerun."""
+def count_generations(monkeypatch) -> list[int]:
+    """A list that grows by one at every ``Engine.generate`` call (the real one still runs)."""
     import mtad.engine
-    import mtad.evaluate
 
-    s = sw.load(SMOKE, ["decoder=multinomial,spd", *TINY], root=tmp_path)
-    first, second = s.points
     generated: list[int] = []
     real_generate = mtad.engine.Engine.generate
 
@@ -158,6 +155,17 @@ def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
         return real_generate(self, *a, **k)
 
     monkeypatch.setattr(mtad.engine.Engine, "generate", counting_generate)
+    return generated
+
+
+def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
+    """2-point smoke sweep, killed in the middle of the second point, then rerun."""
+    import mtad.engine
+    import mtad.evaluate
+
+    s = sw.load(SMOKE, ["decoder=multinomial,spd", *TINY], root=tmp_path)
+    first, second = s.points
+    generated = count_generations(monkeypatch)
     real_append = mtad.evaluate.append_jsonl
 
     def append_then_die(path, record):
@@ -194,16 +202,8 @@ def test_a_sweep_starts_from_the_same_point_in_a_sibling_sweep(tmp_path, monkeyp
     """Two sweeps under one root share a point (claims / claims_spider): the second one asks for
     more examples, copies the first one's records and generates only the missing examples;
     the result equals a run of its own from scratch, and the first sweep's folder is untouched."""
-    import mtad.engine
 
-    generated: list[int] = []
-    real_generate = mtad.engine.Engine.generate
-
-    def counting_generate(self, *a, **k):
-        generated.append(1)
-        return real_generate(self, *a, **k)
-
-    monkeypatch.setattr(mtad.engine.Engine, "generate", counting_generate)
+    generated = count_generations(monkeypatch)
     tiny = [o for o in TINY if not o.startswith("limit=")]
     base = ["decoder=multinomial", *tiny]
     first = sw.load(SMOKE, [*base, "limit=2"], root=tmp_path, name="first")
