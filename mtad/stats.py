@@ -82,12 +82,19 @@ def bootstrap_ci(
     arr = _array(values)
     if arr.size < 2:
         return math.nan, math.nan
+    return _scipy_interval((arr,), statistic, False, level, method, n_resamples, seed)
+
+
+def _scipy_interval(samples: tuple, statistic: Callable, paired: bool, level: float, method: str,
+                    n_resamples: int, seed: int) -> tuple[float, float]:
+    """(low, high) of ``scipy.stats.bootstrap`` over ``samples`` with the project's settings."""
     res = stats.bootstrap(
-        (arr,),
+        samples,
         statistic,
         n_resamples=n_resamples,
         confidence_level=level,
         method=method,
+        paired=paired,
         rng=np.random.default_rng(seed),
     )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
@@ -120,16 +127,7 @@ def paired_bootstrap(
         return Interval(estimate, math.nan, math.nan, n, detail="fewer than 2 pairs")
     if statistic is mean_of_differences and np.ptp(x - y) == 0:
         return Interval(estimate, estimate, estimate, n)  # every pair differs alike: no spread
-    res = stats.bootstrap(
-        (x, y),
-        statistic,
-        n_resamples=n_resamples,
-        confidence_level=level,
-        method=method,
-        paired=True,
-        rng=np.random.default_rng(seed),
-    )
-    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    lo, hi = _scipy_interval((x, y), statistic, True, level, method, n_resamples, seed)
     return Interval(estimate, lo, hi, n)
 
 
@@ -223,16 +221,8 @@ def stratified_mean_difference(
         return Interval(estimate, math.nan, math.nan, n, detail="a stratum with fewer than 2 pairs")
     if all(np.ptp(d) == 0 for d in diffs):
         return Interval(estimate, estimate, estimate, n)
-    res = stats.bootstrap(
-        tuple(diffs),
-        _mean_of_means,
-        n_resamples=n_resamples,
-        confidence_level=level,
-        method=method,
-        paired=False,
-        rng=np.random.default_rng(seed),
-    )
-    return Interval(estimate, float(res.confidence_interval.low), float(res.confidence_interval.high), n)
+    lo, hi = _scipy_interval(tuple(diffs), _mean_of_means, False, level, method, n_resamples, seed)
+    return Interval(estimate, lo, hi, n)
 
 
 def stratified_ratio(groups: Sequence[tuple[Sequence[float], Sequence[float]]], **kw) -> Interval:
