@@ -321,21 +321,25 @@ def test_claim5_sample_size_uses_the_equivalence_band():
 
 def test_reproduce_claims_plans_the_committed_points():
     """`make reproduce-claims`: the sweep files compose every point (4 decoders x 5 tasks,
-    SpecInfer/BiLD x 5 tasks, and the optional stage: the four on Spider's first 100), and
+    SpecInfer/BiLD x 5 tasks, the four on Spider's first 100, SpecInfer on 30 of each task), and
     every committed record folder is one of those points, so the command resumes the committed
-    records instead of generating them again; claims_spider's points are claims.yaml's (same
-    identity), so it starts from their records."""
+    records instead of generating them again; claims_spider's points are claims.yaml's and
+    claims_specinfer's are claims_tree.yaml's (same identity), so they start from their records."""
     from mtad import sweep as sw
 
     root = Path(__file__).resolve().parent.parent
     hashes = {}
-    for name, n in (("claims", 20), ("claims_tree", 10), ("claims_spider", 4)):
+    stages = (("claims", 20), ("claims_tree", 10), ("claims_spider", 4), ("claims_specinfer", 5))
+    for name, n in stages:
         s = sw.load(root / "experiments" / f"{name}.yaml", root=root / "results" / "claims")
         assert len(s.known()) == len(s.points) == n
         hashes[name] = {p.hash for p in s.known()}
         folder = root / "results" / "claims" / name
         committed = {p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")} \
             if folder.is_dir() else set()
-        assert committed or name == "claims_spider"  # an optional stage (CLAIMS_SWEEPS)
+        assert committed, f"results/claims/{name}: no committed records"
         assert committed <= hashes[name], committed - hashes[name]
     assert hashes["claims_spider"] <= hashes["claims"]
+    assert hashes["claims_specinfer"] <= hashes["claims_tree"]
+    makefile = (root / "Makefile").read_text()
+    assert f"CLAIMS_SWEEPS ?= {' '.join(name for name, _ in stages)}" in makefile
