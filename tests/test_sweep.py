@@ -160,7 +160,6 @@ def count_generations(monkeypatch) -> list[int]:
 
 def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     """2-point smoke sweep, killed in the middle of the second point, then rerun."""
-    import mtad.engine
     import mtad.evaluate
 
     s = sw.load(SMOKE, ["decoder=multinomial,spd", *TINY], root=tmp_path)
@@ -202,7 +201,6 @@ def test_a_sweep_starts_from_the_same_point_in_a_sibling_sweep(tmp_path, monkeyp
     """Two sweeps under one root share a point (claims / claims_spider): the second one asks for
     more examples, copies the first one's records and generates only the missing examples;
     the result equals a run of its own from scratch, and the first sweep's folder is untouched."""
-
     generated = count_generations(monkeypatch)
     tiny = [o for o in TINY if not o.startswith("limit=")]
     base = ["decoder=multinomial", *tiny]
