@@ -6,14 +6,20 @@ import numpy as np
 import pytest
 
 from mtad.stats import (
+    benjamini_hochberg,
     binary_difference,
     bootstrap_ci,
+    holm,
     mcnemar_exact,
     mean_difference,
+    newcombe_paired,
+    p_value,
     paired_bootstrap,
     perplexity_ratio,
+    relative_change,
     stratified_mean_difference,
     stratified_ratio,
+    stratified_relative_change,
 )
 
 
@@ -75,8 +81,8 @@ def test_paired_bootstrap_uses_the_pairing():
 def test_perplexity_ratio_is_the_ratio_of_geometric_means():
     rng = np.random.default_rng(0)
     log_b = rng.normal(1.5, 0.4, size=50)
-    exact = perplexity_ratio(log_b + math.log(0.8), log_b)
-    assert (exact.estimate, exact.low, exact.high) == pytest.approx((0.8, 0.8, 0.8))
+    exact = perplexity_ratio(log_b + math.log(0.8), log_b)  # every pair differs alike
+    assert exact.estimate == pytest.approx(0.8) and math.isnan(exact.low) and math.isnan(exact.high)
     noisy_a = log_b + math.log(0.8) + rng.normal(0, 0.05, size=50)
     r = perplexity_ratio(noisy_a, log_b, seed=1)
     geo = math.exp(np.mean(noisy_a)) / math.exp(np.mean(log_b))
@@ -97,7 +103,7 @@ def test_degenerate_and_invalid_inputs():
     assert one.estimate == 1.0 and math.isnan(one.low) and one.n == 1
     assert paired_bootstrap([], []).n == 0
     same = paired_bootstrap([1.0, 2.0, 3.0], [0.5, 1.5, 2.5], method="BCa")
-    assert (same.low, same.high) == (0.5, 0.5)
+    assert same.estimate == 0.5 and math.isnan(same.low) and math.isnan(same.high)
     with pytest.raises(ValueError, match="equal lengths"):
         paired_bootstrap([1, 2], [1, 2, 3])
     with pytest.raises(ValueError, match="0 or 1"):
@@ -126,3 +132,72 @@ def test_stratified_bootstrap_weighs_strata_equally_and_resamples_within_them():
     assert stratified_mean_difference([([1.0], [0.0]), (a0, np.zeros(20))]).n == 21
     assert math.isnan(stratified_mean_difference([([1.0], [0.0]), (a0, np.zeros(20))]).low)
     assert stratified_mean_difference([]).n == 0
+
+
+def test_identical_differences_give_no_interval_not_a_zero_width_one():
+    """A zero-width interval at the estimate would pass any equivalence or non-inferiority
+    test; without spread there is no bootstrap interval (NaN, said in ``detail``)."""
+    d = mean_difference([0.3, 0.5, 0.7] * 10, [0.3, 0.5, 0.7] * 10)
+    assert d.estimate == 0 and math.isnan(d.low) and math.isnan(d.high) and "no spread" in d.detail
+    s = stratified_mean_difference([([1.0] * 5, [1.0] * 5), ([2.0] * 6, [1.0] * 6)])
+    assert math.isnan(s.low) and "no spread" in s.detail
+
+
+def test_binary_pairs_without_discordance_get_newcombes_interval():
+    """30 pairs that all succeed: the bootstrap collapses to [0, 0]; Newcombe's interval is
+    +-(1 - the Wilson lower bound of 30/30) = +-(1 - 30 / (30 + z^2)) when phi = 0."""
+    d = binary_difference([1] * 30, [1] * 30)
+    z2 = 1.959963984540054**2
+    half = 1 - 30 / (30 + z2)
+    assert (d.estimate, d.low, d.high) == pytest.approx((0.0, -half, half), rel=1e-9)
+    assert "Newcombe" in d.detail and d.p_value == 1.0
+    # all discordant the same way: the difference is 1, the interval stays inside [-1, 1]
+    one = binary_difference([1] * 12, [0] * 12)
+    assert one.estimate == 1.0 and 0 < one.low < 1 and one.high == pytest.approx(1.0)
+    # with discordant pairs both ways the bootstrap is used; Newcombe's interval is close
+    rng = np.random.default_rng(5)
+    a, b = rng.integers(0, 2, 200), rng.integers(0, 2, 200)
+    boot, exact = binary_difference(a, b), newcombe_paired(a, b)
+    assert "Newcombe" not in boot.detail
+    assert boot.low == pytest.approx(exact[0], abs=0.02) and boot.high == pytest.approx(exact[1], abs=0.02)
+
+
+def test_relative_change_of_scores():
+    rng = np.random.default_rng(4)
+    b = rng.uniform(0.2, 0.4, 80)
+    a = 1.5 * b + rng.normal(0, 0.01, 80)
+    r = relative_change(a, b, seed=0)
+    assert r.estimate == pytest.approx(a.mean() / b.mean() - 1) and r.low < 0.5 < r.high
+    assert math.isnan(relative_change([1, 0], [0, 0]).estimate)
+    # pooled: the mean of the strata's relative changes, whatever their sizes
+    groups = [(2 * b[:20], b[:20]), (b + rng.normal(0, 0.01, 80), b)]
+    s = stratified_relative_change(groups, seed=0)
+    want = np.mean([np.mean(x) / np.mean(y) - 1 for x, y in groups])
+    assert s.estimate == pytest.approx(want) and s.low < want < s.high and s.n == 100
+    assert stratified_relative_change(groups, seed=0) == s
+
+
+def test_p_values_invert_the_interval():
+    """One-sided p from the same resamples: a 95% interval wholly above ref has p < 0.025, one
+    that straddles it p > 0.025; an exact interval's p is where its bound reaches ref."""
+    rng = np.random.default_rng(6)
+    x = rng.normal(0.3, 1.0, 60)
+    d = mean_difference(x, np.zeros(60), seed=0)
+    for ref in (d.low - 1e-3, d.low + 1e-3, 0.0, d.estimate):
+        assert (p_value(d, ref, "above") < 0.025) == (d.low > ref)
+    assert (p_value(d, d.high + 1e-3, "below") < 0.025) and p_value(d, d.high - 1e-3, "below") > 0.025
+    e = binary_difference([1] * 30, [1] * 30)
+    lo95, _ = e.at_level(0.95)
+    assert p_value(e, lo95, "above") == pytest.approx(0.025, abs=1e-9)  # the bound reaches ref
+    assert p_value(e, 0.0, "above") == 1.0  # the estimate itself is not above 0
+    assert p_value(e, -0.2, "above") < 0.025  # -0.2 lies below the 95% interval
+    assert p_value(e, newcombe_paired([1] * 30, [1] * 30, 0.9)[0], "above") == pytest.approx(0.05, abs=1e-6)
+    assert math.isnan(p_value(mean_difference([1.0, 1.0], [0.0, 0.0]), 0.0, "above"))
+
+
+def test_holm_and_benjamini_hochberg_hand_computed():
+    p = [0.01, 0.04, 0.03, math.nan, 0.005]
+    assert holm(p)[:3] == pytest.approx([0.03, 0.06, 0.06]) and holm(p)[4] == pytest.approx(0.02)
+    assert math.isnan(holm(p)[3])
+    bh = benjamini_hochberg(p)
+    assert bh[:3] == pytest.approx([0.02, 0.04, 0.04]) and bh[4] == pytest.approx(0.02)
