@@ -35,7 +35,6 @@ from mtad.results import (
     SAMPLES_FILE,
     SUMMARY_FILE,
     PointFolder,
-    append_jsonl,
     identity,
     identity_hash,
     now_utc,
@@ -153,7 +152,7 @@ def _run(cfg: DictConfig, folder: PointFolder, records: list[dict], ident_hash: 
             if scorer is not None and turn == n_turns - 1:
                 # multi-turn tasks are scored on every answer (a list), single-turn on the text
                 record.update(_scored(scorer, scorer.score(ex, list(previous) if n_turns > 1 else text)))
-            append_jsonl(samples_path, record)
+            folder.append(record)
             done[(ex.id, turn)] = record
             if logger is not None:
                 logger.log_example(record)

@@ -101,6 +101,12 @@ def _records(decoder, task):
                 "steps": steps,
                 "accepted_per_step": [acc] * steps,
                 "tokens_per_s": 1.0,
+                # the rest of a samples.jsonl record (mtad.results.RECORD_FIELDS), unused here
+                "text": "", "prompt_tokens": 8, "output_ids": [0] * tokens, "drafted_per_step": [acc] * steps,
+                "emitted_per_step": [tokens] + [0] * (steps - 1), "tree_size_per_step": [acc] * steps,
+                "target_passes": steps, "target_forward_time": 0.0, "draft_forward_time": 0.0,
+                "wall_time": float(tokens), "prefill_time": 0.0, "block_efficiency": acc + 1.0,
+                "stop_reason": "length", "energy_j": None,
             }
             if turn == turns - 1:
                 r["score"] = _score(decoder, task, i)

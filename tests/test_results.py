@@ -28,6 +28,13 @@ TINY = ["+experiment=debug", "limit=2", "max_new_tokens=4", "perplexity=false"]
 UNSCORED = "~task.scorer"  # faster runs where the score does not matter
 
 
+def full_record(**fields) -> dict:
+    """A ``samples.jsonl`` record with every field of ``RECORD_FIELDS`` (placeholder values)."""
+    from mtad.results import RECORD_FIELDS
+
+    return {**{k: [] if types[0] is list else types[0]() for k, types in RECORD_FIELDS.items()}, **fields}
+
+
 def _cfg(*overrides: str):
     return compose_config([*TINY, *overrides])
 
@@ -84,7 +91,7 @@ def test_a_torn_last_line_is_found_and_never_appended_to(tmp_path):
 
 def test_self_check_repairs_torn_glued_and_duplicate_lines(tmp_path, caplog):
     folder = PointFolder(tmp_path)
-    r = [json.dumps({"example_id": f"e{i}", "turn": 0, "index": i}) for i in range(4)]
+    r = [json.dumps(full_record(example_id=f"e{i}", turn=0, index=i)) for i in range(4)]
     # line 2: a record torn by a kill with the next record glued on (the old append did that)
     (tmp_path / "samples.jsonl").write_text(f"{r[0]}\n{r[1][:20]}{r[2]}\n{r[0]}\n{r[3]}\n{r[3][:10]}")
     with caplog.at_level(logging.WARNING):
@@ -95,7 +102,43 @@ def test_self_check_repairs_torn_glued_and_duplicate_lines(tmp_path, caplog):
     assert folder.check().clean and len(scan_jsonl(tmp_path / "samples.jsonl").records) == 2
 
 
+def test_self_check_drops_lines_that_are_not_records(tmp_path, caplog):
+    lines = [full_record(example_id="e0"), {"example_id": "e1", "turn": 0},  # parses, no fields
+             full_record(example_id="e2", turn="0"), full_record(example_id="e1")]
+    (tmp_path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    with caplog.at_level(logging.WARNING):
+        check = PointFolder(tmp_path).check(repair=True)
+    assert [r["example_id"] for r in check.records] == ["e0", "e1"] and not check.clean
+    assert sorted(check.incomplete) == [2, 3] and "text" in check.incomplete[2]
+    assert len(caplog.records) == 1 and "incomplete records (line 2: no " in caplog.text
+    assert PointFolder(tmp_path).check().clean
+
+
 # ----------------------------------------------------------------------------- folders
+
+
+def _resolved(cfg) -> dict:
+    from omegaconf import OmegaConf
+
+    # output_dir reads ${hydra:...}, which needs a Hydra run
+    return OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "output_dir"]), resolve=True)
+
+
+@pytest.mark.parametrize("garbage", ["not json", "[1, 2]", "{}", '{"format": 2}', '{"hash": 3, "identity": {}}',
+                                     '{"format": 9, "identity": {}, "identity_hash": "x"}'])
+@pytest.mark.parametrize("with_config", [False, True])
+def test_a_point_file_that_is_not_one_is_refused(tmp_path, garbage, with_config):
+    cfg = _cfg("decoder=spd")
+    (tmp_path / "point.json").write_text(garbage)
+    if with_config:  # what an old-format folder holds besides point.json
+        (tmp_path / "config.json").write_text(json.dumps(_resolved(cfg)))
+    with pytest.raises(IdentityMismatch, match=r"point\.json is not a point file.*choose another folder") as e:
+        PointFolder(tmp_path).claim(identity(cfg))
+    assert len(str(e.value).splitlines()) == 1
+    assert (tmp_path / "point.json").read_text() == garbage
+    assert PointFolder(tmp_path).identity_hash() is None  # a store scan passes over it
+
+
 
 
 def test_a_folder_holding_another_point_is_refused_with_the_differing_keys(tmp_path):
@@ -199,6 +242,30 @@ def test_a_torn_line_is_recomputed_on_unfinished_and_finished_points(tmp_path, c
     assert len(counted) == 1 and summary["metrics"]["examples"] == 2
     again = _records(out)
     assert [r["output_ids"] for r in again] == [r["output_ids"] for r in full]
+    assert PointFolder(out).finished(h, 2)
+
+
+def test_a_record_line_without_its_fields_is_recomputed(tmp_path, counted, caplog):
+    """A line that parses but is no record (e.g. a hand-edited or foreign line) is dropped with
+    the torn-line warning and its example generated again, on finished and unfinished points."""
+    from mtad.evaluate import run
+    from mtad.results import record_problem
+
+    out = tmp_path / "run"
+    run(_cfg("decoder=spd", UNSCORED), out)
+    full = _records(out)
+    assert all(record_problem(r) is None for r in full)  # what the writer writes is a record
+    h = _hash("decoder=spd")
+    stub = json.dumps({"example_id": full[1]["example_id"], "turn": 0})
+    (out / "samples.jsonl").write_text(json.dumps(full[0]) + "\n" + stub + "\n")
+    assert not PointFolder(out).finished(h, 2)
+    counted.clear()
+    with caplog.at_level(logging.WARNING, logger="mtad.results"):
+        summary = run(_cfg("decoder=spd", UNSCORED), out)
+    assert len(counted) == 1 and summary["metrics"]["examples"] == 2
+    assert [r["output_ids"] for r in _records(out)] == [r["output_ids"] for r in full]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith("repaired") and "line 2: no " in warnings[0]
     assert PointFolder(out).finished(h, 2)
 
 

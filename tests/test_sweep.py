@@ -18,6 +18,7 @@ from mtad.results import (
     DONE,
     FAILED,
     HASH_LEN,
+    RECORD_FIELDS,
     SKIPPED,
     PointFolder,
     identity,
@@ -36,6 +37,11 @@ EXPERIMENTS = sorted(p for p in (ROOT / "experiments").glob("*.yaml") if _is_swe
 SMOKE = ROOT / "experiments" / "table2_smoke.yaml"
 # the smallest real run: tiny random pair, 2 prompts, 4 new tokens
 TINY = ["limit=2", "max_new_tokens=4", "warmup=0", "perplexity=true"]
+
+
+def full_record(**fields) -> dict:
+    """A ``samples.jsonl`` record with every field of ``RECORD_FIELDS`` (placeholder values)."""
+    return {**{k: [] if types[0] is list else types[0]() for k, types in RECORD_FIELDS.items()}, **fields}
 
 
 def _covering(jobs: list[list[str]]) -> list[list[str]]:
@@ -132,7 +138,7 @@ def test_finished_needs_matching_identity_limit_and_a_clean_record_file(tmp_path
     folder = PointFolder(tmp_path / p.hash)
     folder.path.mkdir()
     assert not folder.finished(p.hash, p.limit)
-    records = [{"example_id": f"e{i}", "turn": 0, "index": i} for i in range(2)]
+    records = [full_record(example_id=f"e{i}", turn=0, index=i) for i in range(2)]
     folder.file("samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     folder.write_summary({"metrics": {"examples": 2}}, p.hash, p.limit, 2)
     assert folder.finished(p.hash, p.limit)
@@ -160,19 +166,19 @@ def count_generations(monkeypatch) -> list[int]:
 
 def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     """2-point smoke sweep, killed in the middle of the second point, then rerun."""
-    import mtad.evaluate
+    import mtad.results.folder
 
     s = sw.load(SMOKE, ["decoder=multinomial,spd", *TINY], root=tmp_path)
     first, second = s.points
     generated = count_generations(monkeypatch)
-    real_append = mtad.evaluate.append_jsonl
+    real_append = mtad.results.folder.append_jsonl
 
     def append_then_die(path, record):
         real_append(path, record)
         if Path(path).parent.name == second.hash:
             raise KeyboardInterrupt  # the process is killed after the second point's first example
 
-    monkeypatch.setattr(mtad.evaluate, "append_jsonl", append_then_die)
+    monkeypatch.setattr(mtad.results.folder, "append_jsonl", append_then_die)
     with pytest.raises(KeyboardInterrupt):
         sw.run(s, progress=False)
     assert PointFolder(tmp_path / s.name / first.hash).finished(first.hash, first.limit)
@@ -183,7 +189,7 @@ def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     assert [p["status"] for p in index["points"]] == ["done", "partial"]
     assert not Path(index["file"]).is_absolute()  # committed indexes carry no machine paths
 
-    monkeypatch.setattr(mtad.evaluate, "append_jsonl", real_append)
+    monkeypatch.setattr(mtad.results.folder, "append_jsonl", real_append)
     summary_before = (tmp_path / s.name / first.hash / "summary.json").stat().st_mtime_ns
     generated.clear()
     report = sw.run(sw.load(SMOKE, ["decoder=multinomial,spd", *TINY], root=tmp_path), progress=False)

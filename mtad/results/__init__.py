@@ -24,6 +24,7 @@ from mtad.results.folder import (
     PARTIAL,
     PENDING,
     POINT_FILE,
+    RECORD_FIELDS,
     SAMPLES_FILE,
     SKIPPED,
     SKIPPED_FILE,
@@ -31,10 +32,13 @@ from mtad.results.folder import (
     UNKNOWN,
     Check,
     FolderBusy,
+    FolderNotWritable,
     IdentityMismatch,
+    NotAPointFile,
     PointFolder,
     now_utc,
     record_key,
+    record_problem,
 )
 from mtad.results.identity import (
     HASH_LEN,
@@ -59,8 +63,8 @@ from mtad.results.store import Store, is_point_folder, load_point, point_dirs, u
 __all__ = [
     "BUSY", "CACHED", "CONFIG_FILE", "DONE", "ERROR_FILE", "FAILED", "FORMAT", "INDEX_FILE",
     "LOCK_FILE", "PARTIAL", "PENDING", "POINT_FILE", "SAMPLES_FILE", "SKIPPED", "SKIPPED_FILE",
-    "SUMMARY_FILE", "UNKNOWN", "Check", "FolderBusy", "IdentityMismatch", "PointFolder",
-    "now_utc", "record_key", "HASH_LEN", "LEGACY_DECODER_VERSION", "decoder_version",
+    "SUMMARY_FILE", "UNKNOWN", "RECORD_FIELDS", "Check", "FolderBusy", "FolderNotWritable",
+    "IdentityMismatch", "NotAPointFile", "PointFolder", "now_utc", "record_key", "record_problem", "HASH_LEN", "LEGACY_DECODER_VERSION", "decoder_version",
     "differences", "identity", "identity_hash", "requested_limit", "append_jsonl", "read_json",
     "read_jsonl", "rewrite_jsonl", "scan_jsonl", "shown_path", "write_json_atomic", "Store", "is_point_folder",
     "load_point", "point_dirs", "used_config",

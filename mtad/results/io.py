@@ -70,6 +70,7 @@ class Scan:
     """What ``scan_jsonl`` found: the records that parse and the line numbers that do not."""
 
     records: list[dict] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)  # 1-based line number of each record
     bad_lines: list[int] = field(default_factory=list)  # 1-based line numbers
     torn_tail: bool = False  # the file does not end with a newline
 
@@ -105,6 +106,7 @@ def scan_jsonl(path: str | Path) -> Scan:
             obj = None
         if isinstance(obj, dict):
             scan.records.append(obj)
+            scan.lines.append(number)
         else:
             scan.bad_lines.append(number)
     return scan
