@@ -38,6 +38,52 @@ def test_limit_accepts_positive_and_null():
     check_overrides(["+experiment=debug", "limit=null"])
 
 
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["task.limit=-1"], "task.limit must be an integer >= 1 or null"),
+        (["task.limit=0"], "task.limit must be an integer >= 1 or null"),
+        (["task.limit=abc"], "task.limit must be an integer >= 1 or null"),
+        (["seed=99999999999999999999"], "seed must be an integer in [0, 9223372036854775807]"),
+        (["seed=-1"], "seed must be an integer in [0, "),
+        (["decoder=specinfer", "decoder.k_config=[0,-1]"], "decoder.k_config must be a non-empty list of integers >= 1"),
+        (["decoder=specinfer", "decoder.k_config=abc"], "decoder.k_config must be a non-empty list of integers >= 1"),
+        (["decoder=specinfer", "decoder.k_config=[]"], "decoder.k_config must be a non-empty list"),
+        (["decoder=spd", "decoder.gamma=0"], "decoder.gamma must be an integer >= 1"),
+        (["decoder=mtad", "decoder.tau=-1"], "decoder.tau must be > 0"),
+        (["decoder=tree_mtad", "decoder.width=0"], "decoder.width must be an integer >= 1"),
+        (["decoder=mtad", "decoder.replacement=maybe"], "decoder.replacement must be true or false, got 'maybe'"),
+        (["decoder=mjgd", "decoder.method=exakt"], "decoder.method must be one of 'exact', 'beam', 'auto', got 'exakt'; did you mean 'exact'?"),
+        (["decoder=bild", "decoder.alpha_fb=inf"], "decoder.alpha_fb must be a finite number >= 0"),
+        (["task.scorer.timeout=0"], "task.scorer.timeout must be > 0"),
+        (["model=tiny_random", "model.dtype=float64"], "model.dtype must be one of 'float32', 'bfloat16', 'float16'"),
+        (["-m", "decoder=spd", "decoder.gamma=2,0"], "decoder.gamma must be an integer >= 1"),  # every swept value
+        (["+experiment=debug", "task.limit=0"], "task.limit must be"),  # an experiment does not hide it
+    ],
+)
+def test_nested_values_are_checked_like_the_top_level_ones(argv, message, capsys):
+    err = _error(argv, capsys)
+    assert message in err and ("; e.g." in err or "did you mean" in err), err
+
+
+def test_good_nested_values_pass():
+    check_overrides(["decoder=specinfer", "decoder.k_config=[2,1]", "task.limit=null", "seed=9223372036854775807"])
+    check_overrides(["decoder=tree_mtad", "decoder.replacement=false", "tau=inf"])
+    check_overrides(["decoder=mtad", "decoder.tau=inf"])
+    check_overrides(["-m", "decoder=spd", "decoder.gamma=1,auto", "model=tiny_random", "model.dtype=bfloat16"])
+
+
+def test_the_largest_seed_and_its_per_example_seeds_fit_torch(capsys):
+    import torch
+
+    from mtad.config import MAX_SEED
+
+    torch.Generator().manual_seed(MAX_SEED + 1000 * 10**6 + 9)  # seed + 1000 * index + turn
+    with pytest.raises(ValueError):  # torch's own limit is 2**64 - 1
+        torch.Generator().manual_seed(2**64)
+    assert f"seed must be an integer in [0, {MAX_SEED}]" in _error([f"seed={MAX_SEED + 1}"], capsys)
+
+
 @pytest.mark.parametrize("argv", [["gama=4"], ["+gama=4"], ["++gama=4"]])
 def test_unknown_top_level_key_did_you_mean(argv, capsys):
     assert "unknown key 'gama'; did you mean 'gamma'?" in _error(argv, capsys)

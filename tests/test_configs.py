@@ -106,6 +106,37 @@ def test_decoders_declare_a_version_and_only_known_knobs(name):
     assert interpolated == set(decoder_knobs(cfg.decoder)) and interpolated <= set(KNOBS)
 
 
+@pytest.mark.parametrize("name", group_options("decoder"))
+def test_every_decoder_field_has_a_rule_and_its_defaults_pass(name):
+    """A decoder's own fields are checked before anything loads (mtad.config.RULES)."""
+    from mtad.config import RULES
+
+    cfg = _compose([f"decoder={name}"])
+    fields = [k for k in cfg.decoder if k not in ("_target_", "name")]
+    assert [k for k in fields if f"decoder.{k}" not in RULES] == []
+    validate(cfg)
+
+
+def test_rule_choices_are_the_codes_own():
+    from mtad.config import RULES
+    from mtad.decoders.bild import MODES
+    from mtad.decoders.mjgd import METHODS
+    from mtad.models.offline import DTYPES
+
+    assert RULES["decoder.method"].choices == METHODS and RULES["decoder.mode"].choices == MODES
+    assert RULES["model.dtype"].choices == RULES["model.target.dtype"].choices == DTYPES
+
+
+@pytest.mark.parametrize(
+    "override,field",
+    [("task.limit=0", "task.limit"), ("decoder.gamma=0", "decoder.gamma"), ("seed=-1", "seed"),
+     ("task.max_prompt_tokens=0", "task.max_prompt_tokens"), ("model.target.dtype=int8", "model.target.dtype")],
+)
+def test_bad_nested_values_name_the_field(override, field):
+    with pytest.raises(ConfigError, match=f"^{field.replace('.', '[.]')} must be"):
+        validate(_compose([override]))
+
+
 def test_unknown_decoder_did_you_mean(capsys):
     with pytest.raises(SystemExit) as e:
         check_overrides(["decoder=sdp"])
