@@ -62,8 +62,8 @@ class GenerationResult:
 
     @property
     def block_efficiency(self) -> float:
-        """(accepted + steps) / steps: mean tokens per target pass, counting the correction/bonus token."""
-        return (self.accepted + self.num_steps) / self.num_steps if self.steps else float("nan")
+        """Emitted tokens / steps (``mtad.metrics``): a cut-short last step counts what it kept."""
+        return sum(s.emitted for s in self.steps) / self.num_steps if self.steps else float("nan")
 
     @property
     def forward_time(self) -> float:

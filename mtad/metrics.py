@@ -5,8 +5,12 @@
 - ms/token: 1000 / tokens/s.
 - J/token: energy over the timed decoding windows / generated tokens; None when the
   energy meter is unavailable (never 0).
-- block efficiency: (accepted + steps) / steps, i.e. mean tokens per target pass,
-  counting the correction/bonus token; autoregressive = 1.0.
+- block efficiency: emitted tokens / steps, i.e. mean tokens committed per decoding step
+  (accepted draft tokens plus the correction/bonus token, as emitted: a last step cut short
+  by ``max_new_tokens`` or EOS counts the tokens it kept, not accepted + 1); autoregressive
+  = 1.0. From records: ``sum(emitted_per_step) / steps`` = ``new_tokens / steps``. The one
+  definition for the engine (``GenerationResult.block_efficiency``), summaries, the claims
+  report and ``bench/speed.py``.
 - tokens per target pass: new tokens / target forward passes while decoding. Equals block
   efficiency except for decoders that sometimes emit without calling the target (BiLD).
 - acceptance rate (chain drafts): accepted / drafted.
@@ -37,8 +41,16 @@ def bootstrap_ci(values: Sequence[float], statistic=np.mean, level: float = 0.95
     return stats.bootstrap_ci(vals, statistic=statistic, level=level, seed=seed)
 
 
-def block_efficiency(accepted: int, steps: int) -> float:
-    return (accepted + steps) / steps if steps else float("nan")
+def block_efficiency(emitted: int, steps: int) -> float:
+    """Emitted tokens per decoding step; NaN without steps."""
+    return emitted / steps if steps else float("nan")
+
+
+def emitted_tokens(record: dict) -> int:
+    """Tokens a record's steps emitted: ``sum(emitted_per_step)``, else ``new_tokens`` (equal)."""
+    if record.get("emitted_per_step") is not None:
+        return int(sum(record["emitted_per_step"]))
+    return int(record.get("new_tokens") or 0)
 
 
 def acceptance_rate(accepted: int, drafted: int) -> float:
@@ -93,7 +105,7 @@ def summarize(records: list[dict]) -> dict:
         "tokens_per_s": tokens_per_second(tokens, wall),
         "ms_per_token": 1000 * wall / tokens if tokens else float("nan"),
         "steps": steps,
-        "block_efficiency": block_efficiency(accepted, steps),
+        "block_efficiency": block_efficiency(sum(emitted_tokens(r) for r in records), steps),
         "acceptance_rate": acceptance_rate(accepted, drafted),
         "tokens_per_target_pass": (tokens / passes if (passes := sum(r.get("target_passes", 0) for r in records))
                                    else float("nan")),

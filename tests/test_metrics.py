@@ -21,9 +21,26 @@ from mtad.metrics import (
 
 
 def test_block_efficiency_conventions():
-    assert block_efficiency(accepted=0, steps=10) == 1.0  # autoregressive: one token per target pass
-    assert block_efficiency(accepted=6, steps=3) == 3.0  # 2 accepted + 1 correction/bonus per step
+    assert block_efficiency(emitted=10, steps=10) == 1.0  # autoregressive: one token per step
+    assert block_efficiency(emitted=9, steps=3) == 3.0  # 2 accepted + 1 correction/bonus per step
     assert math.isnan(block_efficiency(0, 0))
+
+
+def test_block_efficiency_counts_what_a_truncated_last_step_emitted():
+    """A last step cut short by max_new_tokens (or EOS) accepted 2 draft tokens but kept 2
+    tokens, not 2 + 1: tokens per step is 7 / 2, where (accepted + steps) / steps said 4."""
+    from mtad.engine import GenerationResult, StepRecord
+
+    def step(accepted, emitted):
+        return StepRecord(drafted=4, accepted=accepted, emitted=emitted, tree_size=4,
+                          target_passes=1, target_time=0.0, draft_time=0.0, wall_time=0.0)
+
+    res = GenerationResult(prompt_ids=[1], output_ids=list(range(7)), steps=[step(4, 5), step(2, 2)])
+    assert res.block_efficiency == pytest.approx(3.5) == res.new_tokens / res.num_steps
+    rec = res.to_record()
+    assert rec["block_efficiency"] == pytest.approx(3.5)
+    rec.update(wall_time=1.0, target_forward_time=0.5, draft_forward_time=0.2, energy_j=None)
+    assert summarize([rec])["block_efficiency"] == pytest.approx(3.5)
 
 
 def test_acceptance_rate():
@@ -91,14 +108,15 @@ def _record(tokens, wall, accepted, drafted, energy=None, ppl=None, nll=None):
 
 
 def test_summarize_hand_made_records():
-    recs = [_record(6, 2.0, [2, 1], [3, 3], energy=3.0, ppl=2.0, nll=6 * math.log(2.0)),
-            _record(4, 2.0, [0, 0, 1], [3, 3, 3], energy=1.0, ppl=4.0, nll=4 * math.log(4.0))]
+    recs = [_record(6, 2.0, [2, 2], [3, 3], energy=3.0, ppl=2.0, nll=6 * math.log(2.0)),
+            _record(4, 2.0, [0, 0, 2], [3, 3, 3], energy=1.0, ppl=4.0, nll=4 * math.log(4.0))]
+    recs[0]["emitted_per_step"], recs[1]["emitted_per_step"] = [3, 3], [1, 1, 2]  # last step cut
     s = summarize(recs)
     assert s["examples"] == 2 and s["new_tokens"] == 10 and s["steps"] == 5
     assert s["tokens_per_s"] == pytest.approx(2.5) and s["ms_per_token"] == pytest.approx(400.0)
-    assert s["block_efficiency"] == pytest.approx((4 + 5) / 5)
-    assert s["acceptance_rate"] == pytest.approx(4 / 15)
-    assert s["per_depth_acceptance"] == pytest.approx([3 / 5, 1 / 5])
+    assert s["block_efficiency"] == pytest.approx(10 / 5)  # emitted / steps, not (6 + 5) / 5
+    assert s["acceptance_rate"] == pytest.approx(6 / 15)
+    assert s["per_depth_acceptance"] == pytest.approx([3 / 5, 3 / 5])
     assert s["perplexity"] == pytest.approx(3.0)  # mean of per-example perplexities
     assert s["perplexity_pooled"] == pytest.approx(math.exp((6 * math.log(2) + 4 * math.log(4)) / 10))
     assert s["joules"] == pytest.approx(4.0) and s["j_per_token"] == pytest.approx(0.4)
