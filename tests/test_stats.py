@@ -139,6 +139,10 @@ def test_identical_differences_give_no_interval_not_a_zero_width_one():
     test; without spread there is no bootstrap interval (NaN, said in ``detail``)."""
     d = mean_difference([0.3, 0.5, 0.7] * 10, [0.3, 0.5, 0.7] * 10)
     assert d.estimate == 0 and math.isnan(d.low) and math.isnan(d.high) and "no spread" in d.detail
+    # a constant offset that float rounding spreads over the last bit is still no spread
+    a = [0.25 + 0.01 * i for i in range(12)]
+    off = mean_difference([x - 0.02 for x in a], a)
+    assert np.ptp(np.subtract([x - 0.02 for x in a], a)) > 0 and math.isnan(off.low)
     s = stratified_mean_difference([([1.0] * 5, [1.0] * 5), ([2.0] * 6, [1.0] * 6)])
     assert math.isnan(s.low) and "no spread" in s.detail
 
