@@ -42,6 +42,7 @@ from mtad.results import (
     requested_limit,
     write_json_atomic,
 )
+from mtad.stopping import StopSequences
 from mtad.warping import Warping
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,9 @@ def build(cfg: DictConfig):
     # a task may build its own scorer (e.g. MT-Bench's optional judge hook)
     scorer = instantiate(scorer_cfg) if scorer_cfg else getattr(task, "scorer", None)
     pair = load_pair(cfg.model)
-    engine = Engine(pair.target, pair.draft, decoder, warping, pair.vocab_size, pair.eos_token_ids)
+    stop_sequences = StopSequences.from_tokenizer(getattr(task, "stop", ()), pair.tokenizer)
+    engine = Engine(pair.target, pair.draft, decoder, warping, pair.vocab_size, pair.eos_token_ids,
+                    stop_sequences)
     logger = instantiate(cfg.logger) if cfg.get("logger") else None
     return pair, decoder, task, scorer, engine, logger
 

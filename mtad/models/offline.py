@@ -54,6 +54,11 @@ class OfflineModel:
     size: int  # bytes of the assembled GGUF
     sha256: str
     gguf_quant: str
+    # The family's end-of-sequence ids. Qwen2.5's generation_config.json ends generation at
+    # <|im_end|> (151645, end of a chat turn) and <|endoftext|> (151643, end of a document, what a
+    # raw code completion ends with); the GGUF, and so the converted tokenizer and
+    # generation_config.json, name only <|im_end|>. conf/model/*.yaml must list them all.
+    eos_token_ids: tuple[int, ...] = ()
     license: str = "Apache-2.0"
     note: str = ""
 
@@ -89,6 +94,7 @@ MODELS: dict[str, OfflineModel] = {
             size=1_117_320_768,
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             gguf_quant="q4_k_m",
+            eos_token_ids=(151643, 151645),
             note="mixed Q4_K/Q6_K",
         ),
         OfflineModel(
@@ -101,6 +107,7 @@ MODELS: dict[str, OfflineModel] = {
             size=491_400_064,
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             gguf_quant="q4_k_m",
+            eos_token_ids=(151643, 151645),
             note="GGUF metadata names it 'Qwen2.5 Coder 0.5B Instruct AWQ' (mixed Q5_0/Q8_0/Q6_K/Q4_K)",
         ),
     )

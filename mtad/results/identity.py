@@ -12,6 +12,12 @@
 - ``cost_prior`` (only when a decoder knob is ``auto``): the sha256 of the cost-model prior
   file ``gamma=auto`` loads (``mtad.costmodel.prior_path``), None when there is none.
 
+The stop set is in it through ``model.eos_token_ids`` (end-of-sequence ids added to the
+tokenizer's) and ``task.stop`` (stop sequences): both change where generations end. Each
+enters only when non-empty, so a point that cannot stop early keeps the hash it had before
+stop sets existed. ``without_stop`` drops both, to find a point stored under another stop set
+(``mtad.sweep.adopt``).
+
 Not in it: the number of examples (``limit``, ``task.limit``: tasks return a prefix of a
 fixed list and every example has its own seed, ``seed + 1000 * index + turn``, so a point
 run on 50 examples extends the same point run on 30), output paths, logger, warm-up, resume,
@@ -30,6 +36,8 @@ HASH_LEN = 12
 SAMPLING = ("temperature", "top_k", "top_p")
 #: Task fields that do not change the tokens of an example.
 TASK_NOT_IDENTITY = ("scorer", "limit")
+#: Where the stop set lives in an identity: (section, key), each left out when empty.
+STOP_KEYS = (("model", "eos_token_ids"), ("task", "stop"))
 #: The version every decoder had before decoders carried one (records written until then).
 LEGACY_DECODER_VERSION = "1"
 
@@ -76,10 +84,15 @@ def identity(cfg: Any, version: str | None = None) -> dict[str, Any]:
     """
     decoder = dict(_node(cfg, "decoder"))
     task = {k: v for k, v in dict(_node(cfg, "task")).items() if k not in TASK_NOT_IDENTITY}
+    parts = {"model": _node(cfg, "model"), "task": task}
+    for section, key in STOP_KEYS:  # an empty stop set is left out: the hash stays as it was
+        if isinstance(parts[section], dict) and not parts[section].get(key, True):
+            parts[section] = {k: v for k, v in parts[section].items() if k != key}
+    task = parts["task"]
     ident = {
         "decoder": decoder,
         "decoder_version": version or decoder_version(decoder["_target_"]),
-        "model": _node(cfg, "model"),
+        "model": parts["model"],
         "task": task,
         "sampling": {k: _node(cfg, k) for k in SAMPLING},
         "seed": _node(cfg, "seed"),
@@ -90,6 +103,20 @@ def identity(cfg: Any, version: str | None = None) -> dict[str, Any]:
 
         ident["cost_prior"] = file_sha(prior_path())
     return _canonical(ident)
+
+
+def without_stop(ident: Mapping[str, Any]) -> dict[str, Any]:
+    """``ident`` without its stop set (``STOP_KEYS``)."""
+    out = dict(ident)
+    for section, key in STOP_KEYS:
+        if isinstance(out.get(section), Mapping):
+            out[section] = {k: v for k, v in out[section].items() if k != key}
+    return out
+
+
+def stop_set(ident: Mapping[str, Any]) -> dict[str, list]:
+    """The stop set an identity names: ``{"eos_token_ids": [...], "stop": [...]}``."""
+    return {key: list((ident.get(section) or {}).get(key) or []) for section, key in STOP_KEYS}
 
 
 def identity_hash(ident: Mapping[str, Any]) -> str:

@@ -20,6 +20,8 @@ from mtad.results import (
     SKIPPED,
     UNKNOWN,
 )
+from mtad.results.folder import POINT_FILE
+from mtad.results.io import read_json
 from mtad.sweep.execute import run, sibling_folders
 from mtad.sweep.launcher import hydra_main, launch, pair_job, point_job
 from mtad.sweep.plan import Sweep, check_task, load, unknown_names
@@ -79,7 +81,10 @@ def dry_run(sweep: Sweep, tokens_per_s: float, point_overhead_s: float,
                     detail += f"; starts from {len(records)} records in {src.path.parent.name}/{src.path.name}/"
             if folder.path.name != p.hash:
                 detail = f"{detail}; " if detail else ""
-                detail += f"in {folder.path.name}/ (written before the results format had a version)"
+                adopted = (read_json(folder.file(POINT_FILE)) or {}).get("adopted") or {}
+                detail += f"in {folder.path.name}/ " + (
+                    f"(adopted from {adopted.get('from_hash')}: same records under the new stop set)"
+                    if adopted.get("because") == "stop set" else "(written before the results format had a version)")
             h = p.hash
         print(f"  {h}  {status:<11} {p.label}" + (f"  [{detail}]" if detail else ""), file=out)
     for group, names in unknown_names(sweep).items():

@@ -40,8 +40,11 @@ class Task(ABC):
         chat: bool = True,
         name: str | None = None,
         scorer=None,
+        stop: list[str] | tuple[str, ...] = (),
     ):
         self.limit = limit
+        #: stop sequences: generation ends once the generated text holds one (mtad.stopping)
+        self.stop = tuple(str(s) for s in stop or ())
         self.max_prompt_tokens = max_prompt_tokens
         self.chat = chat
         if name:
@@ -61,6 +64,7 @@ class Task(ABC):
             "limit": self.limit,
             "max_prompt_tokens": self.max_prompt_tokens,
             "chat": self.chat,
+            "stop": list(self.stop),
             "scorer": getattr(self.scorer, "name", None),
         }
 

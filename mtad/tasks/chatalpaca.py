@@ -62,6 +62,7 @@ class ChatAlpacaTask(Task):
         chat: bool = True,
         name: str | None = None,
         scorer=None,
+        stop: list[str] | tuple[str, ...] = (),
         data_dir: str | None = None,
         path: str | None = None,
         download: bool = True,
@@ -69,7 +70,7 @@ class ChatAlpacaTask(Task):
         timeout_s: float = 30.0,
     ):
         super().__init__(limit=limit, max_prompt_tokens=max_prompt_tokens, chat=chat, name=name,
-                         scorer=scorer)
+                         scorer=scorer, stop=stop)
         self.data_dir = data_dir
         self.path = path
         self.download = download

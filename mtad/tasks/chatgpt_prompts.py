@@ -30,13 +30,14 @@ class ChatGPTPromptsTask(Task):
         chat: bool = True,
         name: str | None = None,
         scorer=None,
+        stop: list[str] | tuple[str, ...] = (),
         data_dir: str | None = None,
         use_hub: bool | str = "auto",
         hub_timeout_s: float = 3.0,
         local_file: str = LOCAL_FILE,
     ):
         super().__init__(limit=limit, max_prompt_tokens=max_prompt_tokens, chat=chat, name=name,
-                         scorer=scorer)
+                         scorer=scorer, stop=stop)
         self.data_dir = data_dir
         self.use_hub = use_hub
         self.hub_timeout_s = hub_timeout_s

@@ -5,6 +5,9 @@ so both tasks work offline. The prompt is the problem's code prompt (signature a
 docstring), as a plain code-completion prompt by default (``chat: false``); the
 completion is the function body. With ``chat: true`` the prompt goes through the
 chat template and the scorer also accepts a whole function in the answer.
+
+``stop`` (conf/task/humaneval.yaml): the Codex paper's stop sequences, where a completion
+ends at the next top-level statement (docs/scoring.md).
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ class HumanEvalTask(Task):
         name: str | None = None,
         scorer=None,
         problem_file: str | None = None,
+        stop: list[str] | tuple[str, ...] = (),
     ):
         super().__init__(limit=limit, max_prompt_tokens=max_prompt_tokens, chat=chat, name=name,
-                         scorer=scorer)
+                         scorer=scorer, stop=stop)
         self.problem_file = problem_file
 
     def load(self) -> list[Example]:

@@ -24,12 +24,13 @@ class MTBenchTask(Task):
         chat: bool = True,
         name: str | None = None,
         scorer=None,
+        stop: list[str] | tuple[str, ...] = (),
         data_dir: str | None = None,
         question_file: str = "mt_bench/question.jsonl",
         judge: dict | None = None,
     ):
         super().__init__(limit=limit, max_prompt_tokens=max_prompt_tokens, chat=chat, name=name,
-                         scorer=scorer)
+                         scorer=scorer, stop=stop)
         self.data_dir = data_dir
         self.question_file = question_file
         self.judge = dict(judge or {})

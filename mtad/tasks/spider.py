@@ -96,13 +96,14 @@ class SpiderTask(Task):
         chat: bool = True,
         name: str | None = None,
         scorer=None,
+        stop: list[str] | tuple[str, ...] = (),
         data_dir: str | None = None,
         split_file: str = "dev.json",
         tables_file: str = "tables.json",
         few_shot: bool = True,
     ):
         super().__init__(limit=limit, max_prompt_tokens=max_prompt_tokens, chat=chat, name=name,
-                         scorer=scorer)
+                         scorer=scorer, stop=stop)
         self.data_dir = data_dir
         self.split_file = split_file
         self.tables_file = tables_file
