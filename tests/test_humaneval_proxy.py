@@ -7,13 +7,16 @@ completion) where it works, to show the attack is real and the new design stops 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
-from eval import wire
-from eval.humaneval_pass import HumanEvalPassScorer, run_check
+from eval import sandbox, wire
+from eval.humaneval_pass import HumanEvalPassScorer, IsolationUnavailable, run_check
 from eval.sandbox import CandidateError, SandboxGone, Session, isolation
 from mtad.tasks.base import Example
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
 
 
 @pytest.fixture(scope="module")
@@ -221,12 +224,15 @@ def test_session_reports_isolation_and_limits():
         assert session.broken
 
 
-def test_aggregate_records_the_sandbox():
+def test_records_and_aggregate_name_the_isolation():
     agg = HumanEvalPassScorer().aggregate([1.0, 0.0])
-    assert agg["sandbox"] == isolation() and agg["version"] == "2"
+    assert agg["sandbox"] == "bubblewrap" and agg["version"] == "2"
     assert HumanEvalPassScorer(isolation="rlimits").aggregate([1.0])["sandbox"] == "rlimits"
     assert HumanEvalPassScorer(version="1").record_fields(1.0) == {
-        "score": 1.0, "scorer": "humaneval_pass@1", "scorer_version": "1"}
+        "score": 1.0, "scorer": "humaneval_pass@1", "scorer_version": "1", "isolation": "bubblewrap"}
+    assert HumanEvalPassScorer(isolation="rlimits").record_fields(0.0)["isolation"] == "rlimits"
+    with pytest.raises(ValueError, match="task.scorer.isolation must be one of"):
+        HumanEvalPassScorer(isolation="auto")
 
 
 @pytest.mark.slow
@@ -240,3 +246,38 @@ def test_all_canonical_solutions_pass_and_empty_answers_fail(problems):
         if scorer.score(ex, "    return None\n") != 0.0:
             forged.append(tid)
     assert failed == [] and forged == []
+
+
+@pytest.fixture
+def without_bwrap(tmp_path, monkeypatch):
+    """This process as if bubblewrap were not installed: bwrap on no PATH entry, probed afresh."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(sandbox, "_PROBED", {})
+    assert isolation() == "rlimits" and "not installed" in sandbox.unavailable_reason()
+
+
+def _compose_task(task: str, overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+
+    import mtad.config  # noqa: F401  (registers the schema the config starts from)
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=[f"task={task}", *overrides]).task.scorer
+
+
+@pytest.mark.parametrize("task", ["humaneval", "smoke"])
+def test_without_bubblewrap_scoring_refuses_unless_rlimits_is_set(without_bwrap, problems, task):
+    from hydra.utils import instantiate
+
+    with pytest.raises(IsolationUnavailable) as refused:
+        HumanEvalPassScorer()
+    message = str(refused.value)
+    assert "\n" not in message
+    assert "task.scorer.isolation=rlimits" in message and "apt-get install -y bubblewrap" in message
+    with pytest.raises(Exception, match="task.scorer.isolation=rlimits"):  # as a run builds it
+        instantiate(_compose_task(task, []))
+    scorer = instantiate(_compose_task(task, ["task.scorer.isolation=rlimits"]))  # the opt-in
+    value = scorer.score(_example(problems, "HumanEval/0"), problems["HumanEval/0"]["canonical_solution"])
+    assert value == 1.0 and scorer.last_result.isolation == "rlimits"
+    assert scorer.record_fields(value)["isolation"] == "rlimits"
+    assert scorer.aggregate([value])["sandbox"] == "rlimits"

@@ -55,8 +55,9 @@ def test_rescore_a_run_then_a_sweep_with_old_and_new_versions(tmp_path, problems
     new = read_jsonl(run / "samples.jsonl")
     assert [(r["score"], r["scorer"], r["scorer_version"]) for r in new] == [
         (1.0, "humaneval_pass@1", "2"), (0.0, "humaneval_pass@1", "2")]
+    assert [r["isolation"] for r in new] == ["bubblewrap", "bubblewrap"]  # the scorer's default
     for before, after in zip(records, new):  # only the score fields changed
-        assert {k: v for k, v in after.items() if k not in ("score", "scorer", "scorer_version")} == \
+        assert {k: v for k, v in after.items() if k not in ("score", "scorer", "scorer_version", "isolation")} == \
             {k: v for k, v in before.items() if k != "score"}
     stored = json.loads((run / "summary.json").read_text())
     assert {k: v for k, v in stored.items() if k != "score"} == {k: v for k, v in summary.items() if k != "score"}
