@@ -122,6 +122,17 @@ def point_dirs(sweep_dir: Path, only_current: bool = True) -> list[Path]:
     return _point_dirs(sweep_dir, only_current)
 
 
+def _block_efficiency(metrics: dict) -> float:
+    """``mtad.metrics.block_efficiency`` from a summary's token and step counts (emitted tokens /
+    steps), so summaries written under an older convention render alike; else the stored value."""
+    from mtad.metrics import block_efficiency
+
+    tokens, steps = metrics.get("new_tokens"), metrics.get("steps")
+    if isinstance(tokens, (int, float)) and isinstance(steps, (int, float)) and steps > 0:
+        return block_efficiency(tokens, steps)
+    return _num(metrics.get("block_efficiency"))
+
+
 def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFrame:
     """One row per point: identity (pair, task, decoder, knobs), status and metrics.
 
@@ -173,7 +184,7 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
                 lossless=summary.get("lossless"),
                 ms_per_token=_num(m.get("ms_per_token")),
                 j_per_token=_num(m.get("j_per_token")),
-                block_efficiency=_num(m.get("block_efficiency")),
+                block_efficiency=_block_efficiency(m),
                 acceptance_rate=_num(m.get("acceptance_rate")),
                 examples=m.get("examples"),
                 new_tokens=m.get("new_tokens"),

@@ -342,6 +342,18 @@ def smoke_results(tmp_path_factory) -> Path:
     return s.dir
 
 
+def test_block_efficiency_is_rendered_from_tokens_and_steps(tmp_path):
+    """A summary written under the old convention ((accepted + steps) / steps = 4.0, its last
+    step cut short) renders the one definition, emitted tokens / steps = 7 / 2."""
+    s = tmp_path / "sweeps" / "be"
+    write_point(s, "c1", "p", "humaneval", "spd",
+                metrics={"tokens_per_s": 1.0, "block_efficiency": 4.0, "new_tokens": 7, "steps": 2})
+    write_point(s, "c2", "p", "humaneval", "mtad", metrics={"tokens_per_s": 1.0, "block_efficiency": 2.5})
+    df = render.load_points(s).set_index("decoder")
+    assert df.loc["spd", "block_efficiency"] == pytest.approx(3.5)
+    assert df.loc["mtad", "block_efficiency"] == pytest.approx(2.5)  # no counts: the stored value
+
+
 def test_smoke_results_render(smoke_results, tmp_path):
     render.render(smoke_results, tmp_path)
     text, _ = render.table2(render.load_points(smoke_results))["tiny_random"]
