@@ -1,61 +1,72 @@
 """The paper's claims, tested on paired per-example records: ``python -m mtad.claims``.
 
-    python -m mtad.claims results/claims --out results/claims
+    python -m mtad.claims results/claims --out results/claims --notes experiments/claims_notes.md
 
-reads every point under the records root (sweeps ``claims``, ``claims_tree`` and
-``claims_spider``, through ``mtad.results``), pairs decoders by (example_id, turn) and writes ``claims.csv``,
-``claims.md`` and ``perplexity_ratio.png``. One row per (claim, task, decoder pair) with
-``claim, task, comparison, metric, paper, estimate, ci_low, ci_high, n, verdict, detail``;
+reads every point under the records root (the sweeps of ``experiments/claims*.yaml``, through
+``mtad.results``), pairs decoders by (example_id, turn) and writes ``claims.csv``, ``claims.md``
+and ``perplexity_ratio.png`` (``mtad.claims_report``). One row per (claim, task, comparison);
 ``n`` counts paired examples; intervals are 95% paired bootstraps (``mtad.stats``).
 
-Per-example values (a multi-turn example pools its turns that both decoders have):
-log-perplexity = sum of turn NLLs / sum of turn tokens; block efficiency = (accepted +
-steps) / steps; score = the example's scored record (Spider EX and HumanEval pass@1 0/1,
-CNN/DM Rouge-L).
+Per-example values (a multi-turn example pools the turns that both decoders have):
+log-perplexity = sum of turn NLLs / sum of turn tokens; block efficiency = emitted tokens /
+steps (``mtad.metrics.block_efficiency``); score = the example's scored record (Spider EX and
+HumanEval pass@1 0/1, CNN/DM Rouge-L).
 
-Claims and verdicts, declared here before any data is read (``EPS`` absorbs float rounding
-of the data; NaN intervals are ``not resolved``):
+Claims, declared here before any data is read (``EPS`` absorbs float rounding; a NaN interval
+is ``not resolved``). Each row has a direction verdict (does the interval lie on the claimed
+side?) and, where the paper states a size, a size verdict (``reproduced``: the paper's figure
+inside the interval; ``smaller`` / ``larger``: the interval lies wholly on the side of a
+smaller / larger effect):
 
 1. MTAD and tree-MTAD have lower perplexity than multinomial and SpD (paper: -21.2% vs
-   single-token sampling). Ratio of geometric means a / b: ``holds`` if ci_high < 1,
-   ``contradicted`` if ci_low >= 1 (the interval excludes the claimed direction).
-2. tree-MTAD has higher block efficiency than SpD and SpecInfer. Mean paired difference:
-   ``holds`` if ci_low > 0, ``contradicted`` if ci_high <= 0.
-3. MTAD / tree-MTAD task scores are at least SpD's: non-inferiority, difference a - b with
-   margin ``NON_INFERIORITY`` (-0.05 for EX and pass@1, -0.01 for Rouge-L): ``holds`` if
-   ci_low > margin, ``contradicted`` if ci_high < margin.
-4. tree-MTAD is faster than SpD (paper: 1.42x on GPU). From the interleaved speed benchmark
-   ``results/bench/speed_cpu.json`` (``bench/speed.py``), not from sweep timings: rows with
-   ``mode == "sample"``, decoders ``tree_mtad`` and ``spd``, paired by (task, prompt,
-   repeat); ratio of geometric-mean tokens/s: ``holds`` if ci_low > 1, ``contradicted`` if
-   ci_high <= 1.
-5. SpD and multinomial are equivalent: perplexity ratio inside ``PPL_EQUIVALENCE`` [0.97,
-   1.03] and score differences inside +-``EQUIVALENCE`` (0.05 binary, 0.01 Rouge-L):
-   ``holds`` if the interval lies inside, ``contradicted`` if it lies wholly outside.
+   single-token sampling, ratio 0.788). Ratio of geometric means a / b below 1.
+2. tree-MTAD has higher block efficiency than SpD, SpecInfer and MCSS. Difference above 0.
+3. MTAD / tree-MTAD task scores are at least SpD's and multinomial's: non-inferiority, a - b
+   above the margin ``NON_INFERIORITY`` (-0.05 for EX and pass@1, -0.01 for Rouge-L).
+4. tree-MTAD is faster than SpD (paper: 1.42x) and than MCSS (paper: +21.1%): the fixed-length
+   interleaved benchmark ``results/bench/speed_claim4_cpu.json`` (``bench/speed.py``), ratio of
+   geometric-mean tokens/s above 1.
+5. SpD and multinomial are equivalent: perplexity ratio inside ``PPL_EQUIVALENCE`` and score
+   differences inside +-``EQUIVALENCE``.
+6. MTAD / tree-MTAD improve the task score over multinomial (paper: +43%; Spider EX 22.0 ->
+   52.5 and HumanEval 15.9 -> 36.6 with Llama-3 and exact joint sampling) and tree-MTAD over
+   the lossless baselines as a group (paper: +42.7%): relative change mean(a) / mean(b) - 1
+   above 0. The group (multinomial, SpD, SpecInfer, MCSS) samples one distribution, the
+   target's, so on each example their scores are draws of the same variable: the baseline
+   value of an example is the mean of the group members that ran it at the same settings.
+7. Energy (paper: 1.54x less than SpD, or 23.6% less in another summary; 23.4% less than
+   MCSS): not measurable on this machine (no power counters); rows ``not resolved``.
 
-Claims 1, 2 and claim 5's perplexity also have a pooled row, task ``all``: the mean over tasks
-of each task's mean paired difference (equal task weights), with a bootstrap stratified by task;
-it gets a verdict only when every task has ``MIN_PAIRS`` pairs. Claim-1 rows against
-multinomial say in ``detail`` whether the paper's ratio 0.788 lies inside, below or above the
-interval (the paper's magnitude, next to the direction the verdict tests).
+Pooled rows (task ``all``): the mean over tasks of each task's statistic (equal weights), a
+bootstrap stratified by task; a verdict only when every task has ``MIN_PAIRS`` pairs.
 
-A decoder or task without records gives rows with n = 0, ``not resolved`` ("no records").
-This module knows the claims and the verdict rules; ``mtad.results`` owns the folder format
-and ``mtad.stats`` the intervals.
+Two points are compared only when their settings agree (``settings``: the point's identity
+without its decoder: model pair, sampling, seed, max new tokens, task config); a decoder with
+points at several settings is compared at the settings its partner shares, otherwise the row
+is ``not resolved`` ("settings differ"). A missing decoder or task gives n = 0, ``not
+resolved`` ("no records").
+
+Every verdict-bearing row also has a one-sided p-value of its claim (``mtad.stats.p_value``)
+and a Holm-adjusted verdict over the family of all such rows of the report.
+This module knows the claims and the verdict rules; ``mtad.results`` owns the folder format,
+``mtad.stats`` the intervals and p-values, ``mtad.claims_report`` the outputs.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from mtad import stats
+from mtad.metrics import block_efficiency as tokens_per_step
+from mtad.metrics import emitted_tokens
 
 TASKS = ("spider", "humaneval", "cnn_dailymail", "chatgpt_prompts", "mt_bench")
 ALL = "all"  # the pooled rows: every task with equal weight
@@ -72,10 +83,22 @@ PPL_EQUIVALENCE = (0.97, 1.03)  # claim 5 perplexity ratio
 #: benchmark prompts) has far below its nominal coverage; the row shows its interval, not resolved
 MIN_PAIRS = 10
 PAPER_PPL_EFFECT = 0.212  # claim 1: -21.2% perplexity vs single-token sampling
+PAPER_SCORE_GAIN = 0.43  # claim 6: +43% downstream performance vs single-token sampling
+PAPER_TASK_GAIN = {  # claim 6, per task (Llama-3, exact multi-token joint sampling)
+    "spider": (22.0, 52.5),
+    "humaneval": (15.9, 36.6),
+}
+PAPER_LOSSLESS_GAIN = 0.427  # claim 6: tree-MTAD vs the lossless baselines, on average
+PAPER_SPEEDUP = {"spd": 1.42, "mcss": 1.211}  # claim 4 (GPU)
+#: decoders that sample the target's distribution exactly (claim 6's group)
+LOSSLESS = ("multinomial", "spd", "specinfer", "mcss")
 SPEED_FILE = Path("results/bench/speed_claim4_cpu.json")  # make bench-claim4
 SPEED_MODE = "sample"
+ENERGY_UNAVAILABLE = "not measurable on this machine (no power counters)"
+ALPHA = 0.025  # one-sided level of every test: the bound of a two-sided 95% interval
 EPS = 1e-9
 HOLDS, CONTRADICTED, OPEN = "holds", "contradicted", "not resolved"
+REPRODUCED, SMALLER, LARGER, NO_SIZE = "reproduced", "smaller", "larger", ""
 FIELDS = (
     "claim",
     "task",
@@ -87,10 +110,29 @@ FIELDS = (
     "ci_high",
     "n",
     "verdict",
+    "size",
+    "p_value",
+    "holm_p",
+    "holm_verdict",
     "detail",
 )
 
-Records = dict[tuple[str, str], dict[tuple[str, int], dict]]  # (decoder, task) -> key -> record
+
+@dataclass
+class Point:
+    """One point's records and what they were generated with."""
+
+    decoder: str
+    task: str
+    settings: dict  # identity without the decoder: pair, sampling, seed, max tokens, task config
+    records: dict[tuple[str, int], dict]  # (example_id, turn) -> record
+    where: str = ""
+    data_source: str | None = None
+    data_substitute: bool | None = None
+    energy_reason: str | None = None
+
+
+Records = dict[tuple[str, str], list[Point]]  # (decoder, task) -> its points, one per settings
 
 
 @dataclass
@@ -105,7 +147,12 @@ class Row:
     ci_high: float = math.nan
     n: int = 0
     verdict: str = OPEN
+    size: str = NO_SIZE
+    p_value: float = math.nan
+    holm_p: float = math.nan
+    holm_verdict: str = OPEN
     detail: str = ""
+    headline: bool = field(default=False, compare=False)
 
 
 # ------------------------------------------------------------------------------ verdicts
@@ -137,15 +184,122 @@ def equivalence(low: float, high: float, lo: float, hi: float) -> str:
     return CONTRADICTED if high < lo - EPS or low > hi + EPS else OPEN
 
 
+def size_verdict(low: float, high: float, paper: float, claimed: str) -> str:
+    """Where the paper's figure lies from the interval: inside (``reproduced``), or the interval
+    shows a ``smaller`` / ``larger`` effect (for a claimed "below", a smaller effect lies above)."""
+    if _nan(low, high):
+        return OPEN
+    if low - EPS <= paper <= high + EPS:
+        return REPRODUCED
+    above = low > paper  # the interval lies above the paper's figure
+    return (SMALLER if above else LARGER) if claimed == "below" else (LARGER if above else SMALLER)
+
+
+@dataclass(frozen=True)
+class Direction:
+    ref: float
+    claimed: str  # "above" / "below"
+
+    def verdict(self, low: float, high: float) -> str:
+        return direction(low, high, self.ref, self.claimed)
+
+    def p_value(self, iv: stats.Interval) -> float:
+        return stats.p_value(iv, self.ref, self.claimed)
+
+
+@dataclass(frozen=True)
+class NonInferiority:
+    margin: float
+
+    def verdict(self, low: float, high: float) -> str:
+        return non_inferiority(low, high, self.margin)
+
+    def p_value(self, iv: stats.Interval) -> float:
+        return stats.p_value(iv, self.margin, "above")
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    lo: float
+    hi: float
+
+    def verdict(self, low: float, high: float) -> str:
+        return equivalence(low, high, self.lo, self.hi)
+
+    def p_value(self, iv: stats.Interval) -> float:  # two one-sided tests: the larger p
+        return max(stats.p_value(iv, self.lo, "above"), stats.p_value(iv, self.hi, "below"))
+
+
+@dataclass(frozen=True)
+class Size:
+    value: float  # the paper's figure on the row's scale
+    claimed: str  # the claim's direction ("above" / "below"), which orients smaller / larger
+
+
+Test = Direction | NonInferiority | Equivalence
+
+
 # ------------------------------------------------------------------------------ records
+SETTINGS_NOT = ("decoder", "decoder_version", "cost_prior")  # identity keys that are the decoder's
+
+
+def _canonical(value):
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return value
+
+
+def settings(point_file: dict, config: dict) -> dict:
+    """What two compared points must share: the stored identity without its decoder keys (the
+    model pair, sampling, seed, max new tokens, the task config and whatever else the identity
+    holds); from the resolved config for a folder without one."""
+    ident = point_file.get("identity") if point_file.get("format") else None
+    if isinstance(ident, dict) and ident:
+        return _canonical({k: v for k, v in ident.items() if k not in SETTINGS_NOT})
+    task = {k: v for k, v in (config.get("task") or {}).items() if k not in ("scorer", "limit")}
+    return _canonical({
+        "model": config.get("model"),
+        "task": task,
+        "sampling": {k: config.get(k) for k in ("temperature", "top_k", "top_p")},
+        "seed": config.get("seed"),
+        "max_new_tokens": config.get("max_new_tokens"),
+    })
+
+
+def settings_differences(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two settings."""
+    out = []
+    for k in sorted(set(a) | set(b)):
+        x, y = a.get(k), b.get(k)
+        if isinstance(x, dict) and isinstance(y, dict):
+            out += settings_differences(x, y, f"{prefix}{k}.")
+        elif x != y:
+            out.append(f"{prefix}{k}: {x!r} vs {y!r}")
+    return out
+
+
 def read_records(root: str | Path) -> tuple[Records, list[str]]:
     """Every point's records under ``root``, by (decoder, task); and notes on what was read.
 
     The only function that touches results folders (through ``mtad.results``). A point's
     decoder and task are its config-group choices, else its resolved config's names. Two
-    points with the same (decoder, task): the one with more records is used, the other noted.
+    points of one (decoder, task) at the same settings (a sweep's point and its extension in a
+    sibling sweep): the one with more records is used, the other noted; at other settings both
+    are kept and a comparison takes the one whose settings its partner shares.
     """
-    from mtad.results import INDEX_FILE, PointFolder, is_point_folder, load_point, point_dirs
+    from mtad.results import (
+        INDEX_FILE,
+        POINT_FILE,
+        PointFolder,
+        is_point_folder,
+        load_point,
+        point_dirs,
+        read_json,
+    )
 
     root = Path(root)
     if not root.is_dir():
@@ -164,8 +318,16 @@ def read_records(root: str | Path) -> tuple[Records, list[str]]:
     for d in dirs:
         if not d.is_dir():
             continue
-        point = load_point(d)
+        try:
+            point = load_point(d)
+            records = {
+                (str(r["example_id"]), int(r["turn"])): r for r in PointFolder(d).check().records
+            }
+        except (OSError, ValueError, KeyError, TypeError) as e:  # unreadable: say so, go on
+            notes.append(f"{d}: not read ({type(e).__name__}: {e})")
+            continue
         cfg, choices = point["config"], point["choices"]
+        summary = point.get("summary") or {}
         dec_cfg = cfg.get("decoder") or {}
         target = str(dec_cfg.get("_target_", ""))
         decoder = (
@@ -174,17 +336,31 @@ def read_records(root: str | Path) -> tuple[Records, list[str]]:
             or (target.rsplit(".", 2)[-2] if target.count(".") >= 2 else target)
         )
         task = choices.get("task") or (cfg.get("task") or {}).get("name")
-        records = {
-            (str(r["example_id"]), int(r["turn"])): r for r in PointFolder(d).check().records
-        }
         notes.append(f"{decoder} on {task}: {len(records)} records, {point['status']} ({d})")
         if not decoder or not task:
             notes[-1] += " -- skipped: decoder or task unknown"
             continue
-        if (decoder, task) in out and len(out[(decoder, task)]) >= len(records):
+        new = Point(
+            decoder,
+            task,
+            settings(read_json(d / POINT_FILE) or {}, cfg),
+            records,
+            str(d),
+            summary.get("data_source"),
+            summary.get("data_substitute"),
+            summary.get("energy_unavailable_reason"),
+        )
+        points = out.setdefault((decoder, task), [])
+        same = next((p for p in points if p.settings == new.settings), None)
+        if same is None:
+            if points:
+                notes[-1] += " -- other settings than another point of this decoder and task"
+            points.append(new)
+        elif len(same.records) >= len(records):
             notes[-1] += " -- ignored: another point of this decoder and task has more records"
-            continue
-        out[(decoder, task)] = records
+        else:
+            notes.append(f"  ({same.where} ignored: this point has more records)")
+            points[points.index(same)] = new
     return out, notes
 
 
@@ -204,9 +380,9 @@ def log_perplexity(turns: list[dict]) -> float | None:
 
 
 def block_efficiency(turns: list[dict]) -> float | None:
+    """Emitted tokens / steps over the turns (``mtad.metrics.block_efficiency``)."""
     steps = sum(int(r.get("steps") or 0) for r in turns)
-    accepted = sum(sum(r.get("accepted_per_step") or r.get("accepted") or []) for r in turns)
-    return (accepted + steps) / steps if steps else None
+    return tokens_per_step(sum(emitted_tokens(r) for r in turns), steps) if steps else None
 
 
 def score(turns: list[dict]) -> float | None:
@@ -228,389 +404,352 @@ def paired(a: dict, b: dict, value: Callable[[list[dict]], float | None]):
     return xs, ys
 
 
+def paired_group(a: dict, group: Sequence[dict], value: Callable[[list[dict]], float | None]):
+    """Per-example values of a decoder and the mean of a group's values on that example: the
+    members that have every (example_id, turn) key ``a`` has for it and a value there."""
+    by_example: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for key in sorted(a, key=lambda k: (k[0], k[1])):
+        by_example[key[0]].append(key)
+    xs, ys = [], []
+    for keys in by_example.values():
+        x = value([a[k] for k in keys])
+        members = [value([b[k] for k in keys]) for b in group if all(k in b for k in keys)]
+        members = [y for y in members if y is not None and math.isfinite(y)]
+        if x is not None and math.isfinite(x) and members:
+            xs.append(x)
+            ys.append(float(np.mean(members)))
+    return xs, ys
+
+
 # ------------------------------------------------------------------------------ claims
 @dataclass(frozen=True)
 class Spec:
-    """One comparison: decoders a vs b on a task, a per-example value, an interval, a rule."""
+    """One comparison: decoder a vs b (or vs a group of decoders) on a task, a per-example value,
+    an interval (per task; pooled over ``tasks`` for task ``all``), a test and the paper's size."""
 
     claim: int
     task: str
     a: str
-    b: str
+    b: tuple[str, ...]  # one decoder, or claim 6's group of lossless decoders
     metric: str
     paper: str
     value: Callable[[list[dict]], float | None]
-    interval: Callable[..., stats.Interval]  # (xs, ys, seed=) -> Interval; task "all": (groups, seed=)
-    rule: Callable[[float, float], str]  # (ci_low, ci_high) -> verdict
+    interval: Callable[..., stats.Interval]  # (xs, ys, seed=) -> Interval
+    pooled: Callable[..., stats.Interval]  # (groups, seed=) -> Interval, for task "all"
+    test: Test
+    size: Size | None = None
+    tasks: tuple[str, ...] = TASKS  # what task "all" pools
+    headline: bool = False
+
+    @property
+    def comparison(self) -> str:
+        if len(self.b) == 1:
+            return f"{self.a} vs {self.b[0]}"
+        return f"{self.a} vs lossless ({' + '.join(self.b)})"
 
 
 RATIO = "perplexity ratio (geometric means)"
+BELOW_1, ABOVE_0 = Direction(1.0, "below"), Direction(0.0, "above")
 
 
-def _ppl(claim: int, task: str, a: str, b: str, paper: str, rule) -> Spec:
-    interval = stats.stratified_ratio if task == ALL else stats.perplexity_ratio
-    return Spec(claim, task, a, b, RATIO, paper, log_perplexity, interval, rule)
+def _ppl(claim: int, task: str, a: str, b: str, paper: str, test: Test, size: Size | None = None,
+         headline: bool = False) -> Spec:
+    return Spec(claim, task, a, (b,), RATIO, paper, log_perplexity, stats.perplexity_ratio,
+                stats.stratified_ratio, test, size, headline=headline)
 
 
-def _block_efficiency(task: str, b: str) -> Spec:
-    interval = stats.stratified_mean_difference if task == ALL else stats.mean_difference
-    return Spec(2, task, "tree_mtad", b, "block efficiency difference", "higher", block_efficiency,
-                interval, lambda lo, hi: direction(lo, hi, 0.0, "above"))
-
-
-def _score(claim: int, task: str, a: str, b: str, paper: str, rule) -> Spec:
+def _score(claim: int, task: str, a: str, b: str, paper: str, test: Test) -> Spec:
     metric, kind = SCORED[task]
     diff = stats.binary_difference if kind == "binary" else stats.mean_difference
-    return Spec(claim, task, a, b, f"{metric} difference", paper, score, diff, rule)
+    return Spec(claim, task, a, (b,), f"{metric} difference", paper, score, diff,
+                stats.stratified_mean_difference, test)
+
+
+def _gain(task: str, a: str, b: tuple[str, ...]) -> Spec:
+    """Claim 6: relative change of the task score, mean(a) / mean(b) - 1."""
+    metric = "score" if task == ALL else SCORED[task][0]
+    paper, size, headline = "higher", None, task == ALL
+    if task == ALL:
+        gain = PAPER_SCORE_GAIN if b == ("multinomial",) else PAPER_LOSSLESS_GAIN
+        paper, size = f"{gain:+.1%} (average over tasks)", Size(gain, "above")
+    elif b == ("multinomial",) and task in PAPER_TASK_GAIN:
+        lo, hi = PAPER_TASK_GAIN[task]
+        paper = f"{hi / lo - 1:+.0%} ({metric} {lo} -> {hi}; Llama-3, exact joint sampling)"
+        size, headline = Size(hi / lo - 1, "above"), a == "mtad"
+    return Spec(6, task, a, b, f"{metric} relative change", paper, score, stats.relative_change,
+                stats.stratified_relative_change, ABOVE_0, size, tuple(SCORED), headline)
 
 
 def specs() -> list[Spec]:
-    """Every comparison of claims 1, 2, 3 and 5 (claim 4 reads the speed benchmark).
-
-    Claims 1, 2 and claim 5's perplexity also get a pooled row (task ``all``: every task with
-    equal weight, a bootstrap stratified by task; the paper's -21.2% is such an average)."""
+    """Every comparison of claims 1, 2, 3, 5 and 6 (claim 4 reads the speed benchmark, claim 7
+    is energy). Per task, and pooled (task ``all``) where the claim is an average over tasks."""
     out = []
+    paper_ratio = 1 - PAPER_PPL_EFFECT
     for t in (*TASKS, ALL):
         for a in ("mtad", "tree_mtad"):
             for b in ("multinomial", "spd"):
-                paper = "-21.2% (ratio 0.788)" if b == "multinomial" else "lower"
-                out.append(_ppl(1, t, a, b, paper, lambda lo, hi: direction(lo, hi, 1.0, "below")))
-        for b in ("spd", "specinfer"):
-            out.append(_block_efficiency(t, b))
+                if b == "multinomial":
+                    out.append(_ppl(1, t, a, b, f"-21.2% (ratio {paper_ratio:.3f})", BELOW_1,
+                                    Size(paper_ratio, "below"), headline=t == ALL))
+                else:
+                    out.append(_ppl(1, t, a, b, "lower", BELOW_1))
+        for b in ("spd", "specinfer", "mcss"):
+            out.append(Spec(2, t, "tree_mtad", (b,), "block efficiency difference", "higher",
+                            block_efficiency, stats.mean_difference,
+                            stats.stratified_mean_difference, ABOVE_0, headline=t == ALL))
     for t in SCORED:
         m = NON_INFERIORITY[SCORED[t][1]]
-        for a in ("mtad", "tree_mtad"):
-            out.append(
-                _score(
-                    3,
-                    t,
-                    a,
-                    "spd",
-                    f">= spd (margin {m:+g})",
-                    lambda lo, hi, m=m: non_inferiority(lo, hi, m),
-                )
-            )
+        for b in ("spd", "multinomial"):
+            for a in ("mtad", "tree_mtad"):
+                out.append(_score(3, t, a, b, f">= {b} (margin {m:+g})", NonInferiority(m)))
     lo_eq, hi_eq = PPL_EQUIVALENCE
     for t in (*TASKS, ALL):
-        out.append(
-            _ppl(
-                5,
-                t,
-                "spd",
-                "multinomial",
-                f"equal (ratio in [{lo_eq}, {hi_eq}])",
-                lambda lo, hi: equivalence(lo, hi, lo_eq, hi_eq),
-            )
-        )
+        out.append(_ppl(5, t, "spd", "multinomial", f"equal (ratio in [{lo_eq}, {hi_eq}])",
+                        Equivalence(lo_eq, hi_eq)))
     for t in SCORED:
         e = EQUIVALENCE[SCORED[t][1]]
-        out.append(
-            _score(
-                5,
-                t,
-                "spd",
-                "multinomial",
-                f"equal (+-{e:g})",
-                lambda lo, hi, e=e: equivalence(lo, hi, -e, e),
-            )
-        )
+        out.append(_score(5, t, "spd", "multinomial", f"equal (+-{e:g})", Equivalence(-e, e)))
+    for t in (*SCORED, ALL):
+        for a in ("mtad", "tree_mtad"):
+            out.append(_gain(t, a, ("multinomial",)))
+        out.append(_gain(t, "tree_mtad", LOSSLESS))
     return out
 
 
-def _fill(row: Row, iv: stats.Interval, verdict: str, detail: str = "") -> Row:
+def _fill(row: Row, iv: stats.Interval, test: Test, size: Size | None = None,
+          detail: str = "") -> Row:
     row.estimate, row.ci_low, row.ci_high, row.n = iv.estimate, iv.low, iv.high, iv.n
-    row.verdict = verdict if iv.n >= MIN_PAIRS else OPEN
-    if 0 < iv.n < MIN_PAIRS:
-        detail = "; ".join(x for x in (detail, f"n < {MIN_PAIRS} pairs: no verdict from so few") if x)
+    if iv.n >= MIN_PAIRS:
+        row.verdict = test.verdict(iv.low, iv.high)
+        row.p_value = test.p_value(iv)
+        row.size = size_verdict(iv.low, iv.high, size.value, size.claimed) if size else NO_SIZE
+    else:
+        row.verdict, row.size = OPEN, OPEN if size else NO_SIZE
+        if iv.n:
+            detail = "; ".join(x for x in (detail, f"n < {MIN_PAIRS} pairs: no verdict from so few") if x)
     if iv.p_value is not None:
         detail = "; ".join(x for x in (detail, f"McNemar exact p = {iv.p_value:.3g}") if x)
     row.detail = "; ".join(x for x in (detail, iv.detail) if x)
     return row
 
 
-def magnitude(row: Row) -> str:
-    """Where the paper's claim-1 ratio (0.788 vs single-token sampling) lies from the interval."""
-    if row.claim != 1 or not row.comparison.endswith("vs multinomial") or _nan(row.ci_low, row.ci_high):
-        return ""
-    paper = 1 - PAPER_PPL_EFFECT
-    if paper < row.ci_low - EPS:
-        return f"paper's {paper:.3f} below the interval: a smaller reduction here"
-    if paper > row.ci_high + EPS:
-        return f"paper's {paper:.3f} above the interval: a larger reduction here"
-    return f"paper's {paper:.3f} inside the interval"
+def _choose(records: Records, spec: Spec, task: str) -> tuple[Point | None, list[Point], str]:
+    """The points of ``spec.a`` and of its partners on ``task`` at one shared setting: the
+    setting that pairs the most examples. An empty partner list says why in the detail."""
+    missing = [d for d in (spec.a, *spec.b) if not records.get((d, task))]
+    if spec.a in missing or all(b in missing for b in spec.b):
+        return None, [], f"no records: {', '.join(missing)} on {task}"
+    best: tuple[int, Point | None, list[Point]] = (-1, None, [])
+    differ = ""
+    for pa in records[(spec.a, task)]:
+        partners = []
+        for b in spec.b:
+            same = [p for p in records.get((b, task), []) if p.settings == pa.settings]
+            if same:
+                partners.append(max(same, key=lambda p: len(p.records)))
+            elif records.get((b, task)) and not differ:
+                diffs = settings_differences(pa.settings, records[(b, task)][0].settings)
+                differ = f"settings differ: {spec.a} vs {b} on {task}: " + "; ".join(diffs[:3])
+        common = sum(len(set(pa.records) & set(p.records)) for p in partners)
+        if partners and common > best[0]:
+            best = (common, pa, partners)
+    if best[1] is None:
+        return None, [], differ
+    notes = [differ] if differ and len(best[2]) < len(spec.b) else []
+    gone = [d for d in spec.b if d in missing]
+    if gone and len(spec.b) > 1:
+        notes.append(f"no records: {', '.join(gone)} on {task}")
+    return best[1], best[2], "; ".join(notes)
+
+
+def _pairs(records: Records, spec: Spec, task: str) -> tuple[list, list, str]:
+    pa, partners, detail = _choose(records, spec, task)
+    if pa is None:
+        return [], [], detail
+    if len(spec.b) == 1:
+        xs, ys = paired(pa.records, partners[0].records, spec.value)
+    else:
+        xs, ys = paired_group(pa.records, [p.records for p in partners], spec.value)
+        used = ", ".join(p.decoder for p in partners)
+        detail = "; ".join(x for x in (f"group: {used} (mean per example)", detail) if x)
+    return xs, ys, detail
 
 
 def compare(records: Records, spec: Spec, seed: int = 0) -> Row:
     if spec.task == ALL:
         return compare_pooled(records, spec, seed)
-    row = Row(spec.claim, spec.task, f"{spec.a} vs {spec.b}", spec.metric, spec.paper)
-    missing = [d for d in (spec.a, spec.b) if (d, spec.task) not in records]
-    if missing:
-        row.detail = f"no records: {', '.join(missing)} on {spec.task}"
-        return row
-    xs, ys = paired(records[(spec.a, spec.task)], records[(spec.b, spec.task)], spec.value)
+    row = Row(spec.claim, spec.task, spec.comparison, spec.metric, spec.paper, headline=spec.headline)
+    if spec.size:
+        row.size = OPEN
+    xs, ys, detail = _pairs(records, spec, spec.task)
     if not xs:
-        row.detail = "no paired examples with this metric"
+        row.detail = detail or "no paired examples with this metric"
         return row
-    iv = spec.interval(xs, ys, seed=seed)
-    row = _fill(row, iv, spec.rule(iv.low, iv.high))
-    row.detail = "; ".join(x for x in (magnitude(row), row.detail) if x)
+    return _fill(row, spec.interval(xs, ys, seed=seed), spec.test, spec.size, detail)
+
+
+def pool(per_task: dict[str, tuple[list, list]], interval: Callable[..., stats.Interval],
+         seed: int = 0) -> tuple[stats.Interval | None, str, bool]:
+    """The pooled interval of per-task pairs (equal task weights, bootstrap within tasks), what
+    it pooled, and whether it may carry a verdict: every task with ``MIN_PAIRS`` pairs. It pools
+    the tasks that have ``MIN_PAIRS``; when none has, every task with two pairs or more, so the
+    row still shows an interval (without a verdict)."""
+    full = {t: g for t, g in per_task.items() if len(g[0]) >= MIN_PAIRS}
+    some = full or {t: g for t, g in per_task.items() if len(g[0]) >= 2}
+    if not some:
+        return None, "", False
+    short = [f"{t} {len(g[0])}" for t, g in per_task.items() if t not in full]
+    what = "equal weight per task, bootstrap within tasks; pairs: " + ", ".join(
+        f"{t} {len(g[0])}" for t, g in some.items())
+    if short:
+        what += f"; fewer than {MIN_PAIRS} pairs (no verdict): {', '.join(short)}"
+    return interval(list(some.values()), seed=seed), what, not short
+
+
+def _withhold(row: Row) -> Row:
+    row.verdict, row.p_value = OPEN, math.nan
+    row.size = OPEN if row.size != NO_SIZE else NO_SIZE
     return row
 
 
 def compare_pooled(records: Records, spec: Spec, seed: int = 0) -> Row:
-    """Task ``all``: every task weighs the same, the bootstrap resamples within each task.
-
-    A verdict needs every task of ``TASKS`` with at least ``MIN_PAIRS`` pairs; with fewer the
-    row shows the pooled interval of the tasks that have them, ``not resolved``.
-    """
-    row = Row(spec.claim, ALL, f"{spec.a} vs {spec.b}", spec.metric, spec.paper)
-    groups, used, short = [], [], []
-    for t in TASKS:
-        if (spec.a, t) in records and (spec.b, t) in records:
-            xs, ys = paired(records[(spec.a, t)], records[(spec.b, t)], spec.value)
-        else:
-            xs, ys = [], []
-        if len(xs) >= MIN_PAIRS:
-            groups.append((xs, ys))
-            used.append(f"{t} {len(xs)}")
-        else:
-            short.append(f"{t} {len(xs)}")
-    if not groups:
-        row.detail = f"no records: no task has {MIN_PAIRS} pairs or more of {spec.a} and {spec.b}"
+    """Task ``all``: every task of ``spec.tasks`` weighs the same, the bootstrap resamples within
+    each task (``pool``); a verdict needs every task with at least ``MIN_PAIRS`` pairs."""
+    row = Row(spec.claim, ALL, spec.comparison, spec.metric, spec.paper, headline=spec.headline)
+    if spec.size:
+        row.size = OPEN
+    per_task, why = {}, []
+    for t in spec.tasks:
+        xs, ys, detail = _pairs(records, spec, t)
+        if detail.startswith("settings differ"):
+            why.append(detail)
+        per_task[t] = (xs, ys)
+    iv, what, full = pool(per_task, spec.pooled, seed)
+    if iv is None:
+        row.detail = "; ".join([f"no records: no task has pairs of {spec.comparison}", *why])
         return row
-    iv = spec.interval(groups, seed=seed)
-    verdict = spec.rule(iv.low, iv.high) if not short else OPEN
-    row = _fill(row, iv, verdict)
-    pooled = f"equal weight per task, bootstrap within tasks; pairs: {', '.join(used)}"
-    if short:
-        pooled += f"; left out (< {MIN_PAIRS} pairs, no verdict): {', '.join(short)}"
-    row.detail = "; ".join(x for x in (magnitude(row), pooled, row.detail) if x)
-    return row
+    row = _fill(row, iv, spec.test, spec.size, "; ".join([what, *why]))
+    return row if full else _withhold(row)
+
+
+def _speed_description(data: dict, pairs: dict) -> str:
+    """What a speed file measured: fixed-length decoding time, or runs ending at EOS."""
+    args = data.get("args") or {}
+    if args.get("fixed_length"):
+        return (f"fixed length {args.get('max_new_tokens')} tokens (EOS ignored), decoding time "
+                "only (prefill excluded)")
+    unequal = sum(1 for v in pairs.values() if len({t for t, _ in v.values()}) > 1)
+    return (f"not fixed-length: runs stop at EOS ({unequal} of {len(pairs)} prompts have "
+            "unequal token counts between the two decoders) and wall includes the prefill; "
+            "make bench-claim4 re-measures at a fixed length")
 
 
 def speed_rows(path: Path, seed: int) -> list[Row]:
-    """Claim 4 from the interleaved speed benchmark: per task and pooled over its tasks."""
-    paper = "faster (1.42x, GPU)"
+    """Claim 4 from the interleaved speed benchmark: tree-MTAD vs SpD and vs MCSS, per task (per
+    prompt: tokens / wall summed over repeats) and pooled like every pooled row."""
     metric = "tokens/s ratio (geometric means)"
-    comparison = "tree_mtad vs spd"
     data = json.loads(path.read_text()) if path.is_file() else None
-    if data is None:
-        return [Row(4, ALL, comparison, metric, paper, detail=f"no records: {path} not found")]
-    tps: dict[tuple, dict[str, float]] = defaultdict(dict)
-    for r in data.get("rows", []):
-        if (
-            r.get("mode") == SPEED_MODE
-            and r.get("decoder") in ("tree_mtad", "spd")
-            and r.get("wall")
-        ):
-            tps[(r["task"], r["prompt"], r["repeat"])][r["decoder"]] = r["tokens"] / r["wall"]
-    pairs = {k: v for k, v in tps.items() if len(v) == 2}
     rows = []
-    for task in sorted({k[0] for k in pairs}) + [ALL]:
-        keys = [k for k in sorted(pairs) if task in (ALL, k[0])]
-        row = Row(4, task, comparison, metric, paper)
-        iv = stats.ratio_of_geometric_means(
-            [pairs[k]["tree_mtad"] for k in keys], [pairs[k]["spd"] for k in keys], seed=seed
-        )
-        src = (
-            f"{path}: rows mode={SPEED_MODE}, decoder tree_mtad and spd, "
-            f"{'every task' if task == ALL else 'task=' + task}, paired by (task, prompt, repeat)"
-        )
-        rows.append(_fill(row, iv, direction(iv.low, iv.high, 1.0, "above"), src))
-    if not rows[:-1]:
-        rows[-1].detail = f"no records: no {SPEED_MODE} rows of tree_mtad and spd in {path}"
+    for b, speedup in PAPER_SPEEDUP.items():
+        comparison = f"tree_mtad vs {b}"
+        paper = f"{speedup:.2f}x (GPU)" if b == "spd" else f"+{speedup - 1:.1%} (GPU)"
+        size = Size(speedup, "above")
+        test = Direction(1.0, "above")
+        sums: dict[tuple, dict[str, list[float]]] = defaultdict(dict)
+        for r in (data or {}).get("rows", []):
+            if r.get("mode") == SPEED_MODE and r.get("decoder") in ("tree_mtad", b) and r.get("wall"):
+                tok, wall = sums[(r["task"], r["prompt"])].get(r["decoder"], [0.0, 0.0])
+                sums[(r["task"], r["prompt"])][r["decoder"]] = [tok + r["tokens"], wall + r["wall"]]
+        pairs = {k: {d: (t, w) for d, (t, w) in v.items()} for k, v in sums.items() if len(v) == 2}
+        if not pairs:
+            why = f"{path} not found" if data is None else f"no {SPEED_MODE} rows of tree_mtad and {b} in {path}"
+            rows.append(Row(4, ALL, comparison, metric, paper, size=OPEN, detail=f"no records: {why}",
+                            headline=True))
+            continue
+        what = f"{path}: {_speed_description(data, pairs)}; mode={SPEED_MODE}, paired by prompt"
+        by_task: dict[str, tuple[list, list]] = {}
+        for (task, _), v in sorted(pairs.items()):
+            xs, ys = by_task.setdefault(task, ([], []))
+            xs.append(v["tree_mtad"][0] / v["tree_mtad"][1])
+            ys.append(v[b][0] / v[b][1])
+        for task, (xs, ys) in by_task.items():
+            iv = stats.ratio_of_geometric_means(xs, ys, seed=seed)
+            rows.append(_fill(Row(4, task, comparison, metric, paper), iv, test, size, what))
+        row = Row(4, ALL, comparison, metric, paper, size=OPEN, headline=True)
+        logs = {t: (list(np.log(xs)), list(np.log(ys))) for t, (xs, ys) in by_task.items()}
+        iv, pooled, full = pool(logs, stats.stratified_ratio, seed)
+        if iv is None:
+            row.detail = f"{what}; fewer than two prompts per task: no pooled interval"
+        else:
+            row = _fill(row, iv, test, size, f"{what}; {pooled}")
+            row = row if full else _withhold(row)
+        rows.append(row)
     return rows
+
+
+def energy_rows(records: Records) -> list[Row]:
+    """Claim 7 (energy): measured only where the records carry energy; this machine has none."""
+    rows = []
+    for b, paper in (("spd", "1.54x less (another summary: 23.6% less)"), ("mcss", "23.4% less")):
+        points = [p for d in ("tree_mtad", b) for t in TASKS for p in records.get((d, t), [])]
+        metered = sum(1 for p in points for r in p.records.values() if r.get("energy_j") is not None)
+        reasons = sorted({p.energy_reason for p in points if p.energy_reason})
+        if metered:
+            detail = f"{metered} records carry energy_j; this report does not test energy"
+        else:
+            detail = ENERGY_UNAVAILABLE + (f": {reasons[0]}" if reasons else "")
+        rows.append(Row(7, ALL, f"tree_mtad vs {b}", "energy (J/token) ratio", paper, size=OPEN,
+                        detail=detail, headline=True))
+    return rows
+
+
+def adjust(rows: Sequence[Row]) -> None:
+    """Holm over the family of every row with a p-value (every verdict-bearing row of the report):
+    a ``holds`` stays only where its adjusted p is below ``ALPHA``."""
+    for r, p in zip(rows, stats.holm([r.p_value for r in rows])):
+        r.holm_p = p
+        if r.verdict == HOLDS:
+            r.holm_verdict = HOLDS if p < ALPHA else OPEN
+        else:
+            r.holm_verdict = r.verdict
 
 
 def evaluate_claims(records: Records, speed_file: Path = SPEED_FILE, seed: int = 0) -> list[Row]:
     rows = [compare(records, spec, seed) for spec in specs()]
-    rows += speed_rows(Path(speed_file), seed)
-    return sorted(rows, key=lambda r: r.claim)  # stable: claim 5's rows keep their order
+    rows += speed_rows(Path(speed_file), seed) + energy_rows(records)
+    adjust(rows)
+    return sorted(rows, key=lambda r: r.claim)  # stable: rows keep their order within a claim
 
 
-# ------------------------------------------------------------------------------ outputs
-def needed_n(row: Row, width: float = PAPER_PPL_EFFECT) -> int | None:
-    """Pairs needed for a ratio interval narrower than ``width`` (interval width ~ 1/sqrt(n))."""
-    w = row.ci_high - row.ci_low
-    if _nan(w) or row.n < 2 or w <= 0:
-        return None
-    return max(row.n, math.ceil(row.n * (w / width) ** 2))
-
-
-def equivalence_band_width(metric: str) -> float:
-    """Width of claim 5's equivalence band for a metric (perplexity ratio, binary, Rouge-L)."""
-    if metric.startswith("perplexity"):
-        return PPL_EQUIVALENCE[1] - PPL_EQUIVALENCE[0]
-    return 2 * EQUIVALENCE["rouge" if "rouge" in metric.lower() else "binary"]
-
-
-def _fmt(x) -> str:
-    if isinstance(x, float):
-        return "" if math.isnan(x) else f"{x:.4g}"
-    return str(x)
-
-
-def write_csv(rows: Sequence[Row], path: Path) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: _fmt(v) for k, v in asdict(r).items()})
-
-
-def write_markdown(rows: Sequence[Row], notes: Sequence[str], path: Path, extra: str = "") -> None:
-    names = {
-        1: "MTAD / tree-MTAD perplexity lower than multinomial and SpD",
-        2: "tree-MTAD block efficiency higher than SpD and SpecInfer",
-        3: "MTAD / tree-MTAD task scores at least SpD's (non-inferiority)",
-        4: "tree-MTAD faster than SpD (interleaved CPU speed benchmark)",
-        5: "SpD and multinomial equivalent (perplexity and scores)",
-    }
-    out = [
-        "# The paper's claims on paired records",
-        "",
-        "Generated by `python -m mtad.claims`; definitions and verdict rules in `docs/claims.md` "
-        "and `mtad/claims.py`. Intervals: 95% paired bootstrap (percentile, 9999 resamples, "
-        "fixed seed); n = paired examples.",
-        "",
-        "Declared margins: non-inferiority (claim 3) "
-        f"{NON_INFERIORITY['binary']:+g} for EX and pass@1, {NON_INFERIORITY['rouge']:+g} for "
-        f"Rouge-L; equivalence (claim 5) perplexity ratio in {list(PPL_EQUIVALENCE)}, scores "
-        f"within +-{EQUIVALENCE['binary']:g} (binary) and +-{EQUIVALENCE['rouge']:g} (Rouge-L).",
-        "",
-    ]
-    counts = verdict_counts(rows)
-    out += ["Verdicts: " + ", ".join(f"{v}: {counts[v]}" for v in (HOLDS, CONTRADICTED, OPEN)), ""]
-    for claim, title in names.items():
-        out += [
-            f"## Claim {claim}: {title}",
-            "",
-            "| task | comparison | metric | paper | estimate | 95% CI | n | verdict | detail |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        for r in (r for r in rows if r.claim == claim):
-            ci = f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]" if not _nan(r.ci_low) else ""
-            out.append(
-                f"| {r.task} | {r.comparison} | {r.metric} | {r.paper} | {_fmt(r.estimate)} "
-                f"| {ci} | {r.n} | {r.verdict} | {r.detail} |"
-            )
-        out.append("")
-    out += [
-        "## Sample size for claim 1",
-        "",
-        "Interval width at the current n, and the n that makes it narrower than the paper's "
-        f"effect ({PAPER_PPL_EFFECT:.1%}), assuming width ~ 1/sqrt(n).",
-        "",
-        "| task | comparison | n | width | n needed |",
-        "|---|---|---|---|---|",
-    ]
-    for r in (r for r in rows if r.claim == 1):
-        need = needed_n(r)
-        out.append(
-            f"| {r.task} | {r.comparison} | {r.n} | {_fmt(r.ci_high - r.ci_low)} "
-            f"| {need if need is not None else ''} |"
-        )
-    out += [
-        "",
-        "## Sample size for claim 5",
-        "",
-        "Equivalence holds only when the whole interval lies inside the band, so even with no "
-        "true difference the interval must be narrower than the band: the n that makes it so "
-        "(width ~ 1/sqrt(n)); more is needed when the estimate is off-centre.",
-        "",
-        "| task | metric | n | width | band width | n needed |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in (r for r in rows if r.claim == 5):
-        band = equivalence_band_width(r.metric)
-        need = needed_n(r, band)
-        out.append(
-            f"| {r.task} | {r.metric} | {r.n} | {_fmt(r.ci_high - r.ci_low)} | {band:g} "
-            f"| {need if need is not None else ''} |"
-        )
-    out += ["", "## Points read", ""] + ([f"- {n}" for n in notes] or ["- none"])
-    if extra:
-        out += ["", "## Notes", "", extra.strip()]
-    path.write_text("\n".join(out) + "\n")
-
-
-def verdict_counts(rows: Sequence[Row]) -> dict[str, int]:
-    counts = dict.fromkeys((HOLDS, CONTRADICTED, OPEN), 0)
-    for r in rows:
-        counts[r.verdict] += 1
-    return counts
-
-
-def plot_perplexity(rows: Sequence[Row], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ppl = [r for r in rows if r.metric.startswith("perplexity")]
-    comparisons = list(dict.fromkeys(r.comparison for r in ppl))
-    fig, ax = plt.subplots(figsize=(12, 5.2))
-    ax.axhspan(*PPL_EQUIVALENCE, color="0.9", label=f"equivalence band {list(PPL_EQUIVALENCE)}")
-    ax.axhline(1.0, color="0.4", lw=1)
-    ax.axhline(
-        1 - PAPER_PPL_EFFECT,
-        color="black",
-        ls=":",
-        lw=1,
-        label=f"paper: {1 - PAPER_PPL_EFFECT:.3f} (-{PAPER_PPL_EFFECT:.1%} vs multinomial)",
-    )
-    width = 0.8 / max(len(comparisons), 1)
-    for j, comp in enumerate(comparisons):
-        xs, ys, lo, hi = [], [], [], []
-        for i, task in enumerate((*TASKS, ALL)):
-            r = next((r for r in ppl if r.task == task and r.comparison == comp), None)
-            if r is None or _nan(r.estimate) or r.n < MIN_PAIRS:
-                continue  # too few pairs for an interval worth drawing (no verdict either)
-            xs.append(i - 0.4 + width * (j + 0.5))
-            ys.append(r.estimate)
-            lo.append(r.estimate - r.ci_low if not _nan(r.ci_low) else 0)
-            hi.append(r.ci_high - r.estimate if not _nan(r.ci_high) else 0)
-        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=3, label=comp)
-    def label(task: str) -> str:
-        ns = sorted({r.n for r in ppl if r.task == task})
-        lo, hi = (ns[0], ns[-1]) if ns else (0, 0)
-        n = f"n={lo}" if lo == hi else f"n={lo}-{hi}"
-        name = "all tasks, equal weights" if task == ALL else task
-        return f"{name}\n({n}{f'; < {MIN_PAIRS} not drawn' if lo < MIN_PAIRS else ''})"
-
-    ax.axvline(len(TASKS) - 0.5, color="0.6", lw=0.8)
-    ax.set_xticks(range(len(TASKS) + 1), [label(t) for t in (*TASKS, ALL)])
-    ax.set_ylabel("perplexity ratio a / b (geometric means)")
-    ax.set_title("Perplexity ratio per task and pooled, 95% paired bootstrap intervals (below 1: a is lower)")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def task_data(records: Records) -> dict[str, list[tuple[str, bool | None]]]:
+    """Per task, the data sources its points name and whether each is a stand-in."""
+    out: dict[str, set] = defaultdict(set)
+    for (_, task), points in records.items():
+        for p in points:
+            if p.data_source is not None:
+                out[task].add((p.data_source, p.data_substitute))
+    return {t: sorted(v, key=str) for t, v in sorted(out.items())}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from mtad import claims_report
+
     ap = argparse.ArgumentParser(prog="python -m mtad.claims", description=__doc__.split("\n")[0])
-    ap.add_argument("root", help="records root (e.g. results/claims: sweeps claims, claims_tree)")
+    ap.add_argument("root", help="records root (e.g. results/claims: the sweeps of claims*.yaml)")
     ap.add_argument("--out", required=True, help="output folder for claims.md/.csv and the figure")
-    ap.add_argument(
-        "--speed", default=str(SPEED_FILE), help="interleaved speed benchmark (claim 4)"
-    )
-    ap.add_argument(
-        "--notes", help="a markdown file appended to claims.md (e.g. the pilot's N reasoning)"
-    )
+    ap.add_argument("--speed", default=str(SPEED_FILE), help="interleaved speed benchmark (claim 4)")
+    ap.add_argument("--notes", help="a markdown file appended to claims.md (e.g. the pilot's N reasoning)")
     ap.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     args = ap.parse_args(argv)
     records, notes = read_records(args.root)
     rows = evaluate_claims(records, Path(args.speed), args.seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_csv(rows, out / "claims.csv")
+    claims_report.write_csv(rows, out / "claims.csv")
     extra = Path(args.notes).read_text() if args.notes else ""
-    write_markdown(rows, notes, out / "claims.md", extra)
-    plot_perplexity(rows, out / "perplexity_ratio.png")
-    counts = verdict_counts(rows)
+    claims_report.write_markdown(rows, notes, out / "claims.md", extra, task_data(records))
+    claims_report.plot_perplexity(rows, out / "perplexity_ratio.png")
+    counts = claims_report.verdict_counts(rows)
     print(
         f"{len(rows)} rows ({', '.join(f'{v}: {c}' for v, c in counts.items())}) -> "
         f"{out / 'claims.md'}, {out / 'claims.csv'}, {out / 'perplexity_ratio.png'}"

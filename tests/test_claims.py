@@ -8,14 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from mtad import claims, stats
+from mtad import claims, claims_report, stats
 from mtad.claims import (
     CONTRADICTED,
     HOLDS,
+    LARGER,
     OPEN,
+    REPRODUCED,
+    SMALLER,
     direction,
     equivalence,
     non_inferiority,
+    size_verdict,
 )
 from mtad.results import SAMPLES_FILE, append_jsonl, write_json_atomic
 
@@ -53,6 +57,30 @@ def test_equivalence_boundaries():
     assert equivalence(0.5, 1.5, lo, hi) == OPEN
 
 
+def test_size_verdict_places_the_papers_figure():
+    # a claimed reduction (ratio below 1): an interval above the paper's 0.788 is a smaller effect
+    assert size_verdict(0.75, 0.85, 0.788, "below") == REPRODUCED
+    assert size_verdict(0.80, 0.90, 0.788, "below") == SMALLER
+    assert size_verdict(0.60, 0.70, 0.788, "below") == LARGER
+    # a claimed gain (+43%): an interval below 0.43 is a smaller effect
+    assert size_verdict(0.1, 0.3, 0.43, "above") == SMALLER
+    assert size_verdict(0.5, 0.9, 0.43, "above") == LARGER
+    assert size_verdict(0.43, 0.9, 0.43, "above") == REPRODUCED  # bounds included
+    assert size_verdict(math.nan, 0.9, 0.43, "above") == OPEN
+
+
+def test_holm_adjusts_the_holds_over_the_family():
+    """Three raw `holds` at one-sided p 0.001, 0.02, 0.024: Holm (x3, x2, x1, step-down at
+    0.025) keeps the first only; rows without a p-value are not in the family."""
+    rows = [claims.Row(1, "t", f"c{i}", "m", "", verdict=HOLDS, p_value=p)
+            for i, p in enumerate((0.001, 0.02, 0.024))]
+    rows.append(claims.Row(1, "t", "none", "m", ""))
+    claims.adjust(rows)
+    assert [r.holm_verdict for r in rows] == [HOLDS, OPEN, OPEN, OPEN]
+    assert [r.holm_p for r in rows[:3]] == pytest.approx([0.003, 0.04, 0.04])
+    assert math.isnan(rows[3].holm_p)
+
+
 # ------------------------------------------------------------------------------ per example
 def test_log_perplexity_is_token_weighted_over_turns():
     turns = [{"nll_sum": 10.0, "new_tokens": 10}, {"nll_sum": 90.0, "new_tokens": 30}]
@@ -70,15 +98,23 @@ def test_pairing_uses_the_common_turns_only():
     }
     b = {("x", 0): {"nll_sum": 3.0, "new_tokens": 1}, ("z", 0): {"nll_sum": 5.0, "new_tokens": 1}}
     assert claims.paired(a, b, claims.log_perplexity) == ([1.0], [3.0])
+    # emitted tokens / steps: the last step of the second turn accepted 2 but kept 2 tokens
+    # (cut short by max_new_tokens), not 2 + 1; (accepted + steps) / steps said 9 / 3
     be = claims.block_efficiency(
-        [{"steps": 2, "accepted_per_step": [3, 1]}, {"steps": 1, "accepted_per_step": [2]}]
+        [
+            {"steps": 2, "accepted_per_step": [3, 1], "emitted_per_step": [4, 2], "new_tokens": 6},
+            {"steps": 1, "accepted_per_step": [2], "emitted_per_step": [2], "new_tokens": 2},
+        ]
     )
-    assert be == pytest.approx((6 + 3) / 3)
+    assert be == pytest.approx(8 / 3)
 
 
 # ------------------------------------------------------------------------------ end to end
 N = 12
 RATIOS = {"multinomial": 1.0, "spd": 1.03, "mtad": 0.8, "tree_mtad": 1.25}
+# per-example noise, +-JITTER alternating, summing to 0 over the N examples: paired differences
+# vary (a bootstrap has spread) while means stay exact
+JITTER = {"multinomial": 0.0, "spd": 0.01, "mtad": 0.02, "tree_mtad": 0.03}
 
 
 def _records(decoder, task):
@@ -86,11 +122,13 @@ def _records(decoder, task):
     out = []
     for i in range(N):
         for turn in range(turns):
-            log_ppl = 1.0 + 0.1 * i + 0.2 * turn + math.log(RATIOS[decoder])
+            jitter = JITTER[decoder] * (1 if i % 2 else -1)
+            log_ppl = 1.0 + 0.1 * i + 0.2 * turn + math.log(RATIOS[decoder]) + jitter
             if decoder == "tree_mtad" and task == "chatgpt_prompts":
                 log_ppl = 1.0 + 0.1 * i + (0.5 if i % 2 else -0.5)  # no clear direction
             tokens = 10 + 5 * turn
-            steps, acc = {"tree_mtad": (4, 3), "spd": (5, 2)}.get(decoder, (tokens, 0))
+            # tree_mtad takes 4 or 5 steps (odd / even examples), spd 5: BE 2.5 or 2 vs 2 (turn 0)
+            steps, acc = {"tree_mtad": (4 + i % 2, 3), "spd": (5, 2)}.get(decoder, (tokens, 0))
             r = {
                 "example_id": f"ex{i}",
                 "turn": turn,
@@ -123,21 +161,24 @@ def _score(decoder, task, i):
             return 1 - base
         return base
     if task == "cnn_dailymail":
-        base = 0.25 + 0.01 * i
+        base = 0.25 + 0.01 * i + 0.1 * JITTER[decoder] * (1 if i % 2 else -1)
         return base + {"multinomial": -0.01, "spd": 0.0, "mtad": -0.01, "tree_mtad": -0.02}[decoder]
     return None
 
 
-def _write_point(folder, decoder, task, with_choices=True):
+def _write_point(folder, decoder, task, with_choices=True, identity=None, records=None):
     folder.mkdir(parents=True)
     choices = {"decoder": decoder, "task": task} if with_choices else {}
     write_json_atomic(
         folder / "point.json",
-        {"format": 2, "identity_hash": folder.name, "identity": {}, "choices": choices},
+        {"format": 2, "identity_hash": folder.name, "identity": identity or {}, "choices": choices},
     )
     cfg = {"decoder": {"_target_": f"mtad.decoders.{decoder}.Decoder"}, "task": {"name": task}}
-    write_json_atomic(folder / "summary.json", {"format": 2, "config": cfg})
-    for r in _records(decoder, task):
+    summary = {"format": 2, "config": cfg, "data_source": f"local:{task}",
+               "data_substitute": task == "chatgpt_prompts",
+               "energy_unavailable_reason": "no readable RAPL package domain"}
+    write_json_atomic(folder / "summary.json", summary)
+    for r in records if records is not None else _records(decoder, task):
         append_jsonl(folder / SAMPLES_FILE, r)
 
 
@@ -156,33 +197,7 @@ def report(tmp_path):
                 with_choices=(decoder, task) != ("mtad", "spider"),
             )
     speed = tmp_path / "speed.json"
-    rows = []
-    for prompt in range(5):
-        for repeat in range(2):
-            for mode, tree_wall in (("sample", 8.0), ("greedy", 20.0)):
-                rows.append(
-                    {
-                        "task": "humaneval",
-                        "mode": mode,
-                        "decoder": "spd",
-                        "prompt": prompt,
-                        "repeat": repeat,
-                        "tokens": 64,
-                        "wall": 10.0 + prompt,
-                    }
-                )
-                rows.append(
-                    {
-                        "task": "humaneval",
-                        "mode": mode,
-                        "decoder": "tree_mtad",
-                        "prompt": prompt,
-                        "repeat": repeat,
-                        "tokens": 64,
-                        "wall": tree_wall * (10.0 + prompt) / 10.0,
-                    }
-                )
-    speed.write_text(json.dumps({"rows": rows}))
+    speed.write_text(json.dumps(_speed_file(n_prompts=12)))
     out = tmp_path / "out"
     notes = tmp_path / "notes.md"
     notes.write_text("Pilot: 30 examples per task.")
@@ -193,6 +208,23 @@ def report(tmp_path):
     with open(out / "claims.csv") as f:
         rows = list(csv.DictReader(f))
     return rows, out
+
+
+def _speed_file(n_prompts, fixed=True):
+    """tree-MTAD 1.25x SpD's tokens/s on humaneval (0.8 of its wall), 1.1x on spider (geometric
+    means over an even number of prompts); two repeats per prompt; greedy rows (which claim 4
+    does not read) the other way round."""
+    rows = []
+    for task, tree_share in (("humaneval", 0.8), ("spider", 1 / 1.1)):
+        for prompt in range(n_prompts):
+            for repeat in range(2):
+                for mode, share in (("sample", tree_share), ("greedy", 2.0)):
+                    wall = 10.0 + prompt + 0.1 * repeat
+                    jitter = math.exp(0.02 if prompt % 2 else -0.02)  # cancels in the geometric mean
+                    for decoder, w in (("spd", wall), ("tree_mtad", share * jitter * wall)):
+                        rows.append({"task": task, "mode": mode, "decoder": decoder, "prompt": prompt,
+                                     "repeat": repeat, "tokens": 64, "wall": w})
+    return {"rows": rows, "args": {"fixed_length": fixed, "max_new_tokens": 64}}
 
 
 def _row(rows, claim, task, comparison, metric_prefix=""):
@@ -211,8 +243,9 @@ def _row(rows, claim, task, comparison, metric_prefix=""):
 def test_report_columns_and_rows(report):
     rows, out = report
     assert list(rows[0]) == list(claims.FIELDS)
-    per_claim = {c: sum(r["claim"] == str(c) for r in rows) for c in range(1, 6)}
-    assert per_claim == {1: 24, 2: 12, 3: 6, 4: 2, 5: 9}  # per task + pooled (task "all")
+    per_claim = {c: sum(r["claim"] == str(c) for r in rows) for c in range(1, 8)}
+    # per task + pooled (task "all"); claim 4: two tasks + pooled vs SpD, one "no records" row vs MCSS
+    assert per_claim == {1: 24, 2: 18, 3: 12, 4: 4, 5: 9, 6: 12, 7: 2}
     assert {r["verdict"] for r in rows} <= {HOLDS, CONTRADICTED, OPEN}
     for name in ("claims.md", "claims.csv", "perplexity_ratio.png"):
         assert (out / name).stat().st_size > 0
@@ -229,11 +262,11 @@ def test_report_perplexity_claims(report):
     assert (missing["n"], missing["verdict"]) == ("0", OPEN) and "no records" in missing["detail"]
     # mt_bench pools two turns per example: still N paired examples
     assert _row(rows, 1, "mt_bench", "mtad vs spd")["n"] == str(N)
-    eq = _row(rows, 5, "spider", "spd vs multinomial", "perplexity")  # ratio 1.03: on the bound
-    assert float(eq["estimate"]) == pytest.approx(1.03, rel=1e-3) and eq["verdict"] == HOLDS
-    # against multinomial the paper's ratio 0.788 is compared with the interval
-    assert "paper's 0.788 below the interval" in r["detail"]
-    assert "paper's" not in _row(rows, 1, "spider", "mtad vs spd")["detail"]
+    eq = _row(rows, 5, "spider", "spd vs multinomial", "perplexity")  # ratio 1.03: the interval
+    assert float(eq["estimate"]) == pytest.approx(1.03, rel=1e-3) and eq["verdict"] == OPEN  # straddles it
+    # against multinomial the paper's ratio 0.788 is compared with the interval: the size verdict
+    assert r["size"] == SMALLER and float(r["ci_low"]) > 0.788
+    assert _row(rows, 1, "spider", "mtad vs spd")["size"] == ""  # the paper states no size
 
 
 def test_report_pooled_rows(report):
@@ -245,23 +278,27 @@ def test_report_pooled_rows(report):
     assert "equal weight per task" in pooled["detail"] and "mt_bench 12" in pooled["detail"]
     partial = _row(rows, 1, "all", "mtad vs multinomial")  # no multinomial on mt_bench
     assert partial["verdict"] == OPEN and partial["n"] == str(4 * N)
-    assert "left out" in partial["detail"] and "mt_bench 0" in partial["detail"]
+    assert "fewer than 10 pairs (no verdict): mt_bench 0" in partial["detail"]
     assert float(partial["estimate"]) == pytest.approx(0.8, rel=1e-3)
+    # (10 / 4 or 10 / 5) - 10 / 5 on 4 tasks: 0.25; mt_bench (25 / 8 or 25 / 10) - 25 / 10: 0.3125
     be = _row(rows, 2, "all", "tree_mtad vs spd")
-    assert float(be["estimate"]) == pytest.approx(1.0) and be["verdict"] == HOLDS
+    assert float(be["estimate"]) == pytest.approx((4 * 0.25 + 0.3125) / 5) and be["verdict"] == HOLDS
     assert _row(rows, 2, "all", "tree_mtad vs specinfer")["n"] == "0"
     assert _row(rows, 5, "all", "spd vs multinomial", "perplexity")["verdict"] == OPEN
 
 
 def test_report_block_efficiency_and_scores(report):
     rows, _ = report
-    be = _row(rows, 2, "spider", "tree_mtad vs spd")
-    assert float(be["estimate"]) == pytest.approx(1.0) and be["verdict"] == HOLDS  # 4 vs 3
+    be = _row(rows, 2, "spider", "tree_mtad vs spd")  # 10 tokens in 4 or 5 steps vs 10 in 5
+    assert float(be["estimate"]) == pytest.approx(0.25) and be["verdict"] == HOLDS
     no_si = _row(rows, 2, "spider", "tree_mtad vs specinfer")
     assert (no_si["n"], no_si["verdict"]) == ("0", OPEN) and "no records: specinfer" in no_si[
         "detail"
     ]
-    assert _row(rows, 3, "spider", "mtad vs spd")["verdict"] == HOLDS  # difference exactly 0
+    # both succeed on all 12: no discordant pairs, so no bootstrap spread; Newcombe's interval
+    # (+-0.24 at n = 12) does not fit above -0.05 (a zero-width [0, 0] would have "held")
+    tie = _row(rows, 3, "spider", "mtad vs spd")
+    assert tie["verdict"] == OPEN and "Newcombe" in tie["detail"] and float(tie["ci_low"]) < -0.2
     tree = _row(rows, 3, "spider", "tree_mtad vs spd")
     assert tree["verdict"] == CONTRADICTED and "McNemar exact p = 0.000488" in tree["detail"]
     he = _row(rows, 3, "humaneval", "mtad vs spd")
@@ -269,21 +306,41 @@ def test_report_block_efficiency_and_scores(report):
     # Rouge-L: -0.01 exactly is on the margin (not resolved); -0.02 is below it
     assert _row(rows, 3, "cnn_dailymail", "mtad vs spd")["verdict"] == OPEN
     assert _row(rows, 3, "cnn_dailymail", "tree_mtad vs spd")["verdict"] == CONTRADICTED
-    eq = _row(rows, 5, "cnn_dailymail", "spd vs multinomial", "Rouge-L")  # +0.01: on the bound
-    assert eq["verdict"] == HOLDS
+    eq = _row(rows, 5, "cnn_dailymail", "spd vs multinomial", "Rouge-L")  # +0.01 +- 0.001: astride
+    assert eq["verdict"] == OPEN and float(eq["ci_low"]) < 0.01 < float(eq["ci_high"])  # the bound
 
 
 def test_report_speed_claim_reads_the_sample_rows(report):
     rows, _ = report
     r = _row(rows, 4, "humaneval", "tree_mtad vs spd")
     assert float(r["estimate"]) == pytest.approx(1.25) and r["verdict"] == HOLDS
-    assert r["n"] == "10" and "mode=sample" in r["detail"]
+    assert r["n"] == "12" and "mode=sample" in r["detail"] and "fixed length 64 tokens" in r["detail"]
+    assert r["size"] == SMALLER  # 1.25, every prompt alike, below the paper's 1.42
+    pooled = _row(rows, 4, "all", "tree_mtad vs spd")  # equal task weights, stratified
+    assert float(pooled["estimate"]) == pytest.approx(math.sqrt(1.25 * 1.1), rel=1e-3)
+    assert pooled["verdict"] == HOLDS and pooled["n"] == "24" and "bootstrap within tasks" in pooled["detail"]
+    mcss = _row(rows, 4, "all", "tree_mtad vs mcss")
+    assert mcss["verdict"] == OPEN and "no records" in mcss["detail"]
+
+
+def test_speed_rows_follow_the_minimum_pairs_rule(tmp_path):
+    """8 prompts per task: per-task rows and the pooled row show intervals, none a verdict; a
+    file that was not measured at a fixed length says so."""
+    path = tmp_path / "speed.json"
+    path.write_text(json.dumps(_speed_file(n_prompts=8, fixed=False)))
+    rows = claims.speed_rows(path, seed=0)
+    spd = [r for r in rows if r.comparison == "tree_mtad vs spd"]
+    assert [r.task for r in spd] == ["humaneval", "spider", "all"]
+    assert all(r.verdict == OPEN and not math.isnan(r.ci_low) for r in spd)
+    assert spd[-1].n == 16 and "fewer than 10 pairs" in spd[-1].detail
+    assert "not fixed-length" in spd[-1].detail
 
 
 def test_fewer_than_min_pairs_get_no_verdict():
     """A partly generated point (here 4 pairs, all far apart) shows its interval, no verdict."""
     iv = stats.ratio_of_geometric_means([2.0, 2.1, 2.2, 2.3], [1.0, 1.0, 1.1, 1.0])
-    row = claims._fill(claims.Row(1, "mt_bench", "a vs b", "perplexity ratio", ""), iv, CONTRADICTED)
+    row = claims._fill(claims.Row(1, "mt_bench", "a vs b", "perplexity ratio", ""), iv,
+                       claims.Direction(1.0, "below"))
     assert row.n == 4 and row.ci_low > 1.5 and row.verdict == OPEN
     assert f"n < {claims.MIN_PAIRS} pairs" in row.detail
 
@@ -292,6 +349,13 @@ def test_report_markdown(report):
     _, out = report
     md = (out / "claims.md").read_text()
     for text in (
+        "## Headline: the paper's figures",
+        "| claim | task | comparison | metric | paper | estimate | 95% CI | n | direction | size | Holm |",
+        "| 6 | all | mtad vs multinomial | score relative change | +43.0% (average over tasks)",
+        "not measurable on this machine (no power counters): no readable RAPL package domain",
+        "| chatgpt_prompts | local:chatgpt_prompts | yes |",
+        "| spider | local:spider | no |",
+        "## Multiplicity",
         "-0.05 for EX and pass@1",
         "-0.01 for Rouge-L",
         "[0.97, 1.03]",
@@ -303,39 +367,85 @@ def test_report_markdown(report):
         assert text in md, text
 
 
+def test_report_downstream_gain(report):
+    """Claim 6: relative change of the mean score, vs multinomial and vs the lossless group."""
+    rows, _ = report
+    # cnn_dailymail: tree_mtad base - 0.02; the group's mean per example (multinomial base - 0.01,
+    # spd base; no mcss) base - 0.005; mean base 0.305: 0.285 / 0.300 - 1
+    group = _row(rows, 6, "cnn_dailymail", "tree_mtad vs lossless (multinomial + spd + specinfer + mcss)")
+    assert float(group["estimate"]) == pytest.approx(0.285 / 0.3 - 1)
+    assert group["verdict"] == CONTRADICTED and "group: multinomial, spd" in group["detail"]
+    assert "no records: specinfer, mcss on cnn_dailymail" in group["detail"]
+    spider = _row(rows, 6, "spider", "mtad vs multinomial")  # both all 1: no spread
+    assert spider["paper"].startswith("+139%") and spider["verdict"] == OPEN
+    pooled = _row(rows, 6, "all", "mtad vs multinomial")
+    assert pooled["paper"].startswith("+43.0%") and pooled["size"] in (OPEN, SMALLER, LARGER, REPRODUCED)
+
+
+def test_points_at_other_settings_are_not_compared(tmp_path):
+    """MTAD at temperature 1 and multinomial at 0.7: the row refuses to compare them ("settings
+    differ"); a second multinomial point at temperature 1 is the one compared."""
+    def ident(temperature):
+        return {"decoder": {"_target_": "x"}, "decoder_version": "1", "model": {"name": "pair"},
+                "task": {"name": "spider"}, "sampling": {"temperature": temperature, "top_k": 10,
+                                                         "top_p": 0.9}, "seed": 42, "max_new_tokens": 128}
+
+    root = tmp_path / "records"
+    _write_point(root / "s" / "mtad", "mtad", "spider", identity=ident(1.0))
+    _write_point(root / "s" / "mn07", "multinomial", "spider", identity=ident(0.7))
+    records, notes = claims.read_records(root)
+    spec = next(s for s in claims.specs() if s.claim == 1 and s.task == "spider"
+                and s.comparison == "mtad vs multinomial")
+    row = claims.compare(records, spec)
+    assert row.n == 0 and row.verdict == OPEN
+    assert "settings differ" in row.detail and "sampling.temperature: 1 vs 0.7" in row.detail
+    _write_point(root / "t" / "mn10", "multinomial", "spider", identity=ident(1))
+    records, notes = claims.read_records(root)
+    assert len(records[("multinomial", "spider")]) == 2
+    assert any("other settings" in n for n in notes)
+    row = claims.compare(records, spec)
+    assert row.n == N and row.verdict == HOLDS and "settings differ" not in row.detail
+
+
 def test_missing_everything_gives_unresolved_rows(tmp_path):
     rows = claims.evaluate_claims({}, tmp_path / "none.json")
-    assert rows and all(r.verdict == OPEN and r.n == 0 and "no records" in r.detail for r in rows)
+    assert rows and all(r.verdict == OPEN and r.n == 0 for r in rows)
+    assert all("no records" in r.detail for r in rows if r.claim != 7)
+    assert all(r.detail == claims.ENERGY_UNAVAILABLE for r in rows if r.claim == 7)
     records, notes = claims.read_records(tmp_path / "absent")
     assert records == {} and "no such folder" in notes[0]
 
 
 def test_needed_n_scales_with_the_squared_width():
     row = claims.Row(1, "spider", "mtad vs spd", "perplexity ratio", "", 0.95, 0.8, 1.1, 30)
-    assert claims.needed_n(row) == 61  # 30 * (0.3 / 0.212)^2 = 60.07
+    assert claims_report.needed_n(row) == 61  # 30 * (0.3 / 0.212)^2 = 60.07
     row.ci_low, row.ci_high = 0.85, 0.95  # already narrower: the current n
-    assert claims.needed_n(row) == 30
+    assert claims_report.needed_n(row) == 30
 
 
 def test_claim5_sample_size_uses_the_equivalence_band():
-    assert claims.equivalence_band_width("perplexity ratio (geometric means)") == pytest.approx(0.06)
-    assert claims.equivalence_band_width("EX difference") == pytest.approx(0.1)
-    assert claims.equivalence_band_width("Rouge-L difference") == pytest.approx(0.02)
+    width = claims_report.equivalence_band_width
+    assert width("perplexity ratio (geometric means)") == pytest.approx(0.06)
+    assert width("EX difference") == pytest.approx(0.1)
+    assert width("Rouge-L difference") == pytest.approx(0.02)
     row = claims.Row(5, "spider", "spd vs multinomial", "perplexity ratio", "", 1.0, 0.955, 1.045, 30)
-    assert claims.needed_n(row, claims.equivalence_band_width(row.metric)) == 68  # 30 * 1.5^2 = 67.5
+    assert claims_report.needed_n(row, width(row.metric)) == 68  # 30 * 1.5^2 = 67.5
 
 
 def test_reproduce_claims_plans_the_committed_points():
     """`make reproduce-claims`: the sweep files compose every point (4 decoders x 5 tasks,
-    SpecInfer/BiLD x 5 tasks, the four on Spider's first 100, SpecInfer on 30 of each task), and
-    every committed record folder is one of those points, so the command resumes the committed
-    records instead of generating them again; claims_spider's points are claims.yaml's and
-    claims_specinfer's are claims_tree.yaml's (same identity), so they start from their records."""
+    SpecInfer/BiLD x 5 tasks, the four on Spider's first 100, SpecInfer on 30 of each task, MCSS
+    on 30 of each task), and every committed record folder is one of those points, so the
+    command resumes the committed records instead of generating them again; claims_spider's
+    points are claims.yaml's and claims_specinfer's are claims_tree.yaml's (same identity), so
+    they start from their records. claims_mcss's points are new, at claims.yaml's settings."""
     from mtad import sweep as sw
 
     root = Path(__file__).resolve().parent.parent
     hashes = {}
-    stages = (("claims", 20), ("claims_tree", 10), ("claims_spider", 4), ("claims_specinfer", 5))
+    stages = (("claims", 20), ("claims_tree", 10), ("claims_spider", 4), ("claims_specinfer", 5),
+              ("claims_mcss", 5))
+    not_yet_run = {"claims_mcss"}
     for name, n in stages:
         s = sw.load(root / "experiments" / f"{name}.yaml", root=root / "results" / "claims")
         assert len(s.known()) == len(s.points) == n
@@ -343,9 +453,15 @@ def test_reproduce_claims_plans_the_committed_points():
         folder = root / "results" / "claims" / name
         committed = {p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")} \
             if folder.is_dir() else set()
-        assert committed, f"results/claims/{name}: no committed records"
+        assert committed or name in not_yet_run, f"results/claims/{name}: no committed records"
         assert committed <= hashes[name], committed - hashes[name]
     assert hashes["claims_spider"] <= hashes["claims"]
     assert hashes["claims_specinfer"] <= hashes["claims_tree"]
+    mcss = sw.load(root / "experiments" / "claims_mcss.yaml", root=root / "results" / "claims")
+    base = sw.load(root / "experiments" / "claims.yaml", root=root / "results" / "claims")
+    for p in mcss.points:  # the claims' settings: only the decoder differs from claims.yaml's
+        twin = next(q for q in base.points if q.choices["task"] == p.choices["task"])
+        for key in ("seed", "max_new_tokens", "temperature", "top_k", "top_p", "limit", "model", "task"):
+            assert p.cfg[key] == twin.cfg[key], key
     makefile = (root / "Makefile").read_text()
     assert f"CLAIMS_SWEEPS ?= {' '.join(name for name, _ in stages)}" in makefile
