@@ -26,6 +26,14 @@ stop drafting below ``assistant_confidence_threshold`` 0.4; HF only adapts that 
 when scikit-learn is installed, which is recorded).
 Task specs: ``name`` (the first ``--n-prompts`` examples) or ``name:a-b`` (examples a..b,
 inclusive): tune on one range, report on another.
+
+``--fixed-length`` (the claims report's speed benchmark, ``make bench-claim4``): every run
+produces exactly ``--max-new-tokens`` tokens (EOS ignored, so two decoders are timed on the
+same number of tokens whatever their samples) and ``wall`` is decoding time only (prefill
+excluded; the prefill is in ``prefill``). HF rows are refused there (``generate`` times
+prefill and decoding together). Without it, a run stops at EOS and ``wall`` includes the
+prefill. Block efficiency is ``mtad.metrics.block_efficiency`` (emitted tokens / steps) for
+our decoders and tokens per decoding target pass for HF's.
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mtad.cli import compose_config, load_decoder  # noqa: E402
 from mtad.engine import Engine  # noqa: E402
+from mtad.metrics import block_efficiency  # noqa: E402
 from mtad.records import provenance, write_json_atomic  # noqa: E402
 from mtad.warping import Warping  # noqa: E402
 
@@ -151,6 +160,9 @@ def main(argv=None):
                     help="extra paired comparisons a:b (row labels, comma-separated), e.g. "
                          "tree_mtad/gamma=4/width=2:spd/gamma=3")
     ap.add_argument("--report", help="only print the report of an earlier run's JSON")
+    ap.add_argument("--fixed-length", action="store_true",
+                    help="every run emits exactly --max-new-tokens tokens (EOS ignored); wall = "
+                         "decoding time, prefill excluded")
     args = ap.parse_args(argv)
     if args.report:
         saved = json.loads(Path(args.report).read_text())
@@ -166,6 +178,8 @@ def main(argv=None):
     prompts = {name: load_prompts(name, lo, hi, tok) for name, lo, hi in specs}
     first_index = {name: lo for name, lo, _ in specs}
     names = args.decoders.split(",")
+    if args.fixed_length and (hf := [n for n in names if n in HF_ROWS]):
+        raise SystemExit(f"--fixed-length: HF rows {hf} time prefill with decoding; leave them out")
     modes = {"greedy": Warping(0.0), "sample": Warping(float(cfg.temperature), int(cfg.top_k), float(cfg.top_p))}
     # One decoder object per (spec, task, mode), like one sweep point: a gamma=auto controller
     # learns from the steps of its own task and mode only.
@@ -187,7 +201,8 @@ def main(argv=None):
     for n in names:
         for mname, w in modes.items():
             if mname in args.modes:
-                _run(n, pair, None if n in HF_ROWS else decoder(n, "warm-up"), first, 4, w, args.gamma, 0)
+                _run(n, pair, None if n in HF_ROWS else decoder(n, "warm-up"), first, 4, w, args.gamma, 0,
+                     args.fixed_length)
     for task, plist in prompts.items():
         for mname in args.modes.split(","):
             w = modes[mname]
@@ -199,7 +214,7 @@ def main(argv=None):
                         f0 = {k: t.snapshot() for k, t in timers.items()}
                         dec = None if n in HF_ROWS else decoder(n, (task, mname))
                         out, wall, extra = _run(n, pair, dec, ids, args.max_new_tokens, w, args.gamma,
-                                                1000 * pi + rep)
+                                                1000 * pi + rep, args.fixed_length)
                         fwd = sum(t.snapshot()[0] - f0[k][0] for k, t in timers.items())
                         tcalls = timers["target"].snapshot()[1] - f0["target"][1]
                         rows.append(dict(task=task, mode=mname, decoder=n, prompt=first_index[task] + pi,
@@ -211,7 +226,11 @@ def main(argv=None):
     print_report(report, rows)
     comparisons = compare(rows, args.compare)
     print_comparisons(comparisons)
+    timing = ("fixed length: every run emits max_new_tokens tokens (EOS ignored); wall = decoding only, "
+              "prefill excluded" if args.fixed_length else
+              "runs stop at EOS (lengths differ); wall = prefill + decoding")
     write_json_atomic(args.out, {"report": report, "comparisons": comparisons, "rows": rows, "args": vars(args),
+                                 "timing": timing,
                                  "model": {"target": pair.target_id, "draft": pair.draft_id, **pair.info},
                                  "torch_threads": torch.get_num_threads(),
                                  "sklearn_installed": importlib.util.find_spec("sklearn") is not None,
@@ -219,19 +238,21 @@ def main(argv=None):
     print(f"\nwritten: {args.out}")
 
 
-def _run(name, pair, dec, ids, max_new, warping, gamma, seed):
+def _run(name, pair, dec, ids, max_new, warping, gamma, seed, fixed_length=False):
     if name in HF_ROWS:
         out, wall = hf_generate(pair, ids, max_new, warping, None if name == "hf_ar" else name, gamma, seed)
         return out, wall, {}
-    eng = Engine(pair.target, pair.draft, dec, warping, pair.vocab_size, pair.eos_token_ids)
+    eos = () if fixed_length else pair.eos_token_ids
+    eng = Engine(pair.target, pair.draft, dec, warping, pair.vocab_size, eos)
     res = eng.generate(ids, max_new, seed=seed)
     steps = max(res.num_steps, 1)
     extra = dict(steps=res.num_steps, mean_drafted=sum(s.drafted for s in res.steps) / steps,
-                 mean_tree_size=sum(s.tree_size for s in res.steps) / steps)
+                 mean_tree_size=sum(s.tree_size for s in res.steps) / steps, prefill=res.prefill_time,
+                 block_efficiency=res.block_efficiency)
     shapes = [s.shape for s in res.steps if s.shape]
     if shapes:  # gamma=auto / width=auto: how often each shape was chosen
         extra["shapes"] = dict(Counter(f"g{sh.get('gamma')}w{sh.get('width', 1)}" for sh in shapes))
-    return res.output_ids, res.wall_time + res.prefill_time, extra
+    return res.output_ids, res.wall_time + (0.0 if fixed_length else res.prefill_time), extra
 
 
 def _per_prompt_rate(rs) -> dict[int, float]:
@@ -273,12 +294,12 @@ def summarize(rows, names):
             # prefills and emits (plain) or verifies the first draft (assisted)
             passes = sum(r["target_calls"] - (0 if n in HF_ROWS else 1) for r in rs)
             rates[n] = _per_prompt_rate(rs)
+            steps = sum(r.get("steps", 0) for r in rs)
             per[n] = dict(tokens_per_s=statistics.median(tps), spread=(min(tps), max(tps)),
-                          block_efficiency=toks / max(passes, 1),
+                          block_efficiency=block_efficiency(toks, steps) if steps else toks / max(passes, 1),
                           forward_share=sum(r["forward"] for r in rs) / sum(r["wall"] for r in rs),
                           prompts=len(rates[n]))
             if "steps" in rs[0]:
-                steps = sum(r["steps"] for r in rs)
                 per[n]["mean_drafted"] = sum(r["mean_drafted"] * r["steps"] for r in rs) / max(steps, 1)
                 per[n]["mean_tree_size"] = sum(r["mean_tree_size"] * r["steps"] for r in rs) / max(steps, 1)
         for n, d in per.items():
@@ -337,9 +358,10 @@ def print_report(report, rows):
             print(f"{n:<26} {d['tokens_per_s']:>6.2f} {sp:>11} {d['block_efficiency']:>5.2f} {nodes:>5} "
                   f"{vs_hf:>9} {vs_ar:>5} {_fmt_ratio(d.get('paired_vs_spd')):>22} "
                   f"{_fmt_ratio(d.get('paired_vs_hf_assisted')):>18} {d['forward_share']:>9.1%}{extra}")
-    print("\nBE = new tokens / decoding target passes (forward hooks; HF's first pass counts, ours prefill"
-          " separately); nodes = mean target tree nodes per step; tok/s include prefill (median over"
-          " repeats, spread = min-max); paired = ratio of geometric means of per-prompt tokens/s with a"
+    print("\nBE = emitted tokens / steps (mtad.metrics) for ours; new tokens / decoding target passes for"
+          " HF's (forward hooks; HF's first pass counts); nodes = mean target tree nodes per step; tok/s"
+          " include prefill except with --fixed-length (median over repeats, spread = min-max); paired"
+          " = ratio of geometric means of per-prompt tokens/s with a"
           " 95% bootstrap interval over prompts; fwd share = wall time inside the models' top-level forward")
     print(json.dumps({"runs": len(rows)}))
 

@@ -68,3 +68,23 @@ def test_profile_share_counts_model_samples_inside_generate():
     in_gen, in_model, leaves = profile_share.parse_raw(raw)
     assert (in_gen, in_model) == (40, 30)
     assert leaves == {"sample (mtad/sampling.py)": 10}
+
+
+def test_speed_fixed_length_times_decoding_on_equal_token_counts(tmp_path):
+    """--fixed-length (make bench-claim4): every run emits exactly --max-new-tokens tokens, EOS
+    ignored, and ``wall`` is the decoding time without the prefill; the claims report reads it."""
+    from mtad import claims
+
+    out = tmp_path / "speed.json"
+    speed.main([*TINY, "--tasks", "humaneval:0-1", "--max-new-tokens", "9", "--repeats", "1",
+                "--modes", "sample", "--decoders", "spd,tree_mtad", "--fixed-length", "--out", str(out)])
+    data = json.loads(out.read_text())
+    assert data["args"]["fixed_length"] and "prefill excluded" in data["timing"]
+    assert {r["tokens"] for r in data["rows"]} == {9} and len(data["rows"]) == 4
+    assert all(r["prefill"] > 0 and 0 < r["wall"] for r in data["rows"])
+    assert all(r["block_efficiency"] == pytest.approx(9 / r["steps"]) for r in data["rows"])
+    rows = claims.speed_rows(out, seed=0)
+    row = next(r for r in rows if r.task == "humaneval" and r.comparison == "tree_mtad vs spd")
+    assert row.n == 2 and "fixed length 9 tokens" in row.detail
+    with pytest.raises(SystemExit, match="--fixed-length"):
+        speed.main([*TINY, "--decoders", "hf_assisted,spd", "--fixed-length", "--out", str(out)])
