@@ -1,7 +1,8 @@
 """Provenance: every run records what produced it.
 
-Records: git hash (and whether the tree was dirty), package versions, seed, device, host,
-time. The results files themselves (atomic JSON / JSON lines) belong to ``mtad.results``.
+Records: git hash (and whether the tree was dirty), package versions, seed, device (CPU model
+and instruction sets, GPUs: ``mtad.machine``), host, time. The results files themselves (atomic
+JSON / JSON lines) belong to ``mtad.results``.
 """
 
 from __future__ import annotations
@@ -47,18 +48,23 @@ def package_versions() -> dict[str, str | None]:
 
 
 def device_info() -> dict[str, Any]:
+    """The machine: platform, CPU model and ISA (``cpu_info``), and the GPUs where CUDA is up."""
     import torch
+
+    from mtad.machine import cpu_info, gpu_info
 
     info: dict[str, Any] = {
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpu": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
+        "cpu_info": cpu_info(),
         "torch_threads": torch.get_num_threads(),
         "cuda_available": torch.cuda.is_available(),
     }
     if torch.cuda.is_available():
         info["cuda_devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        info["gpu"] = gpu_info()
     return info
 
 

@@ -34,7 +34,8 @@ bfloat16 (``avx512_bf16``), 2 threads, 300-token cache: the float32 target costs
 306 ms per 1-token pass and 582-637 ms for 2-8 tokens with ``default``, 185-569 ms
 with ``wxt``; in bfloat16 it costs 137-160 ms for any k in 1..8; ``int8w`` brings
 the draft to 28-35 ms for k <= 4. Without native bfloat16 (AVX2 only) bfloat16
-matmuls are emulated and much slower: check :func:`has_native_bf16`.
+matmuls are emulated and much slower: ``mtad.models.cpu_choice`` measures which dtype
+the default pair uses.
 
 The swap is in place (the module keeps its parameters; for the int8 kernels the
 float weights are freed unless ``keep_float=True``). :func:`set_kernel` switches an
@@ -50,6 +51,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mtad.machine import NATIVE_BF16_FLAGS, cpu_flags  # noqa: F401  (cpu_flags: bench/pass_cost.py)
+
 KERNELS = ("default", "wxt", "int8", "int8-body", "int8w")
 EXACT_KERNELS = ("default", "wxt")
 INT8_KERNELS = ("int8", "int8-body", "int8w")
@@ -61,21 +64,11 @@ INT8_KERNELS = ("int8", "int8-body", "int8w")
 WXT_MAX_ROWS = 64
 
 
-def cpu_flags() -> set[str]:
-    """The CPU feature flags of this machine (Linux ``/proc/cpuinfo``; empty elsewhere)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 def has_native_bf16() -> bool:
-    """Whether the CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX), so bfloat16 pays."""
-    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
+    """Whether the CPU has bfloat16 instructions (AVX-512 BF16, AMX, Arm BF16), by its flags.
+
+    The default pair decides by measuring instead (``mtad.models.cpu_choice``)."""
+    return bool(cpu_flags() & set(NATIVE_BF16_FLAGS))
 
 
 def check_kernel(kind: str) -> str:
