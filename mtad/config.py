@@ -26,6 +26,8 @@ from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 
+from mtad.models.cpu_choice import register_resolver as register_cpu_pair_resolver
+
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 #: Top-level knobs a decoder YAML may interpolate.
 KNOBS = ("gamma", "tau", "width")
@@ -65,6 +67,8 @@ class MtadConfig:
 
 
 ConfigStore.instance().store(name="mtad_schema", node=MtadConfig)
+# ${mtad_cpu_pair:KEY}: the default pair (conf/model/qwen_coder_offline_auto.yaml) resolves through it
+register_cpu_pair_resolver()
 TOP_LEVEL_KEYS = tuple(f.name for f in fields(MtadConfig))
 
 

@@ -102,7 +102,7 @@ def test_make_run_config_composes():
     )
     assert res.returncode == 0 and re.search(r"python run\.py\s*$", res.stdout, re.M), res.stdout
     cfg = compose_config([])
-    assert cfg.model.name == "qwen_coder_offline" and cfg.task.name == "smoke"
+    assert cfg.model.name in ("qwen_coder_offline", "qwen_coder_offline_avx2") and cfg.task.name == "smoke"
 
 
 def _jobs(args: list[str]) -> int:

@@ -16,6 +16,8 @@ installs them). This module
 Command line::
 
     python -m mtad.models.offline prepare [--dtype float32 bfloat16] [--models NAME ...]
+    python -m mtad.models.offline prepare --auto        # what the default pair loads on this CPU
+    python -m mtad.models.offline prepare --pair qwen_coder_offline   # what a conf/model pair loads
     python -m mtad.models.offline info
 """
 
@@ -510,17 +512,40 @@ def load_offline_pair(dtype="float32", draft_dtype=None, attn_implementation: st
 # CLI
 
 
+def prepare_plan(args) -> dict[str, list[str]]:
+    """Model name -> dtypes to convert: those of the pairs named (``--pair``, ``--auto``), else
+    ``--models`` x ``--dtype``."""
+    pairs = list(args.pair or []) + (["qwen_coder_offline_auto"] if args.auto else [])
+    if not pairs:
+        return {name: list(args.dtype or ["float32"]) for name in args.models or list(MODELS)}
+    if args.models or args.dtype:
+        raise ValueError("--pair/--auto choose the models and dtypes themselves; drop --models and --dtype")
+    from mtad.models.cpu_choice import weights_needed
+
+    plan: dict[str, list[str]] = {}
+    for pair in pairs:
+        for model_id, dtype in weights_needed(pair):
+            get_model(model_id)
+            if dtype not in plan.setdefault(model_id, []):
+                plan[model_id].append(dtype)
+    return plan
+
+
 def _cmd_prepare(args) -> int:
-    names = args.models or list(MODELS)
+    try:
+        plan = prepare_plan(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     t_all = time.perf_counter()
-    for name in names:
+    for name, dtypes in plan.items():
         model = get_model(name)
         t0 = time.perf_counter()
         was = _marker_ok(gguf_path(model), model)
         path = assemble_gguf(model, verbose=True)
         print(f"[{model.name}] gguf {'already assembled' if was else 'assembled'}: {path} "
               f"({time.perf_counter() - t0:.1f} s)", flush=True)
-        for dtype in args.dtype:
+        for dtype in dtypes:
             t0 = time.perf_counter()
             was = _source_record_ok(converted_dir(model, dtype), model, _dtype_name(dtype))
             out = ensure_converted(model, dtype, verbose=True)
@@ -552,8 +577,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m mtad.models.offline", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     pp = sub.add_parser("prepare", help="assemble and convert the offline pair")
-    pp.add_argument("--dtype", nargs="+", default=["float32"], choices=DTYPES)
-    pp.add_argument("--models", nargs="+", choices=sorted(MODELS))
+    pp.add_argument("--dtype", nargs="+", choices=DTYPES, help="dtypes to convert (default: float32)")
+    pp.add_argument("--models", nargs="+", choices=sorted(MODELS), help="default: both")
+    pp.add_argument("--pair", nargs="+", metavar="NAME",
+                    help="prepare what conf/model/NAME.yaml loads (its target and draft, in their dtypes)")
+    pp.add_argument("--auto", action="store_true",
+                    help="prepare what the default pair (qwen_coder_offline_auto) loads on this CPU")
     pp.set_defaults(func=_cmd_prepare)
     pi = sub.add_parser("info", help="show what is installed, assembled and converted")
     pi.set_defaults(func=_cmd_info)

