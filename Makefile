@@ -5,10 +5,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 TORCH_VERSION ?= 2.13.0
-# Where pip gets torch: empty = pip's own configuration (PyPI: the CUDA build on Linux, a CPU
-# wheel where pip is set up with one); https://download.pytorch.org/whl/cpu (CPU only) or
-# https://download.pytorch.org/whl/cu128 (a CUDA build). Only used when .venv has no torch yet.
+# Where pip gets torch (only when .venv has no torch yet): TORCH_INDEX when set (e.g.
+# https://download.pytorch.org/whl/cu128 for a CUDA build); else, with an NVIDIA GPU
+# (nvidia-smi or /proc/driver/nvidia), pip's own configuration (PyPI: the CUDA build on Linux);
+# else the CPU build from TORCH_CPU_INDEX, and pip's own configuration if that index fails.
 TORCH_INDEX ?=
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 PROFILE ?= cpu
 ARGS ?=
 
@@ -20,8 +22,14 @@ help: ## List the targets
 $(VENV)/.install-stamp: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	# torch first, from TORCH_INDEX when set, so that `.[dev]` finds it installed.
-	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==$(TORCH_VERSION) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
+	# torch first (see TORCH_INDEX above), so that `.[dev]` finds it installed.
+	@if $(PY) -c "import torch" 2>/dev/null; then :; \
+	elif [ -n "$(TORCH_INDEX)" ]; then set -x; $(PIP) install -q torch==$(TORCH_VERSION) --index-url $(TORCH_INDEX); \
+	elif command -v nvidia-smi >/dev/null || [ -e /proc/driver/nvidia ]; then set -x; $(PIP) install -q torch==$(TORCH_VERSION); \
+	else echo "no NVIDIA GPU: installing the CPU build of torch from $(TORCH_CPU_INDEX)"; \
+	  $(PIP) install -q --retries 1 --timeout 20 torch==$(TORCH_VERSION) --index-url $(TORCH_CPU_INDEX) 2>/dev/null || { \
+	  echo "$(TORCH_CPU_INDEX) failed (unreachable?): installing torch with pip's own configuration"; \
+	  $(PIP) install -q torch==$(TORCH_VERSION); }; fi
 	$(PIP) install -q -e '.[dev]'
 	touch $@
 
