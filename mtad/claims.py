@@ -285,7 +285,8 @@ def settings_differences(a: dict, b: dict, prefix: str = "") -> list[str]:
 def read_records(root: str | Path) -> tuple[Records, list[str]]:
     """Every point's records under ``root``, by (decoder, task); and notes on what was read.
 
-    The only function that touches results folders (through ``mtad.results``). A point's
+    The only function that touches results folders (through ``mtad.results``). Every point
+    folder is read, also one its sweep no longer lists (noted). A point's
     decoder and task are its config-group choices, else its resolved config's names. Two
     points of one (decoder, task) at the same settings (a sweep's point and its extension in a
     sibling sweep): the one with more records is used, the other noted; at other settings both
@@ -304,15 +305,15 @@ def read_records(root: str | Path) -> tuple[Records, list[str]]:
     root = Path(root)
     if not root.is_dir():
         return {}, [f"{root}: no such folder"]
-    if is_point_folder(root) or (root / INDEX_FILE).exists():
-        dirs = point_dirs(root)
-    else:
-        dirs = [
-            d
-            for sub in sorted(root.iterdir())
-            if sub.is_dir() and not sub.name.startswith(".")
-            for d in point_dirs(sub)
-        ]
+    sweeps = [root] if is_point_folder(root) or (root / INDEX_FILE).exists() else [
+        sub for sub in sorted(root.iterdir()) if sub.is_dir() and not sub.name.startswith(".")]
+    # every point folder on disk, not only those the sweep's index lists now: a point whose
+    # identity changed (e.g. a new stop set) keeps its records, at its own settings, until it
+    # is regenerated, and its rows compare it only with points at the same settings
+    dirs, current = [], set()
+    for sub in sweeps:
+        current |= {d.resolve() for d in point_dirs(sub)}
+        dirs += [d for d in point_dirs(sub, only_current=False) if d not in dirs]
     out: Records = {}
     notes: list[str] = []
     for d in dirs:
@@ -337,6 +338,8 @@ def read_records(root: str | Path) -> tuple[Records, list[str]]:
         )
         task = choices.get("task") or (cfg.get("task") or {}).get("name")
         notes.append(f"{decoder} on {task}: {len(records)} records, {point['status']} ({d})")
+        if d.resolve() not in current:
+            notes[-1] += " -- not a point of its sweep's current definition (settings changed since)"
         if not decoder or not task:
             notes[-1] += " -- skipped: decoder or task unknown"
             continue
