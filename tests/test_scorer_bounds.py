@@ -2,9 +2,10 @@
 
 HumanEval's ``check`` and Spider's SQL engine run in the scorer's process (in a run, next to
 the loaded models). Each hostile case runs in a fresh interpreter under an address-space
-limit (a guard for this machine should a bound fail) and reports its wall time and the
-growth of its peak resident memory; a legitimate answer is scored first in the same
-process and must still score 1.
+limit (a guard for this machine should a bound fail) and reports the CPU time of that
+process (not of the sandboxed child, which has its own limits) and the growth of its peak
+resident memory; a legitimate answer is scored first in the same process and must still
+score 1.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from eval.sandbox import SandboxGone, Session, isolation
 from mtad.tasks.common import data_root
 
 REPO = Path(__file__).resolve().parent.parent
-SECONDS, GROWTH_MB = 5.0, 400  # bounds generous enough not to flake on a busy 2-core machine
+CPU_SECONDS, GROWTH_MB = 5.0, 400  # bounds generous enough not to flake on a busy 2-core machine
 
 _MEASURE = """
 import json, resource, sys, time, types
@@ -33,13 +34,15 @@ def vm_bytes():
             return int(line.split()[1]) * 1024
 guard = vm_bytes() + (3 << 30)
 resource.setrlimit(resource.RLIMIT_AS, (guard, guard))
-def peak_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def usage():
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime, u.ru_maxrss / 1024
 legit = score(LEGIT)
-base, t0 = peak_mb(), time.monotonic()
+(cpu, peak), t0 = usage(), time.monotonic()
 hostile = score(sys.argv[1])
-print(json.dumps({{"legit": legit, "hostile": hostile, "seconds": time.monotonic() - t0,
-                  "growth_mb": peak_mb() - base, "detail": detail()}}))
+wall = time.monotonic() - t0
+print(json.dumps({{"legit": legit, "hostile": hostile, "cpu_seconds": usage()[0] - cpu, "wall_seconds": wall,
+                  "growth_mb": usage()[1] - peak, "detail": detail()}}))
 """
 
 
@@ -59,7 +62,7 @@ HUMANEVAL = f"""
 from eval.humaneval_pass import HumanEvalPassScorer
 problem = {{"task_id": "t", "prompt": "def f(x):\\n    'x in a list.'\\n", "entry_point": "f",
            "test": "def check(candidate):\\n    assert candidate(1) == [1]\\n"}}
-scorer = HumanEvalPassScorer(isolation={isolation()!r})
+scorer = HumanEvalPassScorer(isolation={isolation()!r}, timeout=30.0)  # the child is never cut short
 LEGIT = "    return [x]\\n"
 def score(body):
     return scorer.score(types.SimpleNamespace(reference=problem), body)
@@ -82,7 +85,7 @@ REPLIES = {
 def test_hostile_replies_are_refused_fast_and_small(label):
     m = _measure(HUMANEVAL, REPLIES[label])
     assert m["legit"] == 1.0 and m["hostile"] == 0.0
-    assert m["seconds"] < SECONDS and m["growth_mb"] < GROWTH_MB, m
+    assert m["cpu_seconds"] < CPU_SECONDS and m["growth_mb"] < GROWTH_MB, m
     assert f"reply larger than {sandbox.MAX_REPLY} bytes" in m["detail"]
 
 
@@ -136,11 +139,12 @@ HOSTILE_SQL = {
     # 600 rows of 5 MB strings: grew the scorer by 1.5 GB before its 5 s timeout
     "huge_strings": ("WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r WHERE i < 600) "
                      "SELECT printf('%.*c', 5000000, 'x') FROM r", "result larger than"),
-    # one row of 40 blobs of 9 MB
-    "wide_row": ("SELECT " + ", ".join(["zeroblob(9000000)"] * 40), "out of memory"),
-    # a recursive CTE whose UNION keeps every 100 KB row it made, to compare the next one with
-    "growing_table": ("WITH RECURSIVE r(i, s) AS (SELECT 1, randomblob(100000) UNION "
-                      "SELECT i + 1, randomblob(100000) FROM r WHERE i < 100000) SELECT count(*) FROM r",
+    # one row of 200 blobs of 9 MB
+    "wide_row": ("SELECT " + ", ".join(["zeroblob(9000000)"] * 200), "out of memory"),
+    # a recursive CTE whose UNION keeps every 1 MB row it made, to compare the next one with
+    # (before the heap limit, it went to temporary files until the timeout)
+    "growing_table": ("WITH RECURSIVE r(i, s) AS (SELECT 1, zeroblob(1000000) UNION "
+                      "SELECT i + 1, zeroblob(1000000) FROM r WHERE i < 100000) SELECT count(*) FROM r",
                       "out of memory"),
 }
 
@@ -152,5 +156,5 @@ def test_hostile_sql_fails_fast_without_growing_the_scorer(label):
     sql, reason = HOSTILE_SQL[label]
     m = _measure(SPIDER, sql)
     assert m["legit"] == 1.0 and m["hostile"] == 0.0
-    assert m["seconds"] < SECONDS and m["growth_mb"] < GROWTH_MB, m
-    assert reason in m["detail"]
+    assert m["cpu_seconds"] < CPU_SECONDS and m["growth_mb"] < GROWTH_MB, m
+    assert reason in m["detail"], m
