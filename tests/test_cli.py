@@ -151,9 +151,64 @@ def test_a_knob_set_by_an_experiment_file_counts_as_explicit(tmp_path, capsys):
 # ----------------------------------------------------------------------------- run.py
 
 
-def _run_py(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "run.py", *args], cwd=ROOT, capture_output=True, text=True,
+def _run_py(*args: str, unprivileged: bool = False) -> subprocess.CompletedProcess:
+    prefix = []
+    if unprivileged and os.geteuid() == 0:  # root writes anywhere: drop its capabilities
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv: file modes cannot stop a write")
+        prefix = ["setpriv", "--inh-caps=-all", "--bounding-set=-all"]
+    return subprocess.run([*prefix, sys.executable, "run.py", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+TINY_RUN = ["+experiment=debug", "model=tiny_random", "limit=1", "max_new_tokens=2", "perplexity=false", "~task.scorer"]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("runs") / "spd"
+    res = _run_py("decoder=spd", *TINY_RUN, f"hydra.run.dir={out}")
+    assert res.returncode == 0, res.stderr[-2000:]
+    return out
+
+
+def test_run_py_refuses_a_busy_folder_and_leaves_it_as_it_was(finished_run):
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\nfrom mtad.results import PointFolder\n"
+        "with PointFolder(sys.argv[1]).lock():\n    print('locked', flush=True)\n    time.sleep(120)"),
+        str(finished_run)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        before = _files(finished_run)
+        # the same point asked for in other words (Hydra would write other overrides.yaml)
+        res = _run_py("decoder=spd", *TINY_RUN, "wait_lock=false", f"hydra.run.dir={finished_run}")
+        assert res.returncode == 2 and res.stderr.strip().splitlines()[-1].startswith("error: ")
+        assert "is being written by another process" in res.stderr
+        assert _files(finished_run) == before
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_run_py_refuses_a_read_only_folder_in_one_line(finished_run, tmp_path):
+    folder = tmp_path / "read_only"
+    shutil.copytree(finished_run, folder)
+    for p in [folder, *folder.rglob("*")]:
+        p.chmod(0o555 if p.is_dir() else 0o444)
+    try:
+        before = _files(folder)
+        res = _run_py("decoder=spd", *TINY_RUN, f"hydra.run.dir={folder}", unprivileged=True)
+        assert res.returncode == 2, res.stderr[-2000:]
+        assert res.stderr.strip().splitlines() == [res.stderr.strip()] and "Traceback" not in res.stderr
+        assert res.stderr.startswith(f"error: {folder} is not writable") and "hydra.run.dir=" in res.stderr
+        assert _files(folder) == before
+    finally:
+        for p in [folder, *folder.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
 
 
 def test_run_py_stops_early_on_a_bad_value():
@@ -175,10 +230,10 @@ def test_run_py_multirun_folders_resume_refuse_and_render(tmp_path):
     assert sorted(df["decoder"]) == ["mtad", "spd"] and set(df["status"]) == {"done"}
     spd = next(d for d in tmp_path.iterdir() if d.is_dir() and json.loads(
         (d / "point.json").read_text())["choices"]["decoder"] == "spd")
-    before = {p.name: p.read_bytes() for p in spd.iterdir() if p.is_file()}
+    assert (spd / ".hydra" / "overrides.yaml").is_file() and "spd/smoke" in (spd / "run.log").read_text()
+    before = _files(spd)
     res = _run_py("decoder=spd", "gamma=2", *tiny, f"hydra.run.dir={spd}")
     assert res.returncode == 2 and "decoder.gamma: 4 -> 2" in res.stderr and "hydra.run.dir" in res.stderr
-    after = {p.name: p.read_bytes() for p in spd.iterdir() if p.is_file()}
-    assert {k: v for k, v in after.items() if k != "run.log"} == {k: v for k, v in before.items() if k != "run.log"}
+    assert _files(spd) == before  # .hydra/ and run.log included
     assert len(list(itertools.chain.from_iterable(
         (d / "samples.jsonl").read_text().splitlines() for d in tmp_path.iterdir() if d.is_dir()))) == 2
