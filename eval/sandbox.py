@@ -373,6 +373,33 @@ def _read_capped(f, limit: int) -> str:
     return f.read(limit).decode("utf-8", errors="replace")
 
 
+_WORKDIR_PREFIX = "mtad-sandbox-"  # rlimits work folders: <temp dir>/mtad-sandbox-<owner pid>-...
+_STALE_CLEANED: set[str] = set()
+
+
+def clean_stale_workdirs(tmp: str | None = None) -> list[str]:
+    """Remove rlimits work folders whose owning process is gone (a scorer killed before its
+    ``close``); once per process and temp folder, before its first rlimits child. Returns them."""
+    tmp = tmp or tempfile.gettempdir()
+    if tmp in _STALE_CLEANED:
+        return []
+    _STALE_CLEANED.add(tmp)
+    removed = []
+    for path in Path(tmp).glob(_WORKDIR_PREFIX + "*-*"):
+        pid = path.name[len(_WORKDIR_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or not path.is_dir():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # its owner is alive
+        except PermissionError:
+            continue  # alive, another user's
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(str(path))
+    return removed
+
+
 class _Child:
     """One sandboxed interpreter running ``source``; the caller waits, talks and closes."""
 
@@ -382,7 +409,7 @@ class _Child:
         self.isolation = _choose(isolation, drop_privileges, python)
         self.output_limit = int(output_limit)
         self.nonce = secrets.token_hex(16)
-        name = "mtad-sandbox-" + secrets.token_hex(6)
+        name = f"{_WORKDIR_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
         self._host_dir = None
         if self.isolation == "bubblewrap":
             workdir = f"/tmp/{name}"  # inside the child's private /tmp
@@ -390,6 +417,7 @@ class _Child:
             prefix = _bwrap_argv(bwrap, workdir, _as_root(drop_privileges), tuple(hide), python)
             cwd = "/"
         else:
+            clean_stale_workdirs()
             workdir = self._host_dir = tempfile.mkdtemp(prefix=name + "-")
             if drop_privileges and os.geteuid() == 0:
                 os.chown(workdir, UNPRIVILEGED_UID, UNPRIVILEGED_GID)

@@ -420,3 +420,29 @@ def test_bubblewrap_target_installs_as_root_else_says_how(tmp_path, uid):
     else:
         assert not log.exists()
         assert "sudo apt-get install -y bubblewrap" in out.stdout and "task.scorer.isolation=rlimits" in out.stdout
+
+
+def test_a_killed_scorer_leaves_no_work_folder_after_the_next_start(tmp_path, monkeypatch):
+    """Under rlimits the work folder lives in the host's temp folder; a scorer killed before it
+    could remove it leaves it behind, and the next start removes it (its owner is gone)."""
+    import signal
+
+    import eval.sandbox as sandbox
+
+    scorer = subprocess.Popen([sys.executable, "-c", (
+        "import sys, tempfile\ntempfile.tempdir = sys.argv[1]\nfrom eval.sandbox import run_python\n"
+        "run_python('while True: pass', timeout=2.0, isolation='rlimits')"), str(tmp_path)],
+        cwd=Path(__file__).resolve().parent.parent)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob("mtad-sandbox-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (leaked,) = tmp_path.glob("mtad-sandbox-*")
+    os.kill(scorer.pid, signal.SIGKILL)
+    scorer.wait()
+    alive = tmp_path / f"mtad-sandbox-{os.getppid()}-000000000000-x"  # a live owner's folder stays
+    alive.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(sandbox, "_STALE_CLEANED", set())
+    assert leaked.is_dir() and run_python("pass", isolation="rlimits").passed
+    assert not leaked.exists() and alive.is_dir()
+    assert [p.name for p in tmp_path.glob("mtad-sandbox-*")] == [alive.name]
