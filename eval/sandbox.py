@@ -12,19 +12,20 @@ Isolation, probed once per process (:func:`isolation`):
   minimal /dev, new mount, PID, network (no abstract UNIX sockets either), IPC and UTS
   namespaces, a new session (no terminal injection), killed with its parent. A tmpfs
   bounds the bytes written, not the number of empty files (the kernel's inode limit of a
-  tmpfs ignores its size); that number is bounded by the time limit only (about
-  45,000 files, 20 MB of kernel memory, per second on a 2-core machine). Started as root, the child
-  starts as root with only CAP_SETUID and CAP_SETGID and drops to ``nobody`` (uid and
-  gid 65534 on the host) once its imports are done, before any untrusted code (the
-  interpreter may live where ``nobody`` cannot read). A non-root user gets the same in a
-  new user namespace (uid 65534 inside, further user namespaces disabled) where the
-  kernel allows unprivileged user namespaces; the child then keeps that user's read
-  access to the host's files (read-only: it can change nothing).
+  tmpfs ignores its size); that number is bounded by the time limit only (20,000 to
+  45,000 files, 20 to 30 MB of kernel memory, per second on a 2-core machine, freed when
+  the child ends). Started as root, the child starts as root with only CAP_SETUID and
+  CAP_SETGID and drops to ``nobody`` (uid and gid 65534 on the host) once its imports are
+  done, before any untrusted code (the interpreter may live where ``nobody`` cannot read).
+  A non-root user gets the same in a new user namespace (uid 65534 inside, further user
+  namespaces disabled) where the kernel allows unprivileged user namespaces; the child
+  then keeps that user's read access to what it sees (read-only: it can change nothing).
 * ``"rlimits"`` (bwrap missing, or it cannot make namespaces here): the earlier
   sandbox only. When started as root the child drops to ``nobody`` after its imports;
-  a child running as a normal user can write wherever that user can, and files it
-  writes to world-writable folders (/tmp, /dev/shm) outlive the run. A warning is
-  logged once and the scorers record ``sandbox: "rlimits"``.
+  it can read every file and reach every UNIX socket its user can, a child running as a
+  normal user can write wherever that user can, and files it writes to world-writable
+  folders (/tmp, /dev/shm) outlive the run. A warning is logged once; the HumanEval
+  scorer refuses this mode unless it is asked for by name.
 
 In both cases:
 
