@@ -38,6 +38,10 @@ Draft passes: the root logits, then one ``ctx.draft.forward`` per depth ``2..gam
 over the previous depth's beams as tree nodes (W rows in one pass). The runner's
 ``end`` keeps the committed path in the draft cache; nothing is pruned here.
 
+Devices: the draft's rows and the beams' cumulative log Q stay on the draft's device; the
+selected entries (ids and scores) cross to the host once per depth, where the draws
+happen; tokens, parents and weights are host tensors.
+
 This module knows nothing about verification: it returns beams and their
 likelihoods.
 """
@@ -50,7 +54,7 @@ import torch
 
 from mtad.protocols import StepContext
 from mtad.runner import ROOT
-from mtad.sampling import draw, support
+from mtad.sampling import host_support
 from mtad.warping import Warping
 
 
@@ -58,10 +62,10 @@ from mtad.warping import Warping
 class Beams:
     """The beam-sampling history of one step (depths 0-based: ``t = 0 .. gamma - 1``)."""
 
-    tokens: list[torch.Tensor]  # per depth t: [n_t] long, token of each slot
-    parents: list[torch.Tensor]  # per depth t: [n_t] long, slot at depth t-1 (-1 at t = 0)
-    cum_logq: list[torch.Tensor]  # per depth t: [n_t] raw cumulative draft log-likelihood
-    weights: torch.Tensor  # [n_{gamma-1}] final renormalised beam weights
+    tokens: list[torch.Tensor]  # per depth t: [n_t] long, token of each slot (host)
+    parents: list[torch.Tensor]  # per depth t: [n_t] long, slot at depth t-1 (-1 at t = 0) (host)
+    cum_logq: list[torch.Tensor]  # per depth t: [n_t] raw cumulative draft log-likelihood (draft's device)
+    weights: torch.Tensor  # [n_{gamma-1}] final renormalised beam weights (host)
 
     @property
     def gamma(self) -> int:
@@ -99,41 +103,90 @@ def select_entries(
     greedy: bool,
     replacement: bool,
     generator: torch.Generator,
-) -> torch.Tensor:  # [k] indices into scores, k <= width
+) -> torch.Tensor:  # [k] indices into scores, k <= width, on the host
     """Top-W (greedy) or W multinomial draws over the flattened W x V scores."""
+    return _select(scores, width, greedy, replacement, generator)[0]
+
+
+def _select(
+    scores: torch.Tensor,  # [n * V] flattened beam scores (nonnegative), on the draft's device
+    width: int,
+    greedy: bool,
+    replacement: bool,
+    generator: torch.Generator,
+    bound: int | None = None,  # at most this many nonzero scores (a transfer hint)
+) -> tuple[torch.Tensor, torch.Tensor]:  # host: [k] indices into scores, [k] their scores
+    """``select_entries`` with the chosen scores; one device-to-host transfer (rarely two)."""
     if greedy:
-        # the first k of a stable descending sort, without sorting all W x V entries
-        k = min(width, scores.numel())
-        cand = torch.nonzero(scores >= torch.topk(scores, k).values[-1]).flatten()  # ascending index
-        return cand[torch.sort(scores[cand], descending=True, stable=True).indices][:k]
-    ids, vals = support(scores)  # a long vector: its nonzero entries only (same distribution)
-    nonzero = int((vals > 0).sum())
+        return _top_entries(scores, min(width, scores.numel()))
+    s = host_support(scores, bound)  # a long vector: its nonzero entries only (same distribution)
+    nonzero = int((s.vals > 0).sum())
     if nonzero == 0:
         raise RuntimeError("beam sampling: every draft score is zero (check the warping settings)")
     k = width if replacement else min(width, nonzero)
-    return draw(ids, vals, generator, k, replacement)
+    pos = torch.multinomial(s.vals, k, replacement=replacement, generator=generator)
+    return s.ids[pos], s.vals[pos]
+
+
+_TIE_MARGIN = 64  # greedy: entries read past the k-th, so ties with it rarely need a second read
+
+
+def _top_entries(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first k of a stable descending sort of ``scores`` (ties: lower index first), on the host.
+
+    Without sorting all W x V entries: the top ``k + 64`` cross to the host; every entry
+    tied with the k-th is read in a second transfer only if the ties may go on past those.
+    """
+    n = scores.numel()
+    if scores.device.type == "cpu":
+        cand = torch.nonzero(scores >= torch.topk(scores, k).values[-1]).flatten()  # ascending index
+        vals = scores[cand]
+    else:
+        m = min(n, k + _TIE_MARGIN)
+        top_vals, top_idx = torch.topk(scores, m)
+        host = torch.stack([top_vals, top_idx.to(top_vals.dtype)]).cpu()  # one transfer
+        kth = host[0, k - 1]
+        if m < n and bool(host[0, -1] >= kth):  # ties may go on: every entry >= the k-th
+            cand = torch.nonzero(scores >= kth.to(scores.device)).flatten()
+            both = torch.stack([cand.to(scores.dtype), scores[cand]]).cpu()
+            cand, vals = both[0].long(), both[1]
+        else:
+            keep = host[0] >= kth
+            cand, vals = host[1][keep].long(), host[0][keep]
+            order = torch.argsort(cand)
+            cand, vals = cand[order], vals[order]
+    order = torch.sort(vals, descending=True, stable=True).indices[:k]
+    return cand[order], vals[order]
 
 
 def beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool = True) -> Beams:
-    """Run beam sampling for ``gamma`` depths on ``ctx.draft`` (one draft pass per depth)."""
+    """Run beam sampling for ``gamma`` depths on ``ctx.draft`` (one draft pass per depth).
+
+    Device-to-host transfers: one per depth (the selected entries and their scores); the
+    beams' tokens, parents and weights live on the host, their cumulative log Q on the
+    draft's device.
+    """
     greedy = ctx.warping.greedy
+    bound = None if greedy else ctx.warping.support_bound
     rows = scoring_probs(ctx.warping, ctx.draft.root_logits)[None]  # [1, V]
     vocab = rows.shape[-1]
-    weights = torch.ones(1, dtype=rows.dtype)  # [n] the root is one beam of weight 1
-    cum_prev = torch.zeros(1, dtype=rows.dtype)
+    dev = rows.device
+    weights = torch.ones(1, dtype=rows.dtype)  # [n] on the host: the root is one beam of weight 1
+    cum_prev = torch.zeros(1, dtype=rows.dtype, device=dev)
     nodes_prev = [ROOT]  # draft tree row per slot of the previous depth (ROOT before depth 0)
     out = Beams(tokens=[], parents=[], cum_logq=[], weights=weights)
     for t in range(gamma):
         if t > 0:
             rows, nodes_prev = _expand(ctx, out.tokens[-1], out.parents[-1], nodes_prev)  # [n, V]
-        scores = (weights[:, None] * rows).flatten()  # [n * V]
-        idx = select_entries(scores, width, greedy, replacement, ctx.generator)  # [k]
+        scores = (weights.to(dev)[:, None] * rows).flatten()  # [n * V]
+        idx, chosen = _select(scores, width, greedy, replacement, ctx.generator,
+                              bound * len(weights) if bound else None)  # [k] each, host
         parent, token = idx // vocab, idx % vocab
-        chosen = scores[idx]
         weights = (
             chosen / chosen.sum() if chosen.sum() > 0 else torch.full_like(chosen, 1 / len(idx))
         )
-        cum = cum_prev[parent] + rows[parent, token].log()
+        parent_d, token_d = parent.to(dev), token.to(dev)
+        cum = cum_prev[parent_d] + rows[parent_d, token_d].log()
         out.tokens.append(token)
         out.parents.append(parent if t > 0 else torch.full_like(parent, -1))
         out.cum_logq.append(cum)
@@ -161,5 +214,5 @@ def _expand(
     first = ctx.draft.num_nodes
     logits = ctx.draft.forward([k[1] for k in unique], [k[0] for k in unique])  # [u, V]
     probs = scoring_probs(ctx.warping, logits)
-    which = torch.tensor([unique[k] for k in keys])
+    which = torch.tensor([unique[k] for k in keys], device=probs.device)
     return probs[which], [first + 1 + unique[k] for k in keys]  # new rows first+1 ..

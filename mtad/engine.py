@@ -1,12 +1,15 @@
 """The one generation loop shared by every decoder.
 
-prefill both models, then repeat until ``max_new_tokens`` or EOS:
+prefill both models, then repeat until ``max_new_tokens``, an EOS id or a stop sequence
+(``mtad.stopping``; a block is cut after the token that ends the generation):
     begin step (both runners) -> decoder.step (draft, one target pass, verify)
     -> commit accepted + correction/bonus tokens -> prune both caches to the committed path.
 
 The engine knows nothing about tokenization or acceptance rules: token ids in,
 token ids and per-step records out. Randomness comes from one explicit
-``torch.Generator`` seeded per call. It drives the models through the
+``torch.Generator`` on the CPU, seeded per call: every draw happens on the host
+(``mtad.sampling``), whatever device the models are on. The loop synchronises the
+devices once per step (the runners time their passes with events, ``mtad.devices``). It drives the models through the
 ``mtad.protocols.TreeRunner`` interface: given a model it wraps it in a
 ``mtad.runner.ModelRunner``; given an object that already is a ``TreeRunner`` (e.g. a
 study's table of precomputed logits) it uses that object as is.
@@ -21,8 +24,10 @@ from dataclasses import dataclass, field
 import torch
 
 from mtad.decoders.base import Decoder
+from mtad.devices import synchronize
 from mtad.protocols import StepContext, TreeRunner
-from mtad.runner import ModelRunner, _sync
+from mtad.runner import ModelRunner
+from mtad.stopping import Stopping, StopSequences
 from mtad.warping import Warping
 
 
@@ -121,10 +126,12 @@ class Engine:
         warping: Warping,
         vocab_size: int | None = None,
         eos_token_ids: Iterable[int] = (),
+        stop_sequences: StopSequences | None = None,
     ):
         self.decoder = decoder
         self.warping = warping
-        self.eos = set(int(e) for e in eos_token_ids)
+        # where a generation ends (mtad.stopping): token ids only, built from the tokenizer elsewhere
+        self.stopping = Stopping(eos_token_ids, stop_sequences)
         self.target = as_runner(target, vocab_size, "target")
         needs_draft = getattr(decoder, "uses_draft", True)
         if needs_draft and draft is None:
@@ -134,6 +141,11 @@ class Engine:
     def _runners(self) -> list[TreeRunner]:
         return [r for r in (self.target, self.draft) if r is not None]
 
+    @property
+    def _devices(self) -> list[torch.device]:
+        """Every device the runners span (a runner without ``devices`` has its ``device``)."""
+        return [d for r in self._runners() for d in getattr(r, "devices", [r.device])]
+
     @torch.no_grad()
     def generate(
         self,
@@ -142,7 +154,7 @@ class Engine:
         seed: int = 0,
         stop_after: int | None = None,
     ) -> GenerationResult:
-        """Decode up to ``max_new_tokens`` (and the first EOS).
+        """Decode up to ``max_new_tokens`` (and the first EOS id or stop sequence).
 
         ``stop_after`` ends the generation after the step in which at least that many
         tokens have been emitted (stop reason ``"stop_after"``), while ``max_new_tokens``
@@ -183,17 +195,15 @@ class Engine:
             if not tokens:
                 raise RuntimeError(f"decoder {self.decoder.name!r} emitted no token in a step")
             tokens = tokens[: ctx.remaining]
-            stop = False
-            for i, tok in enumerate(tokens):
-                if tok in self.eos:
-                    tokens = tokens[: i + 1]
-                    stop = True
-                    break
+            # an EOS id or a stop sequence inside the block: keep the block up to that token
+            stop = self.stopping.first(result.output_ids + tokens, start=len(result.output_ids))
+            if stop is not None:
+                tokens = tokens[: stop.index - len(result.output_ids) + 1]
             committed = committed + tokens
             result.output_ids.extend(tokens)
             for r in self._runners():
                 r.end(committed)
-            _sync(self.target.device)
+            synchronize(self._devices)  # the one synchronisation of the step: honest step times
             result.steps.append(
                 StepRecord(
                     drafted=out.drafted,
@@ -207,8 +217,8 @@ class Engine:
                     shape=out.info.get("shape"),
                 )
             )
-            if stop:
-                result.stop_reason = "eos"
+            if stop is not None:
+                result.stop_reason = stop.reason  # "eos" or "stop_sequence"
                 break
             if stop_after is not None and len(result.output_ids) >= stop_after:
                 result.stop_reason = "stop_after"

@@ -26,8 +26,13 @@ Tree layout (batch size 1): row 0 is the root (the context end), nodes
 draft next-token distributions after row ``i``; the children of row ``i`` were
 drawn from ``q[i]``. Children of a row are taken in increasing index order. ``p``
 and ``q`` are ``[N+1, V]`` tensors or ``Rows`` computed on demand (a walk reads only
-the rows on its path). This is the code base's token-tree convention
+the rows on its path), whose rows are vectors or their host supports
+(``mtad.sampling.Support``). This is the code base's token-tree convention
 (``mtad.runner``).
+
+Devices: the walk runs on the host. A decoder hands it rows that cross from the device
+once per step (``mtad.decoders.token_tree.score_tree``; the draft's supports crossed
+while drafting), so verification costs one device-to-host transfer whatever the tree.
 
 Support. After top-k / top-p a distribution over V ~ 152k tokens has a handful of
 nonzero entries. On a long vocabulary each visited node's rule runs on the union of
@@ -67,7 +72,7 @@ from typing import NamedTuple
 import torch
 
 from mtad import sampling
-from mtad.sampling import sample, support
+from mtad.sampling import Support, as_support, sample
 
 __all__ = [
     "Compressed",
@@ -172,10 +177,10 @@ def specinfer_position(
 
 
 def draw_without_replacement(
-    q: torch.Tensor,  # [V] draft distribution
+    q: torch.Tensor | Support,  # [V] draft distribution, or its host support
     k: int,
     generator: torch.Generator,
-) -> torch.Tensor:  # [min(k, nnz(q))] distinct token ids, int64
+) -> torch.Tensor:  # [min(k, nnz(q))] distinct token ids, int64, on the host
     """k sequential draws from q, each from q renormalised after removing the tokens drawn.
 
     Returns fewer than k tokens when q has fewer than k nonzero entries; never
@@ -183,14 +188,14 @@ def draw_without_replacement(
     """
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
-    ids, vals = support(q)  # sequential draws on the support only (same distribution)
+    ids, vals = as_support(q)[:2]  # sequential draws on the host support (same distribution)
     vals = vals.clone()
     drawn: list[int] = []
     for _ in range(min(k, int((vals > 0).sum()))):
         j = int(torch.multinomial(vals, 1, generator=generator))
         drawn.append(int(ids[j]))
         vals[j] = 0
-    return torch.tensor(drawn, dtype=torch.long, device=q.device)
+    return torch.tensor(drawn, dtype=torch.long)
 
 
 def mcss_position(
@@ -342,6 +347,8 @@ def mcns_position(
 class Rows:
     """Rows ``[N+1, V]`` computed on first access: ``row(i)`` for row ``i``, then cached.
 
+    A row is a vector [V] or its host support (``mtad.sampling.Support``).
+
     The tree walkers read ``p`` / ``q`` only at the rows the walk visits (a path), so a
     decoder can pass its target's distributions lazily (one warping per visited row)
     instead of a dense ``[N+1, V]`` tensor; a tensor works everywhere a ``Rows`` does.
@@ -372,8 +379,8 @@ class Compressed(NamedTuple):
 
 
 def compress_support(
-    P: torch.Tensor,  # [V]
-    Q: torch.Tensor,  # [V]
+    P: torch.Tensor | Support,  # [V], or its host support
+    Q: torch.Tensor | Support,  # [V], or its host support
     cands: Sequence[int],  # [k]
 ) -> Compressed:
     """Restrict one verification position to the union of P's and Q's supports and the candidates.
@@ -384,25 +391,27 @@ def compress_support(
     floating-point summation order); a fallback to ``P`` stays inside the union. Columns
     keep their ascending order, so when both are drawn on their support
     (``mtad.sampling``), a draw from a compressed vector picks the same token, for the
-    same generator state, as from the dense vector.
+    same generator state, as from the dense vector. Runs on the host (supports).
     """
-    cand_t = torch.tensor([int(c) for c in cands], dtype=torch.long, device=P.device)
-    keep = (P > 0) | (Q > 0)  # [V]
-    keep[cand_t] = True
-    cols = torch.nonzero(keep).flatten()  # [C] ascending
-    return Compressed(P[cols], Q[cols], torch.searchsorted(cols, cand_t).tolist(), cols)
+    P, Q = as_support(P), as_support(Q)
+    (p_ids, p_vals), (q_ids, q_vals) = P.positive(), Q.positive()
+    cand_t = torch.tensor([int(c) for c in cands], dtype=torch.long)
+    cols = torch.unique(torch.cat([p_ids, q_ids, cand_t]))  # [C] ascending
+    Pc = torch.zeros(len(cols), dtype=p_vals.dtype).index_put_((torch.searchsorted(cols, p_ids),), p_vals)
+    Qc = torch.zeros(len(cols), dtype=q_vals.dtype).index_put_((torch.searchsorted(cols, q_ids),), q_vals)
+    return Compressed(Pc, Qc, torch.searchsorted(cols, cand_t).tolist(), cols)
 
 
 def _run_rule(
     rule: PositionRule,
-    P: torch.Tensor,  # [V]
-    Q: torch.Tensor,  # [V]
+    P: Support,  # [V] on the host
+    Q: Support,  # [V] on the host
     cands: list[int],  # [k]
     compress: bool,
 ) -> tuple[PositionOutcome, torch.Tensor | None]:
     """The rule's outcome, on ``compress_support``'s columns when ``compress`` (then also the columns)."""
     if not compress:
-        return rule(P, Q, cands), None
+        return rule(P.dense(), Q.dense(), cands), None
     c = compress_support(P, Q, cands)
     return rule(c.P, c.Q, c.cands), c.cols
 
@@ -438,7 +447,9 @@ def _walk(
     rule runs on ``compress_support``'s columns of each visited node (same outcome)
     and a correction is mapped back to the vocabulary; ``None`` compresses
     vocabularies longer than ``mtad.sampling.DENSE_MAX``. Only the visited rows of
-    ``p`` and ``q`` are read.
+    ``p`` and ``q`` are read, as host supports (``mtad.sampling.Support``): the walk and
+    every draw run on the host; rows that are device tensors cross when read (a decoder
+    passes ``Rows`` that bring a whole tree's rows across in one transfer).
     """
     parents = [int(x) for x in parents]
     tokens = [int(x) for x in tokens]
@@ -459,9 +470,9 @@ def _walk(
         if not cand_nodes:  # a leaf was accepted (or the tree is empty): bonus
             token = sample(p[node], generator)
             break
-        P = p[node]
-        squeeze = compress if compress is not None else P.shape[-1] > sampling.DENSE_MAX
-        out, cols = _run_rule(rule, P, q[node], [tokens[c] for c in cand_nodes], squeeze)
+        P = as_support(p[node])
+        squeeze = compress if compress is not None else P.size > sampling.DENSE_MAX
+        out, cols = _run_rule(rule, P, as_support(q[node]), [tokens[c] for c in cand_nodes], squeeze)
         j = sample(torch.cat([out.accept_prob, out.reject_prob.reshape(1)]), generator)
         if j == len(cand_nodes):  # every candidate rejected: correction
             token = sample(out.residual, generator)

@@ -42,20 +42,23 @@ a slice fill, the pending rows a ``triu_``, and every node's ancestor columns on
 ``index_fill_`` from ancestor lists kept per node (no per-element writes).
 
 The runner knows nothing about sampling or acceptance rules: token ids in,
-logits out. Batch size is 1. Forward wall time is accumulated in
-``forward_time`` (device-synchronised) so the engine can report the harness's
-overhead separately from model time.
+logits out. Batch size is 1. Forward time is accumulated in ``forward_time``
+(``mtad.devices.ForwardTimer``: CUDA events on one GPU, no synchronisation per pass) so
+the engine can report the harness's overhead separately from model time. Inputs go to
+the device of the model's first parameters; logits come back on its output head's device
+(``devices`` lists every device a spread model uses).
 """
 
 from __future__ import annotations
 
 import inspect
-import time
 from collections.abc import Sequence
 
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
+
+from mtad.devices import ForwardTimer, model_devices
 
 ROOT = 0  # row of the root (the committed endpoint); nodes are rows 1..N
 
@@ -92,11 +95,6 @@ def check_model_supported(model) -> None:
         )
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def keep_cache_positions(cache: DynamicCache, keep: torch.Tensor | int) -> None:
     """Keep only the given sequence positions of every layer (int = crop to that length)."""
     for layer in cache.layers:
@@ -122,12 +120,18 @@ class ModelRunner:
         check_model_supported(model)
         self.model = model
         self.name = name
-        self.device = next(model.parameters()).device
+        self.devices = model_devices(model)  # every device it spans (device_map="auto": several)
+        self.device = self.devices[0]  # where its inputs go (the embeddings' device)
         self.dtype = next(model.parameters()).dtype
         self.vocab_size = vocab_size  # logits are cut to the shared tokenizer's size
-        self.forward_time = 0.0
+        self._timer = ForwardTimer(self.devices)
         self.forward_calls = 0
         self.reset()
+
+    @property
+    def forward_time(self) -> float:
+        """Seconds in forward passes so far (``mtad.devices.ForwardTimer``: no sync per pass)."""
+        return self._timer.seconds
 
     # ------------------------------------------------------------------ state
     def reset(self) -> None:
@@ -213,7 +217,7 @@ class ModelRunner:
         q_len = n_pend + m
         if q_len == 0:
             width = self.vocab_size or getattr(self.model.config, "vocab_size", 0)
-            return torch.empty(0, width, dtype=self.dtype, device=self.device)
+            return torch.empty(0, width, dtype=self.dtype, device=self.devices[-1])
 
         endpoint = self.endpoint_position
         positions = list(range(len(self.cached_ids), len(self._committed))) if n_pend else []
@@ -231,19 +235,16 @@ class ModelRunner:
 
         ids_pos = torch.tensor([(self._pending if n_pend else []) + tokens, positions])
         ids_pos = ids_pos.to(self.device)
-        _sync(self.device)
-        t0 = time.perf_counter()
-        out = self.model(
-            input_ids=ids_pos[0:1],
-            attention_mask=mask,
-            position_ids=ids_pos[1:2],
-            cache=self.cache,
-            use_cache=True,
-            logits_to_keep=m + (1 if n_pend else 0),
-        )
+        with self._timer:
+            out = self.model(
+                input_ids=ids_pos[0:1],
+                attention_mask=mask,
+                position_ids=ids_pos[1:2],
+                cache=self.cache,
+                use_cache=True,
+                logits_to_keep=m + (1 if n_pend else 0),
+            )
         logits = out.logits[0]
-        _sync(self.device)
-        self.forward_time += time.perf_counter() - t0
         self.forward_calls += 1
         if self.vocab_size is not None:
             logits = logits[:, : self.vocab_size]

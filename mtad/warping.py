@@ -6,6 +6,11 @@ tokens whose mass reaches ``top_p``; the most likely token is always kept).
 Temperature 0 means greedy: the warped distribution is one-hot on the argmax
 (first index on ties), so every sampling rule collapses to greedy decoding.
 
+On the CPU, top-k then top-p runs on the k candidates only (``_top_k_fast_path``, which
+reads the number of tied candidates on the host); on an accelerator the general path
+runs (a sort over the vocabulary, no host round-trip). Both keep the same tokens with the
+same probabilities, up to floating-point summation order.
+
 This module knows nothing about models: logits in, probabilities out.
 """
 
@@ -39,6 +44,19 @@ class Warping:
     def greedy(self) -> bool:
         return self.temperature == 0
 
+    @property
+    def support_bound(self) -> int | None:
+        """How many nonzero entries a warped row has at most, as a hint for host transfers.
+
+        1 at temperature 0 (one-hot); with top-k, ``4 k + 64`` (ties at the k-th logit keep
+        every tied token; the fast path handles that many); None when unbounded (no top-k).
+        A row past the hint is still handled exactly (``mtad.sampling.host_supports`` reads
+        it whole).
+        """
+        if self.greedy:
+            return 1
+        return 4 * self.top_k + 64 if self.top_k > 0 else None
+
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
         return warp_probs(logits, self.temperature, self.top_k, self.top_p)
 
@@ -59,7 +77,8 @@ def warp_probs(
     logits = logits / temperature
     vocab = logits.shape[-1]
     if 0 < top_k < vocab:
-        fast = _top_k_fast_path(logits, top_k, top_p)
+        # the fast path reads the number of ties on the host; an accelerator sorts instead
+        fast = _top_k_fast_path(logits, top_k, top_p) if logits.device.type == "cpu" else None
         if fast is not None:
             return fast
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]

@@ -43,8 +43,8 @@ class LongestOfKSpD(Decoder):
         for c in range(self.k):
             rows = [1 + c + self.k * d for d in range(self.gamma)]
             toks = [tree.tokens[r] for r in rows]
-            prow = torch.stack([p[0]] + [p[r] for r in rows])
-            qrow = torch.stack([tree.q[0]] + [tree.q[r] for r in rows[:-1]])
+            prow = torch.stack([p[0].dense()] + [p[r].dense() for r in rows])  # host supports -> [V]
+            qrow = torch.stack([tree.q[0].dense()] + [tree.q[r].dense() for r in rows[:-1]])
             n, y = verify_chain(toks, prow, qrow, ctx.generator)
             if best is None or n > best[0]:
                 best = (n, toks[:n] + [y])

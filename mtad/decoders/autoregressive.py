@@ -18,7 +18,7 @@ class Multinomial(Decoder):
 
     def step(self, ctx: StepContext) -> StepOutput:
         p = ctx.warping(ctx.target.root_logits)
-        return StepOutput(tokens=[sample(p, ctx.generator)])
+        return StepOutput(tokens=[sample(p, ctx.generator, ctx.warping.support_bound)])
 
 
 class Greedy(Decoder):

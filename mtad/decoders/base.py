@@ -48,7 +48,8 @@ class Decoder:
 
 def target_only(ctx: StepContext) -> StepOutput:
     """The step when no room is left to draft (``remaining == 1``): y ~ warped p at the endpoint."""
-    return StepOutput(tokens=[sample(ctx.warping(ctx.target.root_logits), ctx.generator)])
+    p = ctx.warping(ctx.target.root_logits)
+    return StepOutput(tokens=[sample(p, ctx.generator, ctx.warping.support_bound)])
 
 
 def check_positive_int(field_name: str, value, minimum: int = 1) -> int:

@@ -62,6 +62,8 @@ import math
 import torch
 
 from mtad.decoders.base import Decoder, StepContext, StepOutput, check_positive_int, sample
+from mtad.decoders.spd import chain_masses
+from mtad.sampling import host_support, host_supports
 
 MODES = ("greedy", "sampling")
 
@@ -78,12 +80,13 @@ def check_threshold(field_name: str, value, allow_inf: bool = False) -> float:
 
 def rollback_position(
     draft_tokens: list[int],  # [n]
-    p: torch.Tensor,  # [n+1, V] target distributions (row i scores draft_tokens[i])
-    alpha_rb: float,
+    p: torch.Tensor | list[float],  # [n+1, V] target distributions (row i scores draft_tokens[i]),
+    alpha_rb: float,  # or the masses p_i(x_i) [n] already on the host
 ) -> int | None:
     """First i (0-based) with -log p_i(x_i) > alpha_rb, or None."""
-    for i, x in enumerate(draft_tokens):
-        px = float(p[i, x])
+    pxs = chain_masses(draft_tokens, p)[0] if isinstance(p, torch.Tensor) else p
+    for i in range(len(draft_tokens)):
+        px = pxs[i]
         nll = math.inf if px <= 0 else -math.log(px)  # p = 0 rolls back unless alpha_rb = inf
         if nll > alpha_rb:
             return i
@@ -119,7 +122,18 @@ class BiLD(Decoder):
         return ctx.warping(logits)
 
     def _pick(self, ctx: StepContext, probs: torch.Tensor) -> int:  # probs [V]
-        return int(torch.argmax(probs)) if self.mode == "greedy" else sample(probs, ctx.generator)
+        if self.mode == "greedy":
+            return int(torch.argmax(probs))
+        return sample(probs, ctx.generator, ctx.warping.support_bound)
+
+    def _confidence_and_pick(self, ctx: StepContext, q: torch.Tensor) -> tuple[float, int | None]:
+        """(max q, the token drawn from q or None when max q < alpha_fb); one transfer."""
+        if self.mode == "greedy":
+            top, arg = torch.stack([q.max(), torch.argmax(q).to(q.dtype)]).cpu().tolist()
+            return top, int(arg)
+        s = host_support(q, ctx.warping.support_bound)
+        top = float(s.vals.max())
+        return top, (sample(s, ctx.generator) if top >= self.alpha_fb else None)
 
     def _draft_run(self, ctx: StepContext) -> tuple[list[int], bool]:
         """Little-model run: (tokens kept, whether it ended by a fallback)."""
@@ -128,9 +142,10 @@ class BiLD(Decoder):
         logits = ctx.draft.root_logits
         while len(draft) < limit:
             q = self._probs(ctx, logits)  # [V]
-            if float(q.max()) < self.alpha_fb:
+            top, x = self._confidence_and_pick(ctx, q)
+            if top < self.alpha_fb:
                 return draft, True
-            draft.append(self._pick(ctx, q))
+            draft.append(x)
             if len(draft) < limit:
                 logits = ctx.draft.forward([draft[-1]], [len(draft) - 1])[0]  # chain rows
         return draft, False
@@ -143,9 +158,10 @@ class BiLD(Decoder):
             return StepOutput(tokens=draft, drafted=n, accepted=n, tree_size=0, info=info)
         logits = ctx.target.forward(draft, list(range(n)))  # [n, V], chain rows 1..n
         p = self._probs(ctx, torch.cat([ctx.target.root_logits[None], logits]))  # [n+1, V]
-        rb = rollback_position(draft, p, self.alpha_rb)
+        pxs, pick = self._verify_rows(ctx, draft, p)  # one transfer
+        rb = rollback_position(draft, pxs, self.alpha_rb)
         if rb is not None:
-            y = self._pick(ctx, p[rb])
+            y = pick(rb)
             if y != draft[rb]:  # roll back to i = rb, then one more target iteration
                 tokens = draft[:rb] + [y]
                 if len(tokens) < ctx.remaining:
@@ -154,6 +170,16 @@ class BiLD(Decoder):
                 info.update(rollback=rb, target_tokens=len(tokens) - rb)
                 return StepOutput(tokens=tokens, drafted=n, accepted=rb, tree_size=n + 1, info=info)
         info["target_tokens"] = 1
-        return StepOutput(
-            tokens=draft + [self._pick(ctx, p[n])], drafted=n, accepted=n, tree_size=n, info=info
-        )
+        return StepOutput(tokens=draft + [pick(n)], drafted=n, accepted=n, tree_size=n, info=info)
+
+    def _verify_rows(self, ctx: StepContext, draft: list[int], p: torch.Tensor):
+        """p_i(x_i) for the run and a picker of the target's token at any row: one transfer."""
+        n = len(draft)
+        if self.mode == "greedy":
+            rows = torch.arange(n, device=p.device)
+            x = torch.tensor(draft, dtype=torch.long, device=p.device)
+            host = torch.cat([p[rows, x], torch.argmax(p, -1).to(p.dtype)]).cpu().tolist()
+            return host[:n], lambda i: int(host[n + i])
+        supports = host_supports(p, ctx.warping.support_bound)
+        return [supports[i].mass(x) for i, x in enumerate(draft)], (
+            lambda i: sample(supports[i], ctx.generator))

@@ -106,8 +106,8 @@ class JointDecoder(Decoder):
 
     def _choose(self, ctx: StepContext, joint: torch.Tensor) -> int:  # joint [M] log-probabilities
         if self.sample_joint:
-            return sample(ctx.warping(joint), ctx.generator)
-        return int(torch.argmax(joint))
+            return sample(ctx.warping(joint), ctx.generator, ctx.warping.support_bound)
+        return int(torch.argmax(joint))  # one transfer
 
     def step(self, ctx: StepContext) -> StepOutput:
         g = min(self.gamma, ctx.remaining)
@@ -143,10 +143,10 @@ class JointDecoder(Decoder):
         return unravel(self._choose(ctx, joint), vocab, g), len(tokens)
 
     def _beam(self, ctx: StepContext, g: int, vocab: int) -> tuple[list[int], int]:
-        score = torch.zeros(1, dtype=torch.float64)  # [n] joint log-prob of each beam prefix
+        rows = ctx.target.root_logits.double().log_softmax(-1)[None]  # [1, V]
+        score = torch.zeros(1, dtype=torch.float64, device=rows.device)  # [n] joint log-prob per prefix
         prefixes: list[list[int]] = [[]]
         nodes = [ROOT]  # target tree row of each beam's last token
-        rows = ctx.target.root_logits.double().log_softmax(-1)[None]  # [1, V]
         fed = 0
         for t in range(g):
             if t > 0:
@@ -159,14 +159,12 @@ class JointDecoder(Decoder):
             if t == g - 1:
                 k = self._choose(ctx, cand)
                 return prefixes[k // vocab] + [k % vocab], fed
-            keep = torch.sort(cand, descending=True, stable=True).indices[: self.beam_width]
-            keep = keep[torch.isfinite(cand[keep])]
-            keep = torch.sort(
-                keep
-            ).values  # lexicographic beams: a full-width beam is the exact path
-            prefixes = [prefixes[int(i) // vocab] + [int(i) % vocab] for i in keep]
-            nodes = [nodes[int(i) // vocab] for i in keep]
-            score = cand[keep]
+            top = torch.sort(cand, descending=True, stable=True).indices[: self.beam_width]
+            host = torch.stack([top, torch.isfinite(cand[top]).long()]).cpu()  # one transfer per depth
+            keep = torch.sort(host[0][host[1].bool()]).values  # lexicographic: full width = exact
+            prefixes = [prefixes[i // vocab] + [i % vocab] for i in keep.tolist()]
+            nodes = [nodes[i // vocab] for i in keep.tolist()]
+            score = cand[keep.to(cand.device)]
         raise AssertionError("unreachable")
 
 

@@ -25,7 +25,9 @@ At temperature 0 the draft is an ordinary top-W beam search scored with the
 draft's plain softmax (see ``mtad.beam``) and ``p`` is one-hot, so a prefix passes
 only if it is the target's greedy continuation: MTAD then equals greedy decoding.
 
-Caches are pruned by the runners' ``end`` (the engine commits the tokens).
+Devices: the draft's cumulative log Q moves to the target's device; R crosses to the
+host once, then the correction's support once. Caches are pruned by the runners' ``end``
+(the engine commits the tokens).
 This module knows the acceptance rule and nothing about models beyond the runners.
 """
 
@@ -69,9 +71,13 @@ def cumulative_log_ratio(
     return torch.where(torch.isneginf(cum_logp), torch.full_like(r, -math.inf), r)
 
 
-def accept_length(log_ratio: torch.Tensor, tau: float) -> tuple[int, list[bool]]:  # log_ratio [g]
+def accept_length(
+    log_ratio: torch.Tensor | list[float],  # [g]
+    tau: float,
+) -> tuple[int, list[bool]]:
     """MTAD acceptance: (a, per-prefix pass flags) with a = max{d : R_d > log tau}, 0 if none."""
-    passes = [bool(r > math.log(tau)) for r in log_ratio.tolist()]
+    values = log_ratio.tolist() if isinstance(log_ratio, torch.Tensor) else log_ratio
+    passes = [bool(r > math.log(tau)) for r in values]
     a = max((d + 1 for d, ok in enumerate(passes) if ok), default=0)
     return a, passes
 
@@ -111,10 +117,12 @@ class MTAD(Decoder):
         best = beams.best()
         draft = beams.path_tokens(best)  # [g]
         p = target_chain(ctx, draft)  # [g+1, V] warped target distributions
-        log_p = p[torch.arange(g), torch.tensor(draft)].log()  # [g]
-        r = cumulative_log_ratio(log_p, beams.path_cum_logq(best).to(log_p.dtype))
+        dev = p.device
+        log_p = p[torch.arange(g, device=dev), torch.tensor(draft, device=dev)].log()  # [g]
+        cum_logq = beams.path_cum_logq(best).to(device=dev, dtype=log_p.dtype)  # draft -> target
+        r = cumulative_log_ratio(log_p, cum_logq).cpu()  # one transfer
         a, passes = accept_length(r, self.tau)
-        y = sample(p[a], ctx.generator)
+        y = sample(p[a], ctx.generator, ctx.warping.support_bound)
         out = StepOutput(
             tokens=draft[:a] + [y],
             drafted=g,

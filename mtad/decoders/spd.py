@@ -4,6 +4,10 @@ draft x1..xg ~ q autoregressively; one target pass gives p1..p(g+1);
 accept xi while U <= min(1, pi(xi)/qi(xi)); after the first rejection emit a
 correction y ~ norm(max(0, p - q)); if all g were accepted emit a bonus y ~ p(g+1).
 At temperature 0 (one-hot p and q) this is exactly greedy decoding.
+
+Devices: drafting crosses to the host once per draft token (the draw); verification
+gathers every p_i(x_i), q_i(x_i) on the target's device and crosses once, draws the
+uniforms on the host, then crosses once more with the correction's (or bonus's) support.
 """
 
 from __future__ import annotations
@@ -21,21 +25,42 @@ from mtad.decoders.base import (
 )
 
 
+def chain_masses(
+    draft_tokens: list[int],  # [g]
+    *dists: torch.Tensor,  # each [>= g, V]: row i scores draft_tokens[i]
+) -> list[list[float]]:  # per dist: [g] masses p_i(x_i)
+    """Every dist's mass at the chain's tokens, gathered on the first dist's device: one transfer."""
+    g = len(draft_tokens)
+    if g == 0:
+        return [[] for _ in dists]
+    dev = dists[0].device
+    dtype = dists[0].dtype
+    for d in dists[1:]:
+        dtype = torch.promote_types(dtype, d.dtype)
+    rows = torch.arange(g, device=dev)
+    x = torch.tensor(draft_tokens, dtype=torch.long, device=dev)
+    gathered = torch.stack([d.to(dev)[rows, x].to(dtype) for d in dists])  # [len(dists), g]
+    return gathered.cpu().tolist()
+
+
 def verify_chain(
     draft_tokens: list[int],  # [g]
     p: torch.Tensor,  # [g+1, V] warped target distributions (row i scores draft_tokens[i])
     q: torch.Tensor,  # [g, V] warped draft distributions the tokens were drawn from
     generator: torch.Generator,
+    bound: int | None = None,  # Warping.support_bound of p and q (a transfer hint)
 ) -> tuple[int, int]:
     """Speculative-sampling verification of one chain: (number accepted, correction/bonus token)."""
     g = len(draft_tokens)
-    for i, x in enumerate(draft_tokens):
-        px, qx = float(p[i, x]), float(q[i, x])
+    q = q.to(p.device)
+    pxs, qxs = chain_masses(draft_tokens, p, q)
+    for i in range(g):
+        px, qx = pxs[i], qxs[i]
         u = float(torch.rand((), generator=generator, dtype=torch.float64))
         if qx > 0 and u * qx <= px:  # U <= min(1, px / qx) without dividing
             continue
-        return i, sample(residual(p[i], q[i]), generator)
-    return g, sample(p[g], generator)
+        return i, sample(residual(p[i], q[i]), generator, bound)
+    return g, sample(p[g], generator, bound)
 
 
 def draft_chain(ctx: StepContext, gamma: int) -> tuple[list[int], torch.Tensor]:
@@ -45,7 +70,7 @@ def draft_chain(ctx: StepContext, gamma: int) -> tuple[list[int], torch.Tensor]:
     logits = ctx.draft.root_logits
     for i in range(gamma):
         q = ctx.warping(logits)
-        x = sample(q, ctx.generator)
+        x = sample(q, ctx.generator, ctx.warping.support_bound)
         tokens.append(x)
         qs.append(q)
         if i < gamma - 1:
@@ -75,6 +100,6 @@ class SpD(Decoder):
             return target_only(ctx)
         tokens, q = draft_chain(ctx, g)
         p = target_chain(ctx, tokens)
-        n, y = verify_chain(tokens, p, q, ctx.generator)
+        n, y = verify_chain(tokens, p, q, ctx.generator, ctx.warping.support_bound)
         out = StepOutput(tokens=tokens[:n] + [y], drafted=g, accepted=n, tree_size=g)
         return self._auto.record(ctx, out) if self._auto else out

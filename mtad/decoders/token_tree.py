@@ -5,6 +5,11 @@ base's token-tree convention (``mtad.runner``): row 0 is the root (the endpoint)
 rows 1..N are nodes in the order drafted, ``parents[r] < r``. A tree may hold rows
 with equal token paths (i.i.d. siblings); only their canonical rows are fed to the
 models, so a runner's rows are this tree's canonical rows, renumbered.
+
+Devices: the draft's warped rows of one depth cross to the host together (one transfer
+per depth, ``mtad.sampling.host_supports``), where children are drawn; the tree keeps
+those host supports as its ``q``. ``score_tree`` brings the target's warped rows across
+in one transfer on an accelerator (on the CPU it warps the rows a walk reads, lazily).
 """
 
 from __future__ import annotations
@@ -17,15 +22,15 @@ import torch
 from mtad.decoders.base import StepContext, sample
 from mtad.multidraft import Rows
 from mtad.runner import ROOT
-from mtad.sampling import draw, support
+from mtad.sampling import Support, as_support, draw, host_support, host_supports
 
-# (q [V], k, generator) -> child tokens
-ChildSampler = Callable[[torch.Tensor, int, torch.Generator], list[int]]
+# (q [V] or its host support, k, generator) -> child tokens
+ChildSampler = Callable[[torch.Tensor | Support, int, torch.Generator], list[int]]
 
 
-def iid_children(q: torch.Tensor, k: int, generator: torch.Generator) -> list[int]:
-    """k i.i.d. draws from q (duplicates allowed), one draw at a time on q's support."""
-    ids, vals = support(q)
+def iid_children(q: torch.Tensor | Support, k: int, generator: torch.Generator) -> list[int]:
+    """k i.i.d. draws from q (duplicates allowed), one draw at a time on q's host support."""
+    ids, vals = as_support(q)[:2]
     return [int(draw(ids, vals, generator)[0]) for _ in range(k)]
 
 
@@ -33,7 +38,7 @@ def iid_children(q: torch.Tensor, k: int, generator: torch.Generator) -> list[in
 class TokenTree:
     parents: list[int]  # [N+1], parents[0] = -1
     tokens: list[int]  # [N+1], tokens[0] = -1 (the root is the committed endpoint)
-    q: Rows  # [N+1, V] warped draft distribution each row's children were drawn from (0 for leaves)
+    q: Rows  # [N+1] host supports of the warped draft rows each row's children were drawn from (empty for leaves)
     depth: int
     # canon[r]: the first row with the same token path as row r. Rows with equal paths (i.i.d.
     # siblings that drew the same token, and their subtrees) have equal model outputs, so only
@@ -58,11 +63,13 @@ class _TreeBuilder:
 
     def __init__(self, ctx: StepContext):
         self.ctx = ctx
+        self.bound = ctx.warping.support_bound
         self.parents, self.tokens, self.canon = [-1], [-1], [0]
         self._by_key: dict[tuple[int, int], int] = {}
         self._draft_node: dict[int, int] = {0: ROOT}  # canonical row -> draft runner row
-        self.q_root = ctx.warping(ctx.draft.root_logits)
-        self.qs: dict[int, torch.Tensor] = {0: self.q_root}  # canonical row -> q after it
+        q_root = ctx.warping(ctx.draft.root_logits)
+        self.vocab = q_root.shape[-1]
+        self.qs: dict[int, Support] = {0: host_support(q_root, self.bound)}  # canonical row -> q after it
 
     def add(self, parent: int, token: int) -> int:
         self.parents.append(parent)
@@ -72,24 +79,25 @@ class _TreeBuilder:
         self.canon.append(self._by_key.setdefault(key, r))
         return r
 
-    def q(self, row: int) -> torch.Tensor:
+    def q(self, row: int) -> Support:
         return self.qs[self.canon[row]]
 
     def expand(self, rows: Sequence[int]) -> None:
-        """One draft pass over the canonical rows among ``rows`` not fed yet."""
+        """One draft pass over the canonical rows among ``rows`` not fed yet; one transfer."""
         todo = [r for r in dict.fromkeys(self.canon[r] for r in rows) if r not in self._draft_node]
         if not todo:
             return
         parents = [self._draft_node[self.canon[self.parents[r]]] for r in todo]
         logits = self.ctx.draft.forward([self.tokens[r] for r in todo], parents)
-        probs = self.ctx.warping(logits)
+        supports = host_supports(self.ctx.warping(logits), self.bound)
         for i, r in enumerate(todo):
             self._draft_node[r] = self.ctx.draft.num_nodes - len(todo) + 1 + i
-            self.qs[r] = probs[i]
+            self.qs[r] = supports[i]
 
     def tree(self, depth: int) -> TokenTree:
-        qs, canon, zero = self.qs, self.canon, torch.zeros_like(self.q_root)
-        q = Rows(len(self.tokens), lambda r: qs.get(canon[r], zero))  # leaves: 0 (no children)
+        qs, canon = self.qs, self.canon
+        empty = Support(torch.zeros(0, dtype=torch.long), torch.zeros(0), self.vocab)
+        q = Rows(len(self.tokens), lambda r: qs.get(canon[r], empty))  # leaves: no children
         return TokenTree(self.parents, self.tokens, q, depth, self.canon)
 
 
@@ -122,10 +130,12 @@ def draft_chains(ctx: StepContext, k: int, gamma: int) -> TokenTree:
     return b.tree(gamma)
 
 
-def score_tree(ctx: StepContext, tree: TokenTree) -> Rows:  # [N+1, V]
+def score_tree(ctx: StepContext, tree: TokenTree) -> Rows:  # [N+1] host supports of warped p
     """One target pass over the tree's distinct nodes; warped p for every row (row 0 = root).
 
-    The rows are warped on first access (a verifier reads only the rows on its path).
+    On the CPU a row is warped when first read (a verifier reads only the rows on its
+    path); on an accelerator the first read warps every row and brings their supports to
+    the host in one transfer.
     """
     rows = tree.unique_rows
     node = {0: ROOT}
@@ -134,13 +144,18 @@ def score_tree(ctx: StepContext, tree: TokenTree) -> Rows:  # [N+1, V]
     logits = ctx.target.forward([tree.tokens[r] for r in rows],
                                 [node[tree.canon[tree.parents[r]]] for r in rows])
     root = ctx.target.root_logits
+    bound = ctx.warping.support_bound
     pos = {r: i for i, r in enumerate(rows)}
-    warped: dict[int, torch.Tensor] = {}  # canonical row -> warped p
+    warped: dict[int, Support] = {}  # canonical row -> host support of warped p
 
-    def row(r: int) -> torch.Tensor:  # [V]
+    def row(r: int) -> Support:
         c = tree.canon[r]
         if c not in warped:
-            warped[c] = ctx.warping(root if c == 0 else logits[pos[c]])
+            if root.device.type == "cpu":
+                warped[c] = host_support(ctx.warping(root if c == 0 else logits[pos[c]]), bound)
+            else:  # every row at once: one transfer
+                every = host_supports(ctx.warping(torch.cat([root[None], logits])), bound)
+                warped.update(zip([0, *rows], every))
         return warped[c]
 
     return Rows(len(tree.tokens), row)

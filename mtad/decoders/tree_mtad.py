@@ -21,6 +21,10 @@ instead of at its ancestor; after the beams are re-permuted by the draws that sl
 generally holds another beam. Use it only to compare with the authors' numbers.
 When fewer beams than that slot number exist at some depth (draws without
 replacement under top-k/top-p) the last slot is used.
+
+Devices: the warped tree ``p`` stays on the target's device; the edge probabilities
+``p[parent, token]`` and the reference cross to the host in one transfer, where paths are
+summed and the acceptance decided; the emitted token's support crosses once more.
 """
 
 from __future__ import annotations
@@ -111,17 +115,21 @@ class TreeMTAD(MTAD):
         tokens, parents, depth, _ = beam_tree(beams)
         logits = ctx.target.forward(tokens[1:], parents[1:])  # [N, V], one pass over the whole tree
         p = ctx.warping(torch.cat([ctx.target.root_logits[None], logits]))  # [N+1, V], row 0 = root
-        log_path_p = torch.zeros(len(tokens), dtype=p.dtype)  # [N+1], row 0: log 1
+        n, dev = len(tokens) - 1, p.device
+        edge_p = p[torch.tensor(parents[1:], device=dev), torch.tensor(tokens[1:], device=dev)]  # [N]
+        ref = self.reference(beams).to(device=dev, dtype=p.dtype)  # [g], draft -> target
+        host = torch.cat([edge_p, ref]).cpu()  # one transfer: edge probabilities and the reference
+        edge_p, ref = host[:n], host[n:]
+        log_path_p = torch.zeros(len(tokens), dtype=p.dtype)  # [N+1] on the host, row 0: log 1
         for r in range(1, len(tokens)):  # parents precede children
-            log_path_p[r] = log_path_p[parents[r]] + p[parents[r], tokens[r]].log()
-        ref = self.reference(beams).to(p.dtype)
+            log_path_p[r] = log_path_p[parents[r]] + edge_p[r - 1].log()
         a, node, per_depth = tree_accept(log_path_p, depth, ref, self.tau)
         path: list[int] = []
         n = node
         while n != ROOT:
             path.append(tokens[n])
             n = parents[n]
-        y = sample(p[node], ctx.generator)  # node = ROOT (0) is the root row
+        y = sample(p[node], ctx.generator, ctx.warping.support_bound)  # node = ROOT (0) is the root row
         out = StepOutput(
             tokens=path[::-1] + [y],
             drafted=g,

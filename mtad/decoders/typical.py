@@ -52,8 +52,8 @@ def typical_accept_length(
     if g == 0:
         return 0
     thresh = torch.clamp(delta * torch.exp(-entropy(p[:g])), max=eps)  # [g]
-    px = p[torch.arange(g), torch.tensor(draft_tokens)]  # [g]
-    ok = (px > thresh).tolist()
+    px = p[torch.arange(g, device=p.device), torch.tensor(draft_tokens, device=p.device)]  # [g]
+    ok = (px > thresh).tolist()  # one transfer
     return next((i for i, v in enumerate(ok) if not v), g)
 
 
@@ -84,5 +84,6 @@ class Typical(Decoder):
         p = target_chain(ctx, tokens)  # [g+1, V]
         a = typical_accept_length(tokens, p, self.eps, self.delta)
         return StepOutput(
-            tokens=tokens[:a] + [sample(p[a], ctx.generator)], drafted=g, accepted=a, tree_size=g
+            tokens=tokens[:a] + [sample(p[a], ctx.generator, ctx.warping.support_bound)],
+            drafted=g, accepted=a, tree_size=g,
         )

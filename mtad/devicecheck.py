@@ -1,0 +1,331 @@
+"""Run on the CPU as if tensors lived on CUDA devices: a device checker for the test suite.
+
+A CPU run cannot see device bugs: every tensor is on the CPU, so a CPU generator drawing
+from a GPU tensor, a host tensor added to a device tensor, or a draft tensor meeting a
+target tensor on another GPU all "work". ``VirtualDevices`` is a ``TorchFunctionMode``
+that gives tensors a *virtual* device (a ``_vdev`` tag; untagged tensors are on the CPU),
+propagates it through every torch call, and raises where CUDA would:
+
+* an op whose non-scalar tensor arguments sit on two devices (0-dim CPU tensors may meet
+  a device tensor, as CUDA allows; indexing a device tensor with CPU index tensors and
+  ``copy_`` across devices are allowed too, as in CUDA);
+* a ``generator=`` of another device type than the op's tensors (``torch.multinomial`` on
+  a CUDA tensor with a CPU generator);
+* a model called with inputs that are not on its input device.
+
+``tensor.device`` answers the virtual device, factories given ``device="cuda:N"`` make a
+CPU tensor tagged ``cuda:N``, ``.to()``/``.cuda()``/``.cpu()`` move tags, so the code under
+test runs unchanged. Models are placed with ``place(model, devices)``: parameters are
+tagged (spread over several devices when a list is given, like ``device_map="auto"``),
+the forward pass itself runs untraced, and its logits come out on the model's last
+device, its cache on its first.
+
+It also counts device-to-host transfers (host round-trips): ``item``, ``tolist``,
+``float()``/``int()``/``bool()``/``index()`` of a device tensor, ``.cpu()``/``.to("cpu")``,
+``numpy``, ``nonzero``, ``masked_select``, ``unique`` and boolean-mask indexing, by phase:
+``draft`` from the start of a decoder step until the target model first runs, ``verify``
+after it, ``engine`` outside decoder steps. ``torch.cuda.synchronize`` calls are counted
+as ``syncs``; ``torch.cuda.Event`` is replaced by a stand-in that records nothing (its
+waits are counted as ``event_waits``: reading a timer after the step's synchronisation).
+
+What it does not see: kernels' numerics (the logits are the CPU's), streams and
+asynchrony, memory. It is a test tool: it slows every torch call down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import Iterable
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+__all__ = ["DeviceError", "VirtualDevices", "device_of", "place"]
+
+_TAG = "_vdev"
+
+
+class DeviceError(RuntimeError):
+    """What CUDA would have raised."""
+
+
+def device_of(t: torch.Tensor) -> str:
+    """The virtual device of a tensor ("cpu" when untagged)."""
+    return getattr(t, _TAG, "cpu")
+
+
+def _tag(t, dev: str):
+    if isinstance(t, torch.Tensor):
+        if dev == "cpu":
+            if hasattr(t, _TAG):
+                try:
+                    delattr(t, _TAG)
+                except AttributeError:
+                    pass
+        else:
+            setattr(t, _TAG, dev)
+    return t
+
+
+def _norm(device) -> str | None:
+    if device is None:
+        return None
+    if isinstance(device, int):
+        return f"cuda:{device}"
+    d = torch.device(device)
+    if d.type == "cpu":
+        return "cpu"
+    return f"{d.type}:{d.index or 0}"
+
+
+def place(model: torch.nn.Module, devices: str | list[str]) -> torch.nn.Module:
+    """Tag a model's parameters and buffers with virtual devices (a list spreads the layers).
+
+    With several devices the parameters are split in order of appearance: embeddings on
+    the first device, the last layers and the output head on the last (as ``device_map``
+    places a model). ``VirtualDevices`` reads the placement from the tags.
+    """
+    devs = [devices] if isinstance(devices, str) else list(devices)
+    params = list(model.parameters()) + list(model.buffers())
+    for i, p in enumerate(params):
+        _tag(p, devs[min(i * len(devs) // max(len(params), 1), len(devs) - 1)])
+    if len(devs) > 1:  # the output head may be tied to the embeddings: tag the head explicitly
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        if head is not None and getattr(head, "weight", None) is not None and head.weight is not params[0]:
+            _tag(head.weight, devs[-1])
+    model._vdevs = devs
+    return model
+
+
+_GETTERS = {torch.Tensor.device.__get__: "device", torch.Tensor.is_cuda.__get__: "is_cuda",
+            torch.Tensor.is_cpu.__get__: "is_cpu"}
+_TO_HOST = {"item", "tolist", "__float__", "__int__", "__bool__", "__index__", "__complex__",
+            "numpy", "nonzero", "masked_select", "unique", "unique_consecutive", "argwhere",
+            "__repr__", "__format__", "__str__"}
+_INDEXING = {"__getitem__", "__setitem__", "index_put_", "index_put"}
+_CROSS_OK = {"copy_", "__setitem__"}
+
+
+class _FakeEvent:
+    """Stand-in for ``torch.cuda.Event`` under the checker (no CUDA in a CPU build)."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def record(self, stream=None):
+        pass
+
+    def synchronize(self):
+        VirtualDevices.active.counts["event_waits"] += 1
+
+    def query(self):
+        return True
+
+    def elapsed_time(self, other) -> float:
+        return 0.0
+
+
+class VirtualDevices(TorchFunctionMode):
+    """The checker: ``with VirtualDevices() as vd: ...``; ``vd.counts``, ``vd.steps``."""
+
+    active: VirtualDevices | None = None
+
+    def __init__(self):
+        super().__init__()
+        self.counts: Counter = Counter()  # "draft" / "verify" / "engine" transfers, "syncs"
+        self.steps: list[dict] = []  # per decoder step: transfers by phase, syncs
+        self.phase = "engine"
+        self._inside = 0  # > 0 while a placed model's forward runs (untraced)
+        self._hooks: list = []
+        self._patches: list = []
+
+    # -------------------------------------------------------------- models and decoders
+    def watch(self, model: torch.nn.Module, role: str = "model") -> None:
+        """Check a placed model's inputs, run its forward untraced, tag its outputs."""
+        devs = getattr(model, "_vdevs", None)
+        if devs is None:
+            raise ValueError(f"{role}: place(model, devices) first")
+
+        def pre(mod, args, kwargs):
+            flat, _ = tree_flatten((args, {k: v for k, v in kwargs.items() if k != "cache"}))
+            for t in flat:
+                if isinstance(t, torch.Tensor) and device_of(t) != devs[0]:
+                    raise DeviceError(
+                        f"{role} model on {devs[0]} called with an input on {device_of(t)}"
+                    )
+            if role == "target" and self.phase == "draft":
+                self.phase = "verify"
+            self._inside += 1
+
+        def post(mod, args, kwargs, out):
+            self._inside -= 1
+            logits = getattr(out, "logits", None)
+            if isinstance(logits, torch.Tensor):
+                _tag(logits, devs[-1])
+            cache = kwargs.get("cache", kwargs.get("past_key_values"))
+            for layer in getattr(cache, "layers", ()):
+                for name in ("keys", "values"):
+                    t = getattr(layer, name, None)
+                    if isinstance(t, torch.Tensor):
+                        _tag(t, devs[0])
+            return out
+
+        self._hooks.append(model.register_forward_pre_hook(pre, with_kwargs=True))
+        self._hooks.append(model.register_forward_hook(post, with_kwargs=True))
+
+    def watch_decoder(self, decoder) -> None:
+        """Count a decoder's transfers per step, split into drafting and verification."""
+        step = decoder.step
+
+        def counted(ctx):
+            before = Counter(self.counts)
+            self.phase = "draft"
+            try:
+                return step(ctx)
+            finally:
+                self.phase = "engine"
+                diff = self.counts - before
+                self.steps.append({k: diff.get(k, 0) for k in ("draft", "verify", "syncs")})
+
+        decoder.step = counted
+
+    # ------------------------------------------------------------------ the mode itself
+    def __enter__(self):
+        VirtualDevices.active = self
+        sync, event = torch.cuda.synchronize, torch.cuda.Event
+
+        def counting_sync(device=None):
+            self.counts["syncs"] += 1
+
+        torch.cuda.synchronize = counting_sync
+        torch.cuda.Event = _FakeEvent
+        self._patches = [(torch.cuda, "synchronize", sync), (torch.cuda, "Event", event)]
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for obj, name, value in self._patches:
+            setattr(obj, name, value)
+        for h in self._hooks:
+            h.remove()
+        VirtualDevices.active = None
+        return super().__exit__(*exc)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if self._inside:
+            return func(*args, **kwargs)
+        getter = _GETTERS.get(func)
+        if getter is not None:
+            dev = device_of(args[0])
+            if getter == "device":
+                return torch.device(dev)
+            return dev.startswith("cuda") if getter == "is_cuda" else dev == "cpu"
+        name = getattr(func, "__name__", str(func))
+        flat, _ = tree_flatten((args, kwargs))
+        tensors = [t for t in flat if isinstance(t, torch.Tensor)]
+
+        if name in ("to", "cuda", "cpu", "type") and tensors and args and args[0] is tensors[0]:
+            return self._move(func, name, args, kwargs)
+
+        target = _norm(kwargs["device"]) if "device" in kwargs else None
+        if target is not None and target != "cpu":
+            kwargs["device"] = "cpu"
+        devs = self._devices(name, tensors)
+        if len(devs) > 1:
+            raise DeviceError(f"{name}: expected all tensors on the same device, got {sorted(devs)}")
+        dev = target or (devs.pop() if devs else "cpu")
+        gen = kwargs.get("generator")
+        if isinstance(gen, torch.Generator) and gen.device.type != dev.split(":")[0]:
+            raise DeviceError(
+                f"{name}: expected a '{dev.split(':')[0]}' device type for generator but found "
+                f"'{gen.device.type}'"
+            )
+        if dev != "cpu" and name == "numpy":
+            raise DeviceError("numpy: can't convert a device tensor to numpy; copy it to the host first")
+        if dev != "cpu" and self._to_host(name, args):
+            self.counts[self.phase] += 1
+        out = func(*args, **kwargs)
+        if name in _TO_HOST or dev == "cpu":
+            return out
+        return tree_map(lambda t: _tag(t, dev), out)
+
+    def _devices(self, name: str, tensors: Iterable[torch.Tensor]) -> set[str]:
+        tensors = list(tensors)
+        if name in _INDEXING and tensors:
+            # CUDA copies CPU index tensors (and values) to the indexed tensor's device
+            devs = {device_of(tensors[0])}
+            devs |= {device_of(t) for t in tensors[1:] if device_of(t) != "cpu"}
+            return devs
+        if name in _CROSS_OK:
+            return {device_of(tensors[0])} if tensors else set()
+        return {device_of(t) for t in tensors if not (device_of(t) == "cpu" and t.dim() == 0)}
+
+    def _to_host(self, name: str, args) -> bool:
+        if name in _TO_HOST:
+            return True
+        if name == "__getitem__" and len(args) > 1:  # boolean-mask indexing needs the count
+            idx = args[1] if isinstance(args[1], tuple) else (args[1],)
+            return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in idx)
+        return False
+
+    def _move(self, func, name, args, kwargs):
+        src = args[0]
+        if name == "cpu":
+            dst = "cpu"
+            call_args, call_kwargs = args, kwargs
+        elif name == "cuda":
+            dev = args[1] if len(args) > 1 else kwargs.get("device")
+            dst = _norm(dev if dev is not None else 0)
+            return _tag(src.view_as(src), dst)
+        else:  # to / type
+            dst = None
+            call_args = []
+            for a in args[1:]:
+                if isinstance(a, torch.Tensor):
+                    dst = device_of(a)
+                    call_args.append(a.dtype if name == "to" else a)
+                elif isinstance(a, (str, torch.device, int)) and not isinstance(a, bool):
+                    if isinstance(a, str) and name == "type":
+                        call_args.append(a)
+                        continue
+                    dst = _norm(a)
+                    call_args.append(torch.device("cpu"))
+                else:
+                    call_args.append(a)
+            call_kwargs = dict(kwargs)
+            if "device" in call_kwargs:
+                dst = _norm(call_kwargs["device"])
+                call_kwargs["device"] = "cpu"
+            call_args = [src, *call_args]
+            if dst is None:
+                dst = device_of(src)
+        if device_of(src) != "cpu" and dst == "cpu":
+            self.counts[self.phase] += 1
+        out = func(*call_args, **call_kwargs)
+        if isinstance(out, torch.Tensor) and out is src and dst != device_of(src):
+            out = out.view_as(out)  # a new tensor object, so the source keeps its own tag
+        return _tag(out, dst) if isinstance(out, torch.Tensor) else out
+
+
+@contextlib.contextmanager
+def virtual_pair(target, draft, target_devices="cuda:0", draft_devices="cuda:1"):
+    """Place a (target, draft) pair on virtual devices and check everything run inside."""
+    place(target, target_devices)
+    if draft is not None:
+        place(draft, draft_devices)
+    vd = VirtualDevices()
+    vd.watch(target, "target")
+    if draft is not None:
+        vd.watch(draft, "draft")
+    try:
+        with vd:
+            yield vd
+    finally:
+        for m in (target, draft):
+            if m is not None:
+                for p in list(m.parameters()) + list(m.buffers()):
+                    _tag(p, "cpu")
+                if hasattr(m, "_vdevs"):
+                    del m._vdevs
