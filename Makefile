@@ -149,3 +149,11 @@ bench-overhead: models ## Harness overhead of every tree decoder, hooks vs py-sp
 	  --tasks humaneval:10-11 --max-new-tokens 64 --out results/bench/profile_share_cpu.json $(ARGS)
 
 .PHONY: bench-cost bench-speed bench-claim4 bench-overhead
+
+# ---- The check on a GPU node (docs/cluster.md): random models built in-process, no hub, no data ----
+# Uses .venv when it exists, else $(PYTHON) with whatever torch/transformers it has. ARGS=--dry-run: CPU, seconds.
+GPU_CHECK_PY = $(if $(wildcard $(PY)),$(PY),$(PYTHON))
+gpu-check: ## GPU tests + forward/overhead vs HF assisted/energy on 1B-shaped random models (<= 5 min, one GPU) -> results/gpu_check/<host>-<time>/
+	HF_HUB_OFFLINE=1 $(GPU_CHECK_PY) bench/gpu_check.py --out results/gpu_check/$$(hostname -s 2>/dev/null || echo host)-$$(date +%Y%m%d-%H%M%S) $(ARGS)
+
+.PHONY: gpu-check
