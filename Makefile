@@ -148,7 +148,13 @@ bench-overhead: models ## Harness overhead of every tree decoder, hooks vs py-sp
 	HF_HUB_OFFLINE=1 $(PY) bench/profile_share.py --decoders spd,specinfer,mcss,spectr,mtad,tree_mtad \
 	  --tasks humaneval:10-11 --max-new-tokens 64 --out results/bench/profile_share_cpu.json $(ARGS)
 
-.PHONY: bench-cost bench-speed bench-claim4 bench-overhead
+# Harness cost where passes are fast: tiny models (hidden 64) with 32k / 152k vocabularies, every
+# system interleaved, ms per step and per token outside the models' forward (bench/overhead.py).
+OVERHEAD_SYSTEMS ?= hf_assisted,spd,specinfer,mcss,spectr,mcns,tree_mtad,mtad,typical,bild,bild_sampling,greedy,multinomial,mjgd,mtjd
+bench-overhead-tiny: install ## Overhead per step/token outside the models, tiny models, real vocabularies -> results/bench/overhead_tiny_cpu.{json,md}
+	$(PY) bench/overhead.py --systems $(OVERHEAD_SYSTEMS) --out results/bench/overhead_tiny_cpu.json $(ARGS)
+
+.PHONY: bench-cost bench-speed bench-claim4 bench-overhead bench-overhead-tiny
 
 # ---- The check on a GPU node (docs/cluster.md): random models built in-process, no hub, no data ----
 # Uses .venv when it exists, else $(PYTHON) with whatever torch/transformers it has. ARGS=--dry-run: CPU, seconds.

@@ -9,6 +9,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import cost_model  # noqa: E402
+import overhead  # noqa: E402
 import profile_share  # noqa: E402
 import speed  # noqa: E402
 
@@ -88,3 +89,70 @@ def test_speed_fixed_length_times_decoding_on_equal_token_counts(tmp_path):
     assert row.n == 2 and "fixed length 9 tokens" in row.detail
     with pytest.raises(SystemExit, match="--fixed-length"):
         speed.main([*TINY, "--decoders", "hf_assisted,spd", "--fixed-length", "--out", str(out)])
+
+
+def test_overhead_tiny_mode_writes_side_by_side_ratios(tmp_path):
+    """bench/overhead.py on minimal sizes: every system interleaved, every run the same length,
+    overhead = wall - (target + draft forward) on every row, goals and a markdown table."""
+    out = tmp_path / "ovh.json"
+    overhead.main(["--vocabs", "50", "--hidden", "16", "--draft-hidden", "16", "--max-new-tokens", "3",
+                   "--prompts", "2", "--repeats", "1", "--systems", "hf_assisted,spd,specinfer",
+                   "--drafts", "random", "--modes", "greedy,sample", "--out", str(out)])
+    data = json.loads(out.read_text())
+    rows = data["rows"]
+    assert len(rows) == 2 * 2 * 3 and {r["tokens"] for r in rows} == {3}
+    for r in rows:
+        assert r["overhead"] == pytest.approx(r["wall"] - r["target_forward"] - r["draft_forward"])
+        assert 0 < r["target_forward"] < r["wall"] and r["target_calls"] > 0 and r["draft_calls"] > 0
+    # the order rotates: each prompt starts with a different system
+    firsts = [next(r["system"] for r in rows if (r["mode"], r["prompt"]) == ("greedy", p)) for p in (0, 1)]
+    assert firsts[0] != firsts[1]
+    assert list(data["report"]) == ["V50/random/greedy", "V50/random/sample"]
+    greedy = data["report"]["V50/random/greedy"]
+    assert set(greedy["goals"]) == {"spd_le_hf_assisted", "specinfer_le_1.5x_spd"}
+    assert greedy["systems"]["spd"]["vs_spd_per_token"]["estimate"] == pytest.approx(1.0)
+    assert greedy["systems"]["spd"]["equals_hf_greedy"] == "2/2"  # SpD emits HF's greedy tokens
+    assert greedy["systems"]["hf_assisted"]["steps"] == sum(
+        r["target_calls"] for r in rows if r["system"] == "hf_assisted" and r["mode"] == "greedy")
+    md = out.with_suffix(".md").read_text()
+    assert "Command: `python bench/overhead.py --vocabs 50" in md and "| specinfer |" in md
+    assert "Machine:" in md and "Load average" in md and data["load"]["before"]["loadavg"]
+    assert greedy["goals"]["spd_le_hf_assisted"]["verdict"] in ("met", "missed", "unresolved")
+    out.with_suffix(".md").unlink()
+    overhead.main(["--report", str(out)])  # re-renders the same tables from the JSON
+    assert out.with_suffix(".md").read_text() == md
+
+
+def test_overhead_counts_model_time_as_forward_on_both_sides():
+    """A model made slower inside its forward (a sleep in the inner decoder) adds that time to the
+    measured forward, not to the overhead, for HF assisted generation and for ours alike."""
+    import time as _time
+
+    import torch
+
+    from mtad.warping import Warping
+
+    sleep = 0.02
+    pair = overhead.build_pair(50, 16, 2, 16, 1, "random")
+    timers = {"target": speed.ForwardTimer(pair.target), "draft": speed.ForwardTimer(pair.draft)}
+    dec = overhead.load_decoder("spd", gamma=2)
+    ids = overhead.make_prompts(1, 8, 50)[0]
+
+    def both():
+        return {s: overhead.measure(s, pair, timers, dec if s == "spd" else None, ids, 4, Warping(0.0), 2, 0)
+                for s in ("hf_assisted", "spd")}
+
+    torch.manual_seed(0)
+    fast = both()
+    hooks = [m.model.register_forward_pre_hook(lambda *_: _time.sleep(sleep)) for m in (pair.target, pair.draft)]
+    try:
+        slow = both()
+    finally:
+        for h in hooks:
+            h.remove()
+    for s in ("hf_assisted", "spd"):
+        calls = slow[s]["target_calls"] + slow[s]["draft_calls"]
+        assert calls >= 4 and slow[s]["draft_calls"] >= 2
+        assert slow[s]["target_forward"] + slow[s]["draft_forward"] >= calls * sleep
+        # had the sleeps landed outside the measured forward, the overhead would grow by calls * sleep
+        assert slow[s]["overhead"] - fast[s]["overhead"] < 0.5 * calls * sleep, s

@@ -1,0 +1,349 @@
+#!/usr/bin/env python
+"""Harness cost per step and per token where model passes are fast: tiny models, real vocabularies.
+
+On a CPU the models take 95%+ of a step (``bench/profile_share.py``), which hides the
+bookkeeping that dominates when a pass takes a few milliseconds (a small draft on a GPU).
+This benchmark builds tiny random models in-process (``mtad.models.tiny``: hidden 64,
+2 layers target, 1 layer draft) with realistic vocabulary sizes (32,000 and 151,936: the
+warping, softmax and draw costs scale with the vocabulary) and measures, for every system,
+the time spent outside the models' forward:
+
+    overhead = wall - (target forward + draft forward)
+
+measured the same way on both sides: ``wall`` is one ``perf_counter`` interval around the
+whole generation call (``Engine(...)`` + ``Engine.generate``, prefill included, for ours;
+``target.generate(..., assistant_model=draft)`` for Hugging Face's assisted generation), and
+forward time comes from forward hooks on the two models' top-level modules
+(``speed.ForwardTimer``), which fire for our runners' calls and for HF's alike. Per token =
+overhead / emitted tokens; per step = overhead / steps (ours: ``Engine`` steps; HF: target
+forward calls, one verification each, the first one also prefills).
+
+Runs are interleaved: for each setting (vocabulary, draft, mode), prompt by prompt and repeat
+by repeat, every system runs once, in an order rotated per (prompt, repeat). Every run emits
+exactly ``--max-new-tokens`` tokens (no EOS: the random models have none and HF's generation
+config has it removed). Ratios (paired by prompt: geometric mean of per-prompt ratios of
+overhead per token, 95% bootstrap interval) are taken within the run only.
+
+    python bench/overhead.py --out results/bench/overhead_tiny_cpu.json    # make bench-overhead-tiny
+    python bench/overhead.py --vocabs 99 --hidden 16 --max-new-tokens 4 --prompts 1 --repeats 1 \\
+        --systems hf_assisted,spd,specinfer --drafts random --modes greedy --out /tmp/o.json  # seconds
+
+Systems: ``hf_assisted`` (constant ``--gamma`` draft tokens, confidence stopping off, as in
+``bench/speed.py``) and any decoder of ``conf/decoder/`` with ``/knob=value`` overrides
+(``speed.parse_decoder``). Drafts: ``random`` (a 1-layer model of another seed: little is
+accepted) and ``equal`` (a copy of the target: everything is accepted).
+Goals checked per setting: SpD's overhead per token <= HF assisted's; every tree decoder's
+(``TREE_DECODERS``) <= ``--tree-limit`` x SpD's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from speed import ForwardTimer, _paired_ratio, hf_generate, parse_decoder  # noqa: E402
+
+from mtad.cli import load_decoder  # noqa: E402
+from mtad.engine import Engine  # noqa: E402
+from mtad.models.pair import ModelPair  # noqa: E402
+from mtad.models.tiny import TinyTokenizer, tiny_causal_lm  # noqa: E402
+from mtad.records import provenance, write_json_atomic  # noqa: E402
+from mtad.warping import Warping  # noqa: E402
+
+ALL_SYSTEMS = ("hf_assisted,spd,specinfer,mcss,spectr,mcns,tree_mtad,mtad,typical,bild,bild_sampling,"
+               "greedy,multinomial,mjgd,mtjd")
+TREE_DECODERS = ("specinfer", "mcss", "spectr", "mcns", "tree_mtad")
+HF_SYSTEMS = ("hf_assisted",)
+
+
+# ----------------------------------------------------------------------------- models
+def build_pair(vocab: int, hidden: int, layers: int, draft_hidden: int, draft_layers: int,
+               draft: str) -> ModelPair:
+    """Tiny target + draft (``random``: another seed, ``draft_layers`` layers; ``equal``: a copy of
+    the target), no EOS anywhere (every run emits the same number of tokens)."""
+    target = tiny_causal_lm("qwen2", vocab, hidden, layers, num_heads=4, seed=0)
+    if draft == "equal":
+        dmodel = copy.deepcopy(target)
+    elif draft == "random":
+        dmodel = tiny_causal_lm("qwen2", vocab, draft_hidden, draft_layers, num_heads=2, seed=1)
+    else:
+        raise SystemExit(f"--drafts: unknown draft {draft!r}; choose random or equal")
+    for m in (target, dmodel):
+        m.generation_config.eos_token_id = None
+        m.generation_config.pad_token_id = 0
+    did = "copy-of-target" if draft == "equal" else f"tiny-qwen2-h{draft_hidden}-l{draft_layers}-s1"
+    return ModelPair(name=f"tiny_v{vocab}_{draft}", target=target, draft=dmodel,
+                     tokenizer=TinyTokenizer(vocab), target_id=f"tiny-qwen2-h{hidden}-l{layers}-s0",
+                     draft_id=did, vocab_size=vocab)
+
+
+def make_prompts(n: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(2, vocab, (length,), generator=g).tolist() for _ in range(n)]
+
+
+# ----------------------------------------------------------------------------- one run
+def measure(system: str, pair: ModelPair, timers: dict[str, ForwardTimer], decoder, ids: list[int],
+            max_new: int, warping: Warping, gamma: int, seed: int) -> dict:
+    """Run one system once; wall, forward (hooks) and overhead = wall - forward, same for all systems."""
+    f0 = {k: t.snapshot() for k, t in timers.items()}
+    if system in HF_SYSTEMS:
+        out, wall = hf_generate(pair, ids, max_new, warping, system, gamma, seed)
+        steps = None  # HF: one target call per step (below)
+    else:
+        t0 = time.perf_counter()
+        eng = Engine(pair.target, pair.draft, decoder, warping, pair.vocab_size, ())
+        res = eng.generate(ids, max_new, seed=seed)
+        wall = time.perf_counter() - t0
+        out, steps = res.output_ids, res.num_steps
+        runner_fwd = sum(r.forward_time for r in eng._runners())
+    d = {k: (t.snapshot()[0] - f0[k][0], t.snapshot()[1] - f0[k][1]) for k, t in timers.items()}
+    row = dict(system=system, tokens=len(out), wall=wall, target_forward=d["target"][0],
+               draft_forward=d["draft"][0], target_calls=d["target"][1], draft_calls=d["draft"][1],
+               steps=steps if steps is not None else d["target"][1], ids=out)
+    if system not in HF_SYSTEMS:
+        row["runner_forward"] = runner_fwd  # the engine's own timer: a cross-check of the hooks
+    row["overhead"] = overhead(row)
+    return row
+
+
+def overhead(row: dict) -> float:
+    """Seconds outside the models' forward: wall - target forward - draft forward."""
+    return row["wall"] - row["target_forward"] - row["draft_forward"]
+
+
+# ----------------------------------------------------------------------------- summary
+def _per_prompt(rows, key) -> dict[int, float]:
+    """Overhead (seconds) per token or per step for each prompt, pooled over repeats."""
+    out = {}
+    for p in sorted({r["prompt"] for r in rows}):
+        mine = [r for r in rows if r["prompt"] == p]
+        out[p] = sum(r["overhead"] for r in mine) / max(sum(r[key] for r in mine), 1)
+    return out
+
+
+def summarize(rows: list[dict], systems: list[str], tree_limit: float) -> dict:
+    report = {}
+    for setting in sorted({r["setting"] for r in rows}, key=lambda s: [r["setting"] for r in rows].index(s)):
+        sub = [r for r in rows if r["setting"] == setting]
+        per = {}
+        for s in systems:
+            rs = [r for r in sub if r["system"] == s]
+            if not rs:
+                continue
+            toks, steps = sum(r["tokens"] for r in rs), sum(r["steps"] for r in rs)
+            ovh, wall = sum(r["overhead"] for r in rs), sum(r["wall"] for r in rs)
+            tcalls, dcalls = sum(r["target_calls"] for r in rs), sum(r["draft_calls"] for r in rs)
+            reps = sorted({r["repeat"] for r in rs})
+            rep_ms = [1000 * sum(r["overhead"] for r in rs if r["repeat"] == k)
+                      / sum(r["tokens"] for r in rs if r["repeat"] == k) for k in reps]
+            per[s] = dict(
+                runs=len(rs), tokens=toks, steps=steps, tokens_per_step=toks / max(steps, 1),
+                overhead_ms_per_token=1000 * ovh / toks, overhead_ms_per_step=1000 * ovh / max(steps, 1),
+                overhead_ms_per_token_spread=(min(rep_ms), max(rep_ms)),
+                wall_ms_per_token=1000 * wall / toks, overhead_share=ovh / wall,
+                target_forward_ms_per_call=1000 * sum(r["target_forward"] for r in rs) / max(tcalls, 1),
+                draft_forward_ms_per_call=(1000 * sum(r["draft_forward"] for r in rs) / dcalls) if dcalls else None,
+            )
+        tok = {s: _per_prompt([r for r in sub if r["system"] == s], "tokens") for s in per}
+        stp = {s: _per_prompt([r for r in sub if r["system"] == s], "steps") for s in per}
+        for s, d in per.items():
+            if "spd" in per:
+                d["vs_spd_per_token"] = _paired_ratio(tok[s], tok["spd"])
+                d["vs_spd_per_step"] = _paired_ratio(stp[s], stp["spd"])
+            if "hf_assisted" in per:
+                d["vs_hf_assisted_per_token"] = _paired_ratio(tok[s], tok["hf_assisted"])
+        goals = {}
+        if "spd" in per and "hf_assisted" in per:
+            goals["spd_le_hf_assisted"] = _goal(per["spd"]["vs_hf_assisted_per_token"], 1.0)
+        for s in per:
+            if parse_decoder(s, 0)[0] in TREE_DECODERS and "spd" in per:
+                goals[f"{s}_le_{tree_limit:g}x_spd"] = _goal(per[s]["vs_spd_per_token"], tree_limit)
+        if "spd" in per and "hf_assisted" in per and setting.endswith("/greedy"):
+            pairs = [(a["ids"], b["ids"]) for a in sub if a["system"] == "spd" for b in sub
+                     if b["system"] == "hf_assisted" and (b["prompt"], b["repeat"]) == (a["prompt"], a["repeat"])]
+            per["spd"]["equals_hf_greedy"] = f"{sum(x == y for x, y in pairs)}/{len(pairs)}"
+        report[setting] = dict(systems=per, goals=goals)
+    return report
+
+
+def _goal(r: dict, limit: float) -> dict:
+    """met: the estimate is within the limit; verdict: whether the 95% interval settles it."""
+    verdict = "met" if r["high"] <= limit else "missed" if r["low"] > limit else "unresolved"
+    return dict(ratio=r["estimate"], low=r["low"], high=r["high"], limit=limit,
+                met=r["estimate"] <= limit, verdict=verdict)
+
+
+def markdown(report: dict, header: list[str]) -> str:
+    settings = list(report)
+    systems = list(dict.fromkeys(s for v in report.values() for s in v["systems"]))
+    lines = [*header, "", "### ms per token outside the models (x SpD, paired by prompt)", ""]
+
+    def table(cell):
+        out = ["| system | " + " | ".join(settings) + " |", "| --- |" + " ---: |" * len(settings)]
+        for s in systems:
+            cells = [cell(report[k]["systems"].get(s)) if s in report[k]["systems"] else "-" for k in settings]
+            out.append(f"| {s} | " + " | ".join(cells) + " |")
+        return out
+
+    def ratio(d, key):
+        r = d.get(key)
+        return f" ({r['estimate']:.2f}x)" if r else ""
+
+    lines += table(lambda d: f"{d['overhead_ms_per_token']:.2f}{ratio(d, 'vs_spd_per_token')}")
+    lines += ["", "### ms per step outside the models (tokens per step)", ""]
+    lines += table(lambda d: f"{d['overhead_ms_per_step']:.2f} ({d['tokens_per_step']:.1f})")
+    lines += ["", "### forward ms per call, target / draft; share of wall time outside the models", ""]
+    lines += table(lambda d: f"{d['target_forward_ms_per_call']:.2f} / "
+                             f"{d['draft_forward_ms_per_call'] or 0:.2f}; {d['overhead_share']:.0%}")
+    lines += ["", "### goals (overhead per token, paired ratio [95% CI])", ""]
+    lines += ["| setting | goal | ratio | estimate within | 95% CI says |", "| --- | --- | ---: | --- | --- |"]
+    for k in settings:
+        for g, v in report[k]["goals"].items():
+            lines.append(f"| {k} | {g} | {v['ratio']:.2f} [{v['low']:.2f}, {v['high']:.2f}] | "
+                         f"{'yes' if v['met'] else 'no'} | {v['verdict']} |")
+    return "\n".join(lines) + "\n"
+
+
+def machine_load() -> dict:
+    """Load average and the other processes using CPU now (what else was running)."""
+    try:
+        ps = subprocess.run(["ps", "-eo", "pid,stat,pcpu,args", "--sort=-pcpu"], capture_output=True,
+                            text=True, timeout=10).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError):
+        ps = []
+    me = str(os.getpid())
+    busy = [line[:160] for line in ps[1:] if line.split() and line.split()[0] != me
+            and float(line.split()[2]) >= 5.0]
+    return dict(loadavg=list(os.getloadavg()), busy_processes=busy[:8])
+
+
+# ----------------------------------------------------------------------------- main
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--vocabs", default="32000,151936")
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--draft-hidden", type=int, default=64)
+    ap.add_argument("--draft-layers", type=int, default=1)
+    ap.add_argument("--drafts", default="random,equal")
+    ap.add_argument("--modes", default="greedy,sample")
+    ap.add_argument("--systems", default=ALL_SYSTEMS)
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--prompt-length", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--gamma", type=int, default=4)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--top-k", type=int, default=10)
+    ap.add_argument("--top-p", type=float, default=0.9)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (1: the harness's host work is mostly serial, and a run shares the "
+                         "CPU with other work more evenly)")
+    ap.add_argument("--tree-limit", type=float, default=1.5, help="goal: tree decoders <= this x SpD")
+    ap.add_argument("--out", default="results/bench/overhead_tiny.json")
+    ap.add_argument("--md", help="markdown table (default: --out with .md)")
+    ap.add_argument("--report", help="only re-render the tables of an earlier run's JSON (rewrites its .md)")
+    args = ap.parse_args(argv)
+    if args.report:
+        saved = json.loads(Path(args.report).read_text())
+        report = summarize(saved["rows"], saved["args"]["systems"].split(","), saved["args"]["tree_limit"])
+        md = markdown(report, saved["header"])
+        Path(args.report).with_suffix(".md").write_text(md)
+        print(md)
+        return
+    cmd = "python bench/overhead.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    prev = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    try:
+        run(args, cmd.strip())
+    finally:
+        torch.set_num_threads(prev)
+
+
+def run(args, cmd: str) -> None:
+    systems = args.systems.split(",")
+    modes = {"greedy": Warping(0.0), "sample": Warping(args.temperature, args.top_k, args.top_p)}
+    load_before = machine_load()
+    rows, loads = [], {}
+    t_start = time.perf_counter()
+    for vocab in [int(v) for v in args.vocabs.split(",")]:
+        for draft in args.drafts.split(","):
+            pair = build_pair(vocab, args.hidden, args.layers, args.draft_hidden, args.draft_layers, draft)
+            timers = {"target": ForwardTimer(pair.target), "draft": ForwardTimer(pair.draft)}
+            prompts = make_prompts(args.prompts, args.prompt_length, vocab)
+            decs = {}
+            for s in systems:
+                if s not in HF_SYSTEMS:
+                    name, knobs = parse_decoder(s, args.gamma)
+                    decs[s] = load_decoder(name, **knobs)
+            for mname in args.modes.split(","):
+                w, setting = modes[mname], f"V{vocab}/{draft}/{mname}"
+                for s in systems:  # warm-up: one short run each, not recorded
+                    measure(s, pair, timers, decs.get(s), prompts[0], 4, w, args.gamma, 0)
+                for pi, ids in enumerate(prompts):
+                    for rep in range(args.repeats):
+                        shift = (pi * args.repeats + rep) % len(systems)
+                        for s in systems[shift:] + systems[:shift]:
+                            row = measure(s, pair, timers, decs.get(s), ids, args.max_new_tokens, w,
+                                          args.gamma, 1000 * pi + rep)
+                            rows.append(dict(setting=setting, vocab=vocab, draft=draft, mode=mname,
+                                             prompt=pi, repeat=rep, **row))
+                loads[setting] = os.getloadavg()
+                print(f"[{setting}] done ({time.perf_counter() - t_start:.0f} s, load {loads[setting][0]:.2f})",
+                      file=sys.stderr, flush=True)
+                # after every setting: a run stopped early keeps the settings it finished
+                md = write(args, cmd, rows, systems, loads, load_before, t_start)
+            for t in timers.values():
+                for h in t._h:
+                    h.remove()
+    print(md)
+    print(f"written: {args.out}, {args.md or Path(args.out).with_suffix('.md')}")
+
+
+def write(args, cmd, rows, systems, loads, load_before, t_start) -> str:
+    """Summarize the rows so far; write the JSON and the markdown table; return the markdown."""
+    report = summarize(rows, systems, args.tree_limit)
+    prov = provenance()
+    cpu = prov["device"].get("cpu_info", {})
+    load_after = machine_load()
+    header = [
+        f"Harness overhead per token and per step, tiny models (hidden {args.hidden}, {args.layers} layers "
+        f"target; draft: random = hidden {args.draft_hidden}, {args.draft_layers} layer(s); equal = a copy of "
+        f"the target), {args.prompts} prompts x {args.repeats} repeats, {args.max_new_tokens} new tokens, "
+        f"gamma {args.gamma}, sample = T {args.temperature:g} top-k {args.top_k} top-p {args.top_p:g}; "
+        f"systems interleaved (order rotated per prompt and repeat).",
+        "",
+        f"Command: `{cmd}`",
+        f"Machine: {cpu.get('model')}, {cpu.get('usable_cpus')} usable CPUs, torch threads "
+        f"{torch.get_num_threads()}, torch {torch.__version__}; git {prov['git'].get('commit', '?')[:10]}.",
+        f"Load average (1/5/15 min) before: {', '.join(f'{x:.2f}' for x in load_before['loadavg'])}; "
+        f"after: {', '.join(f'{x:.2f}' for x in load_after['loadavg'])}; "
+        f"other busy processes before: {len(load_before['busy_processes'])}, "
+        f"after: {len(load_after['busy_processes'])} (listed in the JSON).",
+        f"Wall time of the run: {time.perf_counter() - t_start:.0f} s; settings done: {len(loads)}.",
+        "",
+        "overhead = wall - (target + draft forward), forward timed by hooks on both models for every "
+        "system; per token = overhead / emitted tokens, per step = overhead / steps (HF: target calls).",
+    ]
+    md = markdown(report, header)
+    write_json_atomic(args.out, {"report": report, "rows": rows, "args": vars(args), "command": cmd, "header": header,
+                                 "load": {"before": load_before, "after": load_after, "per_setting": loads},
+                                 "torch_threads": torch.get_num_threads(), "provenance": prov})
+    Path(args.md or Path(args.out).with_suffix(".md")).write_text(md)
+    return md
+
+
+if __name__ == "__main__":
+    main()
