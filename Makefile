@@ -154,7 +154,10 @@ OVERHEAD_SYSTEMS ?= hf_assisted,spd,specinfer,mcss,spectr,mcns,tree_mtad,mtad,ty
 bench-overhead-tiny: install ## Overhead per step/token outside the models, tiny models, real vocabularies -> results/bench/overhead_tiny_cpu.{json,md}
 	$(PY) bench/overhead.py --systems $(OVERHEAD_SYSTEMS) --out results/bench/overhead_tiny_cpu.json $(ARGS)
 
-.PHONY: bench-cost bench-speed bench-claim4 bench-overhead bench-overhead-tiny
+bench-transfers: install ## Host round-trips per step, every decoder x gamma 2/4/8 x W 1/4, on virtual CUDA devices (mtad.devicecheck) -> results/bench/transfers.{json,md}
+	$(PY) bench/transfers.py --out results/bench/transfers $(ARGS)
+
+.PHONY: bench-cost bench-speed bench-claim4 bench-overhead bench-overhead-tiny bench-transfers
 
 # ---- The check on a GPU node (docs/cluster.md): random models built in-process, no hub, no data ----
 # Uses .venv when it exists, else $(PYTHON) with whatever torch/transformers it has. ARGS=--dry-run: CPU, seconds.

@@ -110,3 +110,34 @@ def chi_square_gof(
 
 def all_sequences(vocab: int, length: int):
     return itertools.product(range(vocab), repeat=length)
+
+
+def regenerate(folder, n: int = 1) -> list[tuple[list[int], list[int]]]:
+    """Re-run the first ``n`` first-turn generations of a results folder with today's code.
+
+    Reads the folder's resolved ``config.json``, builds its pair, decoder and task as the run
+    did (``mtad.evaluate.build``) and generates each example's first turn with the record's
+    seed. Returns (recorded, regenerated) ``output_ids`` per record: equal when the code
+    still produces what is committed (on a CPU whose float kernels match the recording one).
+    """
+    import json
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    from mtad.evaluate import build
+
+    folder = Path(folder)
+    cfg = OmegaConf.create(json.loads((folder / "config.json").read_text()))
+    records = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines() if line]
+    records = sorted((r for r in records if r.get("turn", 0) == 0), key=lambda r: r["index"])[:n]
+    pair, _, task, _, engine, _ = build(cfg)
+    examples = task.load()
+    out = []
+    for r in records:
+        ex = examples[r["index"]]
+        assert ex.id == r["example_id"], f"example {r['index']} is {ex.id}, the record says {r['example_id']}"
+        ids = task.render(ex, pair.tokenizer, 0, [])
+        res = engine.generate(ids, int(cfg.max_new_tokens), seed=int(cfg.seed) + 1000 * r["index"])
+        out.append((list(r["output_ids"]), res.output_ids))
+    return out

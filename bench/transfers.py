@@ -1,0 +1,151 @@
+"""Host round-trips per decoding step, for every decoder and shape (``make bench-transfers``).
+
+Runs each decoder (``conf/decoder/*.yaml``) through ``Engine.generate`` on tiny random
+models whose tensors the device checker (``mtad.devicecheck``) places on virtual CUDA
+devices (target ``cuda:0``, draft ``cuda:1``), and counts device-to-host transfers per
+step, split into drafting (before the target's first pass in the step) and verification
+(after it), and device synchronisations. The counts depend on the code's structure, not
+on the machine: no timing here. Shapes: gamma 2/4/8; tree decoders with W 1/4 (tree-MTAD's
+beam width; SpecInfer/MCSS/MCNS ``k_config = [W, 1, ..., 1]``; SpecTr ``num_drafts = W``);
+BiLD's ``max_run = gamma``; MTJD/MJGD by beam search over ``gamma`` positions.
+
+    python bench/transfers.py --out results/bench/transfers
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+import torch
+
+from mtad.cli import compose_config, group_options
+from mtad.devicecheck import virtual_pair
+from mtad.engine import Engine
+from mtad.models.tiny import tiny_causal_lm
+from mtad.warping import Warping
+
+TREE = {"specinfer", "mcss", "mcns", "spectr", "tree_mtad"}
+NO_SHAPE = {"multinomial", "greedy"}
+
+
+def shapes(name: str, gammas, widths) -> list[dict]:
+    """Decoder overrides for each (gamma, W) of the table."""
+    if name in NO_SHAPE:
+        return [{}]
+    out = []
+    for g in gammas:
+        for w in (widths if name in TREE else [None]):
+            if name in ("specinfer", "mcss", "mcns"):
+                out.append({"k_config": [w] + [1] * (g - 1)})
+            elif name == "spectr":
+                out.append({"gamma": g, "num_drafts": w})
+            elif name == "tree_mtad":
+                out.append({"gamma": g, "width": w})
+            elif name in ("bild", "bild_sampling"):
+                out.append({"max_run": g})
+            elif name in ("mjgd", "mtjd"):
+                out.append({"gamma": g, "method": "beam"})
+            elif name == "mtad":
+                out.append({"gamma": g, "width": 4})
+            else:
+                out.append({"gamma": g})
+    return out
+
+
+def label(name: str, over: dict) -> tuple[str, str]:
+    if "k_config" in over:
+        return str(len(over["k_config"])), str(over["k_config"][0])
+    g = over.get("gamma", over.get("max_run", "-"))
+    w = over.get("width", over.get("num_drafts", "-"))
+    return str(g), str(w)
+
+
+def load_decoder(name: str, **fields):
+    """``conf/decoder/<name>.yaml`` with its own fields overridden (``decoder.<field>=...``)."""
+    from hydra.utils import instantiate
+
+    def fmt(v):
+        return "[" + ",".join(map(str, v)) + "]" if isinstance(v, list) else str(v)
+
+    cfg = compose_config([f"decoder={name}"] + [f"decoder.{k}={fmt(v)}" for k, v in fields.items()],
+                         drop=("task", "model", "logger"))
+    return instantiate(cfg.decoder)
+
+
+def measure(target, draft, name: str, over: dict, warping: Warping, tokens: int, prompts) -> dict:
+    per_step = []
+    for i, prompt in enumerate(prompts):
+        dec = load_decoder(name, **over)
+        with virtual_pair(target, draft) as vd:
+            engine = Engine(target, draft, dec, warping)
+            vd.watch_decoder(dec)
+            engine.generate(prompt, tokens, seed=i)
+        per_step += vd.steps
+        syncs = vd.counts["syncs"]
+    n = len(per_step)
+    return {
+        "decoder": name, "overrides": over, "steps": n,
+        "draft_mean": statistics.fmean(s["draft"] for s in per_step),
+        "draft_max": max(s["draft"] for s in per_step),
+        "verify_mean": statistics.fmean(s["verify"] for s in per_step),
+        "verify_max": max(s["verify"] for s in per_step),
+        "syncs_per_step_last_prompt": syncs / max(len(vd.steps), 1),
+    }
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="results/bench/transfers")
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--gammas", type=int, nargs="+", default=[2, 4, 8])
+    ap.add_argument("--widths", type=int, nargs="+", default=[1, 4])
+    ap.add_argument("--decoders", nargs="*", default=None)
+    args = ap.parse_args(argv)
+    target = tiny_causal_lm("qwen2", vocab_size=args.vocab, dtype=torch.float32, seed=0, logit_scale=4.0)
+    draft = tiny_causal_lm("qwen2", vocab_size=args.vocab, hidden_size=16, num_heads=2, num_layers=1,
+                           dtype=torch.float32, seed=1, logit_scale=4.0)
+    prompts = [[3, 4, 5], [7, 1, 9, 2]]
+    rows = []
+    for temperature in (1.0, 0.0):
+        warping = Warping(temperature, top_k=10, top_p=0.9)
+        for name in args.decoders or group_options("decoder"):
+            for over in shapes(name, args.gammas, args.widths):
+                r = measure(target, draft, name, over, warping, args.tokens, prompts)
+                r["temperature"] = temperature
+                rows.append(r)
+                print(f"T={temperature} {name} {over}: draft {r['draft_mean']:.2f} (max {r['draft_max']}), "
+                      f"verify {r['verify_mean']:.2f} (max {r['verify_max']})", flush=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"command": "python bench/transfers.py " + " ".join(argv or []),
+            "vocab": args.vocab, "tokens": args.tokens, "prompts": len(prompts),
+            "sampling": "top-k 10, top-p 0.9", "devices": "target cuda:0, draft cuda:1 (virtual)"}
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    lines = [
+        "# Host round-trips per step (device-to-host transfers, by phase)",
+        "",
+        f"`make bench-transfers` (`{meta['command'].strip()}`): tiny random models, vocabulary "
+        f"{args.vocab}, {len(prompts)} prompts x {args.tokens} new tokens, {meta['sampling']}, "
+        f"{meta['devices']}, counted by `mtad.devicecheck`. *draft*: transfers before the target's "
+        "first pass in a step; *verify*: after it (MTJD/MJGD have no draft: their beam search over "
+        "the block's positions runs on the target, one transfer per position). Mean (max) per step. "
+        "Synchronisations: one per device per step (the engine's), none inside a step.",
+        "",
+        "| T | decoder | gamma | W | draft | verify | steps |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        g, w = label(r["decoder"], r["overrides"])
+        lines.append(f"| {r['temperature']:g} | {r['decoder']} | {g} | {w} | "
+                     f"{r['draft_mean']:.2f} ({r['draft_max']}) | {r['verify_mean']:.2f} ({r['verify_max']}) | "
+                     f"{r['steps']} |")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print(f"-> {out.with_suffix('.md')}")
+
+
+if __name__ == "__main__":
+    main()
