@@ -203,46 +203,65 @@ def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     assert PointFolder(tmp_path / s.name / second.hash).finished(second.hash, second.limit)
 
 
-def test_a_sweep_starts_from_the_same_point_in_a_sibling_sweep(tmp_path, monkeypatch):
-    """Two sweeps under one root share a point (claims / claims_spider): the second one asks for
-    more examples, copies the first one's records and generates only the missing examples;
-    the result equals a run of its own from scratch, and the first sweep's folder is untouched."""
+def test_a_point_held_elsewhere_is_read_and_resumed_in_place(tmp_path, monkeypatch):
+    """Identity is global: a sweep finds a point that another sweep's folder under its search
+    path holds. A folder of more examples covers fewer (read, untouched); one of fewer is
+    completed in place under its own lock (the first records kept byte for byte), equals a run
+    from scratch, and the first sweep then finds it cached. A folder under the same hash name
+    holding another point is never used; --dry-run says where each point was found."""
+    import io
+
+    from mtad.sweep.cli import dry_run, estimate
+
     generated = count_generations(monkeypatch)
     tiny = [o for o in TINY if not o.startswith("limit=")]
     base = ["decoder=multinomial", *tiny]
-    first = sw.load(SMOKE, [*base, "limit=2"], root=tmp_path, name="first")
+    first = sw.load(SMOKE, [*base, "limit=2"], root=tmp_path / "a", name="first")
     assert sw.run(first, progress=False).ok
     (p,) = first.points
-    src = tmp_path / "first" / p.hash
+    src = tmp_path / "a" / "first" / p.hash
     before = (src / "samples.jsonl").read_bytes()
-    # a folder under the same hash name that holds another point is never copied
-    decoy = tmp_path / "decoy" / p.hash
+    # a folder under the same hash name that holds another point is never used
+    decoy = tmp_path / "b" / "decoy" / p.hash
     decoy.mkdir(parents=True)
     other = sw.load(SMOKE, ["decoder=spd", *tiny, "limit=2"], root=tmp_path / "x").points[0]
     assert other.hash != p.hash
     PointFolder(decoy).claim(identity(other.cfg))
     (decoy / "samples.jsonl").write_text((src / "samples.jsonl").read_text() * 2)
 
+    fewer = sw.load(SMOKE, [*base, "limit=1"], root=tmp_path / "b", name="fewer", search=[tmp_path])
+    assert fewer.folder(fewer.points[0]).path == src  # 2 examples cover 1: read in place
     generated.clear()
-    second = sw.load(SMOKE, [*base, "limit=3"], root=tmp_path, name="second")
+    assert sw.run(fewer, progress=False).statuses == {fewer.points[0].label: CACHED} and not generated
+    assert (src / "samples.jsonl").read_bytes() == before
+    index = json.loads((tmp_path / "b" / "fewer" / "sweep.json").read_text())
+    assert (tmp_path / "b" / "fewer" / index["points"][0]["dir"]).resolve() == src.resolve()
+
+    second = sw.load(SMOKE, [*base, "limit=3"], root=tmp_path / "b", name="second", search=[tmp_path])
     assert second.points[0].hash == p.hash  # limit is not part of the identity
-    import io
-
-    from mtad.sweep.cli import dry_run, estimate
-
     listing = io.StringIO()
     dry_run(second, 10, 10, out=listing)
-    assert f"starts from 2 records in first/{p.hash}/" in listing.getvalue()
+    assert f"found in {src.name}/, resumed there" in listing.getvalue()  # never an absolute path
+    assert "1 partial (found elsewhere)" in listing.getvalue()
     assert estimate(second, 10, 10)["turns"] == 1
+    with PointFolder(src).lock():  # resumed under that folder's lock: busy while another holds it
+        import threading
+
+        out = {}
+        t = threading.Thread(target=lambda: out.update(r=sw.run(second, progress=False)))
+        t.start()
+        t.join()
+    assert list(out["r"].statuses.values()) == ["busy"]
     assert sw.run(second, progress=False).ok
-    assert len(generated) == 1  # only the third example
-    dst = tmp_path / "second" / p.hash
-    seeded = json.loads((dst / "point.json").read_text())["seeded"]
-    assert seeded["from"] == f"first/{p.hash}" and seeded["records"] == 2
-    assert (src / "samples.jsonl").read_bytes() == before
-    lines = (dst / "samples.jsonl").read_text().splitlines()
+    assert len(generated) == 1  # only the third example, written into the first sweep's folder
+    assert not (tmp_path / "b" / "second" / p.hash).exists()
+    lines = (src / "samples.jsonl").read_text().splitlines()
     assert lines[:2] == before.decode().splitlines() and len(lines) == 3
-    assert PointFolder(dst).finished(p.hash, 3)
+    assert PointFolder(src).finished(p.hash, 3) and PointFolder(src).finished(p.hash, 2)
+    generated.clear()
+    assert set(sw.run(sw.load(SMOKE, [*base, "limit=2"], root=tmp_path / "a", name="first"),
+                      progress=False).statuses.values()) == {CACHED}
+    assert not generated
 
     fresh = sw.load(SMOKE, [*base, "limit=3"], root=tmp_path / "fresh", name="second")
     assert sw.run(fresh, progress=False).ok
@@ -251,7 +270,14 @@ def test_a_sweep_starts_from_the_same_point_in_a_sibling_sweep(tmp_path, monkeyp
     def read(f):
         return [{k: v for k, v in json.loads(line).items() if k not in strip} for line in f.read_text().splitlines()]
 
-    assert read(dst / "samples.jsonl") == read(tmp_path / "fresh" / "second" / p.hash / "samples.jsonl")
+    assert read(src / "samples.jsonl") == read(tmp_path / "fresh" / "second" / p.hash / "samples.jsonl")
+
+
+def test_a_sweep_given_a_root_searches_only_that_root(tmp_path):
+    """A scratch root never reaches into the results tree: ``--root`` without ``--search``."""
+    s = sw.load(ROOT / "experiments" / "table2.yaml", ["decoder=spd"], profile="cpu", root=tmp_path)
+    assert s.search == [tmp_path]
+    assert sw.load(ROOT / "experiments" / "table2.yaml", ["decoder=spd"], profile="cpu").search == [Path("results")]
 
 
 def test_unavailable_task_and_model_are_skipped_and_the_sweep_goes_on(tmp_path, monkeypatch):

@@ -4,8 +4,9 @@
 - ``mtad.results.identity``: a point's identity (what changes the generated tokens) and hash;
 - ``mtad.results.folder``: one point's folder: lock, claim (refuse another point's folder,
   adopt a legacy one), self-check and repair of ``samples.jsonl``, status;
-- ``mtad.results.store``: a folder of points: find a point (legacy folders included), list
-  the points of a sweep, multirun or single run for readers.
+- ``mtad.results.store``: a folder of points: find a point (legacy folders included, and
+  with a ``Catalog`` any folder under the results tree holding it), list the points of a
+  sweep, multirun or single run for readers.
 
 ``mtad.evaluate`` writes through it, ``mtad.sweep`` plans and resumes through it,
 ``mtad.render`` reads through it.
@@ -58,7 +59,7 @@ from mtad.results.io import (
     shown_path,
     write_json_atomic,
 )
-from mtad.results.store import Store, is_point_folder, load_point, point_dirs, used_config
+from mtad.results.store import Catalog, Store, is_point_folder, load_point, point_dirs, used_config
 
 __all__ = [
     "BUSY", "CACHED", "CONFIG_FILE", "DONE", "ERROR_FILE", "FAILED", "FORMAT", "INDEX_FILE",
@@ -66,6 +67,6 @@ __all__ = [
     "SUMMARY_FILE", "UNKNOWN", "RECORD_FIELDS", "Check", "FolderBusy", "FolderNotWritable",
     "IdentityMismatch", "NotAPointFile", "PointFolder", "now_utc", "record_key", "record_problem", "HASH_LEN", "LEGACY_DECODER_VERSION", "decoder_version",
     "differences", "identity", "identity_hash", "requested_limit", "append_jsonl", "read_json",
-    "read_jsonl", "rewrite_jsonl", "scan_jsonl", "shown_path", "write_json_atomic", "Store", "is_point_folder",
+    "read_jsonl", "rewrite_jsonl", "scan_jsonl", "shown_path", "write_json_atomic", "Catalog", "Store", "is_point_folder",
     "load_point", "point_dirs", "used_config",
 ]

@@ -94,6 +94,11 @@ def record_problem(record: Mapping[str, Any]) -> str | None:
     return None
 
 
+def covers(have: int | None, want: int | None) -> bool:
+    """Whether a summary of ``have`` examples (None: all) covers a request for ``want``."""
+    return have is None or (want is not None and have >= want)
+
+
 def now_utc() -> str:
     return datetime.now(timezone.utc).isoformat()
 
@@ -281,44 +286,6 @@ class PointFolder:
             )
         return stored, kind
 
-    def best_source(
-        self, sources: Sequence[PointFolder], ident_hash: str
-    ) -> tuple[PointFolder | None, list[dict]]:
-        """The folder among ``sources`` (not this one) holding ``ident_hash`` with most clean
-        records, and those records; (None, []) when none holds any."""
-        best, best_records = None, []
-        for src in sources:
-            if src.path.resolve() == self.path.resolve() or src.identity_hash() != ident_hash:
-                continue
-            records = src.check().records
-            if len(records) > len(best_records):
-                best, best_records = src, records
-        return best, best_records
-
-    def seed_from(self, sources: Sequence[PointFolder], ident_hash: str) -> PointFolder | None:
-        """Start an empty point from the records of the same point kept in another folder.
-
-        ``sources``: folders that may hold this point (e.g. the same hash in a sibling sweep
-        under the same root); only those whose stored identity hash is ``ident_hash`` count,
-        and the one with most clean records is copied. Records are keyed by (example, turn) and
-        a point's records do not depend on the folder or the ``limit`` it was asked with, so
-        resuming from the copy equals an uninterrupted run. Does nothing when this folder has
-        records already. Call under ``lock``, after ``claim``; returns the source used.
-        """
-        if self.check().records:
-            return None
-        best, best_records = self.best_source(sources, ident_hash)
-        if best is None:
-            return None
-        rewrite_jsonl(self.file(SAMPLES_FILE), best_records)
-        point = read_json(self.file(POINT_FILE)) or {}
-        point["seeded"] = {"from": best.path.name if best.path.parent == self.path.parent
-                           else f"{best.path.parent.name}/{best.path.name}",
-                           "records": len(best_records), "time_utc": now_utc()}
-        write_json_atomic(self.file(POINT_FILE), point)
-        log.info("%s starts from %d records of %s (same point)", self.path, len(best_records), best.path)
-        return best
-
     # ------------------------------------------------------------------ records
 
     def check(self, repair: bool = False) -> Check:
@@ -378,31 +345,44 @@ class PointFolder:
     # ------------------------------------------------------------------ status
 
     def finished(self, ident_hash: str, limit: int | None) -> bool:
-        """True when ``summary.json`` covers exactly the requested examples of this point and
-        ``samples.jsonl`` passes the self-check with as many records as the summary counts."""
+        """True when ``summary.json`` covers the requested examples of this point and
+        ``samples.jsonl`` passes the self-check with as many records as the summary counts.
+
+        A summary of more examples covers fewer (``covers``): examples are a prefix of a fixed
+        list, each with its own seed, so the first 30 of a 100-example point are the 30-example
+        point; such a folder is read as it is, never re-summarised at the smaller limit.
+        """
         summary = read_json(self.file(SUMMARY_FILE))
         if summary is None:
             return False
         if summary.get("format"):
-            same = summary.get("identity_hash") == ident_hash and summary.get("limit") == limit
-            count = summary.get("records")
+            same = summary.get("identity_hash") == ident_hash
+            have, count = summary.get("limit"), summary.get("records")
         else:  # legacy summary: identity, limit and count from its stored config and metrics
             cfg = summary.get("config")
             try:
-                same = (
-                    identity_hash(identity(cfg, LEGACY_DECODER_VERSION)) == ident_hash
-                    and requested_limit(cfg) == limit
-                )
+                same = identity_hash(identity(cfg, LEGACY_DECODER_VERSION)) == ident_hash
+                have = requested_limit(cfg)
             except (KeyError, TypeError, ValueError):
                 return False
             count = (summary.get("metrics") or {}).get("examples")
-        if not same:
+        if not same or not covers(have, limit):
             return False
         check = self.check()
         if not check.clean:
             return False
-        covered = [r for r in check.records if limit is None or int(r.get("index", 0)) < limit]
+        covered = [r for r in check.records if have is None or int(r.get("index", 0)) < have]
         return len(covered) == count
+
+    def summary_limit(self) -> int | None:
+        """The number of examples ``summary.json`` was written for (None: all, or no summary)."""
+        summary = read_json(self.file(SUMMARY_FILE)) or {}
+        if summary.get("format"):
+            return summary.get("limit")
+        try:
+            return requested_limit(summary["config"])
+        except (KeyError, TypeError, ValueError):
+            return None
 
     def status(self, ident_hash: str, limit: int | None) -> tuple[str, str | None]:
         """(status, detail) from the files only (no lock taken)."""

@@ -3,6 +3,11 @@
 Points live in ``<store>/<identity hash>/``. A legacy folder (old sweep layout, named by the
 old whole-config hash) holding the same identity is found by scanning and used in place, so
 finished legacy points count as cached and partial ones resume where they stopped.
+
+Identity is global: a ``Catalog`` knows every point folder under the results tree (another
+sweep's, a study's), so a store asked for a point that another folder already holds returns
+that folder, read in place when it covers the requested examples and resumed in place (under
+its own lock) when it does not. Records are never copied or merged across folders.
 ``sweep.json`` lists the points of the current sweep definition, with their folders.
 """
 
@@ -18,6 +23,7 @@ from mtad.results.folder import (
     POINT_FILE,
     SAMPLES_FILE,
     SUMMARY_FILE,
+    IdentityMismatch,
     PointFolder,
 )
 from mtad.results.io import read_json, scan_jsonl
@@ -45,22 +51,73 @@ class Store:
                             self._by_hash.setdefault(h, []).append(d)
         return self._by_hash
 
-    def folder(self, ident_hash: str) -> PointFolder:
-        """The folder of a point: ``<root>/<hash>`` unless an existing (legacy) folder holds it.
-
-        Among several folders with that identity (legacy duplicates, e.g. two old points that
-        differed only in a knob their decoder ignores), the one with the most records is used;
-        records are never merged across folders.
-        """
+    def own(self, ident_hash: str) -> PointFolder | None:
+        """The folder under ``root`` holding the point: ``<root>/<hash>``, else a legacy folder
+        with that identity (the one with most records); None when there is none."""
         own = self.root / ident_hash
         if own.is_dir() and is_point_folder(own):
             return PointFolder(own)
         found = self._scan().get(ident_hash, [])
         if not found:
-            return PointFolder(own)
-        best = max(found, key=lambda d: (d.joinpath(SUMMARY_FILE).exists(),
-                                         len(scan_jsonl(d / SAMPLES_FILE).records)))
-        return PointFolder(best)
+            return None
+        return PointFolder(max(found, key=lambda d: (d.joinpath(SUMMARY_FILE).exists(),
+                                                     len(scan_jsonl(d / SAMPLES_FILE).records))))
+
+    def folder(self, ident_hash: str, limit: int | None = None,
+               catalog: Catalog | None = None) -> PointFolder:
+        """The folder of a point: ``<root>/<hash>`` unless an existing folder holds it.
+
+        Candidates: this store's own folder (``own``) and, with ``catalog``, every folder
+        elsewhere holding the same identity hash. The one that covers ``limit`` examples wins
+        (``PointFolder.finished``), then the one with most clean records, then this store's
+        own; a new ``<root>/<hash>`` when none holds the point. Records are never merged.
+        """
+        own = self.own(ident_hash)
+        candidates = [own] if own is not None else []
+        if catalog is not None:
+            mine = own.path.resolve() if own is not None else None
+            candidates += [f for f in catalog.folders(ident_hash) if f.path.resolve() != mine]
+        if not candidates:
+            return PointFolder(self.root / ident_hash)
+
+        def rank(f: PointFolder) -> tuple[bool, int, bool]:
+            return f.finished(ident_hash, limit), len(f.check().records), f is own
+
+        return max(candidates, key=rank)
+
+
+class Catalog:
+    """Every point folder under ``roots`` (up to ``depth`` levels down), by identity hash.
+
+    The results tree's one index of points: ``results/claims/<sweep>/<hash>/``,
+    ``results/sweeps/<sweep>/<hash>/``, a run folder. Dot folders are skipped; a folder whose
+    ``point.json`` is not a point file is left out (``claim`` would refuse it). Read once.
+    """
+
+    def __init__(self, roots, depth: int = 4):
+        self.roots = [Path(r) for r in roots]
+        self.depth = depth
+        self._by_hash: dict[str, list[Path]] | None = None
+
+    def _scan(self) -> dict[str, list[Path]]:
+        if self._by_hash is None:
+            self._by_hash = {}
+            seen: set[Path] = set()
+            for root in self.roots:
+                for d in _walk(root, self.depth):
+                    if d.resolve() in seen:
+                        continue
+                    seen.add(d.resolve())
+                    try:
+                        h = PointFolder(d).identity_hash()
+                    except (IdentityMismatch, OSError, ValueError):
+                        h = None
+                    if h is not None:
+                        self._by_hash.setdefault(h, []).append(d)
+        return self._by_hash
+
+    def folders(self, ident_hash: str) -> list[PointFolder]:
+        return [PointFolder(d) for d in self._scan().get(ident_hash, [])]
 
 
 def point_dirs(root: str | Path, only_current: bool = True) -> list[Path]:

@@ -21,8 +21,8 @@ from mtad.results import (
     UNKNOWN,
 )
 from mtad.results.folder import POINT_FILE
-from mtad.results.io import read_json
-from mtad.sweep.execute import run, sibling_folders
+from mtad.results.io import read_json, shown_path
+from mtad.sweep.execute import run
 from mtad.sweep.launcher import hydra_main, launch, pair_job, point_job
 from mtad.sweep.plan import Sweep, check_task, load, unknown_names
 
@@ -46,8 +46,6 @@ def estimate(
             unavailable += 1
             continue
         records = folder.check().records
-        if not records:  # an empty folder starts from the same point in a sibling sweep
-            records = folder.best_source(sibling_folders(sweep, p.hash), p.hash)[1]
         have = [r for r in records if p.limit is None or int(r.get("index", 0)) < p.limit]
         left = max(0, (n_turns or 0) - len(have))
         tokens += left * int(p.cfg.max_new_tokens)
@@ -64,9 +62,11 @@ def dry_run(sweep: Sweep, tokens_per_s: float, point_overhead_s: float,
     known = sweep.known()
     print(f"sweep {sweep.name}: {len(sweep.points)} points ({len(known)} runnable) -> {sweep.dir}", file=out)
     store = sweep.store()
+    counts: dict[str, int] = {}  # "done (found elsewhere)": n, ...
     for p in sweep.points:
         if p.hash is None:
             status, detail, h = UNKNOWN, p.problem, "-" * HASH_LEN
+            counts[UNKNOWN] = counts.get(UNKNOWN, 0) + 1
         else:
             ok, reason, n_ex, n_turns = check_task(p.cfg)
             folder = sweep.folder(p, store)
@@ -75,18 +75,22 @@ def dry_run(sweep: Sweep, tokens_per_s: float, point_overhead_s: float,
                 status, detail = "unavailable", reason
             elif status in (PENDING, PARTIAL):
                 detail = f"{n_ex} examples, {n_turns} turns" + (f", {detail}" if detail else "")
-            if status == PENDING and ok:
-                src, records = folder.best_source(sibling_folders(sweep, p.hash), p.hash)
-                if src is not None:
-                    detail += f"; starts from {len(records)} records in {src.path.parent.name}/{src.path.name}/"
-            if folder.path.name != p.hash:
+            if not sweep.is_own(folder):
+                detail = f"{detail}; " if detail else ""
+                n = folder.summary_limit() if status == DONE else None
+                detail += (f"found in {shown_path(folder.path)}/" + (f" (n={n})" if n is not None else "")
+                           + (", resumed there" if status in (PENDING, PARTIAL) else ""))
+            elif folder.path.name != p.hash:
                 detail = f"{detail}; " if detail else ""
                 adopted = (read_json(folder.file(POINT_FILE)) or {}).get("adopted") or {}
                 detail += f"in {folder.path.name}/ " + (
                     f"(adopted from {adopted.get('from_hash')}: same records under the new stop set)"
                     if adopted.get("because") == "stop set" else "(written before the results format had a version)")
             h = p.hash
+            key = status + ("" if sweep.is_own(folder) else " (found elsewhere)")
+            counts[key] = counts.get(key, 0) + 1
         print(f"  {h}  {status:<11} {p.label}" + (f"  [{detail}]" if detail else ""), file=out)
+    print("points: " + ", ".join(f"{v} {k}" for k, v in counts.items()), file=out)
     for group, names in unknown_names(sweep).items():
         print(f"unknown {group} names (no conf/{group}/<name>.yaml yet): {', '.join(names)}", file=out)
     est = estimate(sweep, tokens_per_s, point_overhead_s, example_overhead_s)
@@ -108,6 +112,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--profile", help="a profile from the file's sweep.profiles (e.g. smoke, cpu)")
     ap.add_argument("--name", help="results folder name (default: sweep.name[_profile])")
     ap.add_argument("--root", help="results root (default: sweep.root, results/sweeps)")
+    ap.add_argument("--search", action="append",
+                    help="where points are looked for, repeatable (default: the file's sweep.search, "
+                         "e.g. results; with --root: that root only)")
     ap.add_argument("--wait", action="store_true",
                     help="wait for points another process is writing (default: report them busy, go on)")
     ap.add_argument("--launcher", help="run through Hydra with conf/hydra/launcher/<name>.yaml (mtad_slurm, mtad_joblib)")
@@ -138,7 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-    sweep = load(args.sweep_file, args.overrides, name=args.name, root=args.root, profile=args.profile)
+    sweep = load(args.sweep_file, args.overrides, name=args.name, root=args.root, profile=args.profile,
+                 search=args.search)
     if sweep.hydra_overrides and not args.launcher:
         log.warning("ignored without --launcher: %s", " ".join(sweep.hydra_overrides))
     problems = [p for p in sweep.points if p.hash is None]
@@ -147,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.strict and problems:
         return 2
     if args.dry_run:
-        est = sweep.meta.get("estimate") or {}
+        est = (sweep.meta.get("estimates") or {}).get(args.profile) or sweep.meta.get("estimate") or {}
 
         def pick(arg, key, default):
             return arg if arg is not None else float(est.get(key, default))

@@ -3,12 +3,16 @@
 A point is computed once: a folder whose ``summary.json`` covers the requested examples and
 whose ``samples.jsonl`` passes the self-check is cached; an interrupted point resumes at the
 (example, turn) level; a point whose folder another process holds is reported ``busy`` (or
-waited for). ``sweep.json`` lists the points of the current definition and their folders.
+waited for). A point that a folder elsewhere under the sweep's ``search`` holds (another
+sweep's) is run in that folder, under that folder's lock: read when it covers the requested
+examples, resumed in place when it does not. ``sweep.json`` lists the points of the current
+definition and their folders (relative to the sweep's folder).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -61,12 +65,8 @@ def run_point(
     choices: dict[str, str] | None = None,
     evaluate: Evaluate | None = None,
     wait: bool = False,
-    seeds: Sequence[PointFolder] = (),
 ) -> str:
     """Run one point into ``folder`` unless it is finished; returns its status.
-
-    ``seeds``: other folders that may hold the same point (``sibling_folders``); an empty
-    folder starts from the records of the one holding most (``PointFolder.seed_from``).
 
     TaskUnavailable and model-load errors write ``skipped.json``; any other exception writes
     ``error.json`` and is re-raised. KeyboardInterrupt passes through untouched (resumable).
@@ -90,8 +90,6 @@ def run_point(
             folder.claim(ident, overrides, choices)  # adopts a legacy folder's metadata
             if folder.finished(h, limit):
                 return CACHED
-            if seeds:
-                folder.seed_from(seeds, h)
             for stale in (SKIPPED_FILE, ERROR_FILE):
                 folder.file(stale).unlink(missing_ok=True)
             try:
@@ -120,21 +118,6 @@ def run_point(
     return DONE
 
 
-def sibling_folders(sweep: Sweep, point_hash: str) -> list[PointFolder]:
-    """Folders of the same point hash in the other sweeps under this sweep's root.
-
-    Sweeps that share a root (e.g. ``results/claims``: ``claims`` and ``claims_spider``) compute
-    a point they have in common once: the later one starts from the earlier one's records.
-    """
-    if not sweep.root.is_dir():
-        return []
-    return [
-        PointFolder(d)
-        for d in sorted(sweep.root.glob(f"*/{point_hash}"))
-        if d.is_dir() and d.parent.name != sweep.name and not d.parent.name.startswith(".")
-    ]
-
-
 @dataclass
 class Report:
     statuses: dict[str, str] = field(default_factory=dict)  # label -> status
@@ -157,7 +140,7 @@ def write_index(sweep: Sweep) -> None:
             row.update(status=UNKNOWN, reason=p.problem)
         else:
             folder = sweep.folder(p, store)
-            row["dir"] = folder.path.name
+            row["dir"] = os.path.relpath(folder.path, sweep.dir)
             row["status"], row["reason"] = folder.status(p.hash, p.limit)
         rows.append(row)
     write_json_atomic(
@@ -197,8 +180,7 @@ def run(
             bar.note(p.label[:60])
             try:
                 folder = sweep.folder(p)
-                status = run_point(p.cfg, folder, p.overrides, p.choices, evaluate=evaluate, wait=wait,
-                                   seeds=sibling_folders(sweep, p.hash))
+                status = run_point(p.cfg, folder, p.overrides, p.choices, evaluate=evaluate, wait=wait)
             except Exception as e:
                 status = FAILED
                 log.error("point %s (%s) failed: %s", p.hash, p.label, e)

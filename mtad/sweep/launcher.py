@@ -25,7 +25,15 @@ from omegaconf import DictConfig
 
 from mtad.cli import CONF_DIR
 from mtad.config import ConfigError
-from mtad.results import UNKNOWN, Store, identity, identity_hash, read_json
+from mtad.results import (
+    UNKNOWN,
+    Catalog,
+    Store,
+    identity,
+    identity_hash,
+    read_json,
+    requested_limit,
+)
 from mtad.sweep.execute import run, run_point, write_index
 from mtad.sweep.plan import Sweep, check_point, load, strip_hydra
 
@@ -52,6 +60,7 @@ def launch(sweep: Sweep, launcher: str, jobs_per_pair: int = 1) -> int:
         "hydra.sweeper.params=null",  # the grid is expanded inside each job, not by the launcher
         f"sweep.name={sweep.name}",
         f"sweep.root={sweep.root.resolve()}",
+        f"++sweep.search=[{','.join(str(d.resolve()) for d in sweep.search)}]",
         f"+sweep.file={sweep.path.resolve()}",
         f"+sweep.shards={jobs_per_pair}",
         f"+sweep.shard={','.join(str(i) for i in range(jobs_per_pair))}",
@@ -73,7 +82,8 @@ def pair_job(cfg: DictConfig) -> str:
     index = read_json(root / "sweep.json") or {}
     model = HydraConfig.get().runtime.choices.get("model")
     with _own_hydra():
-        sweep = load(meta.file, index.get("overrides", []), name=str(meta.name), root=meta.root)
+        sweep = load(meta.file, index.get("overrides", []), name=str(meta.name), root=meta.root,
+                     search=list(meta.get("search") or [meta.root]))
     mine = [p for p in sweep.known() if p.choices.get("model") == model]
     mine = mine[int(meta.shard) :: int(meta.shards)]
     report = run(sweep, points=mine, progress=False)
@@ -104,7 +114,9 @@ def point_job(cfg: DictConfig) -> str:
     hc = HydraConfig.get()
     overrides = [o for o in hc.overrides.task if not o.lstrip("+~").startswith(("sweep.", "hydra"))]
     meta = cfg.get("sweep") or {}
-    store = Store(Path(meta.get("root") or "results/sweeps") / str(meta.get("name") or "sweep"))
+    root = Path(meta.get("root") or "results/sweeps")
+    store = Store(root / str(meta.get("name") or "sweep"))
+    catalog = Catalog(meta.get("search") or [root])
     choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra/") and v is not None}
     cfg = strip_hydra(cfg)
     cfg.output_dir = None
@@ -115,7 +127,7 @@ def point_job(cfg: DictConfig) -> str:
         log.error("point %s not run: %s", " ".join(overrides), e)
         return UNKNOWN
     h = identity_hash(identity(cfg))
-    status = run_point(cfg, store.folder(h), overrides, choices)
+    status = run_point(cfg, store.folder(h, requested_limit(cfg), catalog), overrides, choices)
     log.info("point %s: %s", h, status)
     return status
 

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mtad.cli import CONF_DIR, check_keys, expand
 from mtad.config import ConfigError, check_knobs, describe_error, explicit_keys, validate
-from mtad.results import PointFolder, Store, identity, identity_hash, requested_limit
+from mtad.results import Catalog, PointFolder, Store, identity, identity_hash, requested_limit
 
 
 @dataclass
@@ -45,6 +45,9 @@ class Sweep:
     points: list[Point]
     meta: dict[str, Any] = field(default_factory=dict)  # the file's ``sweep:`` block
     hydra_overrides: list[str] = field(default_factory=list)  # hydra.* / hydra/*: launchers only
+    search: list[Path] = field(default_factory=list)  # where a point is looked for (Catalog)
+    _folders: dict[str, PointFolder] = field(default_factory=dict, repr=False)
+    _catalog: Catalog | None = field(default=None, repr=False)
 
     @property
     def dir(self) -> Path:
@@ -56,8 +59,22 @@ class Sweep:
     def store(self) -> Store:
         return Store(self.dir)
 
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            self._catalog = Catalog(self.search or [self.root])
+        return self._catalog
+
     def folder(self, point: Point, store: Store | None = None) -> PointFolder:
-        return (store or self.store()).folder(point.hash)
+        """The folder of ``point``: one under ``search`` that holds it (another sweep's, read or
+        resumed in place; ``Store.folder``), else ``<root>/<name>/<hash>/``. Chosen once per
+        point and kept, so a run and its index name the same folder."""
+        if point.hash not in self._folders:
+            self._folders[point.hash] = (store or self.store()).folder(
+                point.hash, point.limit, self.catalog())
+        return self._folders[point.hash]
+
+    def is_own(self, folder: PointFolder) -> bool:
+        return folder.path.parent.resolve() == self.dir.resolve()
 
 
 class Composer:
@@ -118,10 +135,17 @@ def load(
     name: str | None = None,
     root: str | Path | None = None,
     profile: str | None = None,
+    search: Sequence[str | Path] | None = None,
     conf_dir: Path = CONF_DIR,
 ) -> Sweep:
-    """Read a sweep file, expand its grid and compose every point (no model is loaded)."""
+    """Read a sweep file, expand its grid and compose every point (no model is loaded).
+
+    ``search``: the folders where a point is looked for before it gets a folder of its own
+    (default: the file's ``sweep.search``, e.g. ``[results]``; with ``root`` given and no
+    ``search``, that root only, so a sweep run into a scratch root never touches other folders).
+    """
     sweep_file = Path(sweep_file)
+    explicit_root = root is not None
     if not sweep_file.exists():
         raise FileNotFoundError(f"no sweep file {sweep_file}")
     if "sweep" not in OmegaConf.load(sweep_file):
@@ -147,10 +171,14 @@ def load(
         grid = [f"{k}={v}" for k, v in params.items()] + base_overrides
         jobs = expand(grid, conf_dir)
         points = [_point(composer, job, sweep_file, conf_dir) for job in jobs]
+    root = Path(root if root is not None else meta.get("root") or "results/sweeps")
+    if search is None:
+        search = [root] if explicit_root or not meta.get("search") else list(meta["search"])
     return Sweep(
         path=sweep_file,
         name=name or f"{meta.get('name') or sweep_file.stem}" + (f"_{profile}" if profile else ""),
-        root=Path(root if root is not None else meta.get("root") or "results/sweeps"),
+        root=root,
+        search=[Path(s) for s in search],
         base_overrides=base_overrides,
         jobs=jobs,
         points=points,
