@@ -70,12 +70,18 @@ lint: install ## ruff check + format check
 .PHONY: help install bubblewrap models run debug test test-slow lint
 
 # ---- Table 2 and ablations: resumable sweeps (mtad/sweep/) + rendering (mtad/render.py) ----
-# PROFILE=smoke (tiny random pair, ~1 min) | cpu (offline pair, ~1-1.5 h) | paper (hub pairs, GPUs).
+# PROFILE=smoke (tiny random pair, ~1 min; experiments/table2_smoke.yaml) | cpu (offline pair,
+# experiments/table2.yaml --profile cpu: the claims' points read where they are, the rest
+# generated, `--dry-run` says which) | paper (experiments/table2.yaml, hub pairs, GPUs).
 # LAUNCHER=mtad_slurm|mtad_joblib runs the points through a Hydra launcher (docs/cluster.md).
 TABLE2_smoke := table2_smoke
 TABLE2_cpu := table2_cpu
 TABLE2_paper := table2
 TABLE2 = $(TABLE2_$(PROFILE))
+TABLE2_FILE = $(if $(filter smoke,$(PROFILE)),table2_smoke,table2)
+TABLE2_PROFILE = $(if $(filter cpu,$(PROFILE)),--profile cpu,)
+# Notes a rendering cannot read from the records (experiments/<sweep>_notes.md, when there is one)
+NOTES = $(if $(wildcard experiments/$(1)_notes.md),--notes experiments/$(1)_notes.md,)
 SWEEPS ?= results/sweeps
 SWEEP ?= $(TABLE2)
 LAUNCHER ?=
@@ -88,18 +94,19 @@ ABLATION_PROFILE = $(if $(filter paper,$(PROFILE)),,--profile $(PROFILE))
 
 reproduce-table2: $(SWEEP_DEPS) bubblewrap ## Table 2: sweep (resumes, never recomputes) + render; PROFILE=smoke|cpu|paper
 	@test -n "$(TABLE2)" || { echo "PROFILE must be smoke, cpu or paper, not '$(PROFILE)'"; exit 2; }
-	$(SWEEP_ENV) $(PY) -m mtad.sweep experiments/$(TABLE2).yaml --root $(SWEEPS) $(SWEEP_LAUNCH) $(SWEEP_ARGS); rc=$$?; \
-	  $(PY) -m mtad.render $(SWEEPS)/$(TABLE2) --out results/$(TABLE2) $(RENDER_ARGS) && exit $$rc
+	$(SWEEP_ENV) $(PY) -m mtad.sweep experiments/$(TABLE2_FILE).yaml $(TABLE2_PROFILE) --root $(SWEEPS) --search results $(SWEEP_LAUNCH) $(SWEEP_ARGS); rc=$$?; \
+	  $(PY) -m mtad.render $(SWEEPS)/$(TABLE2) --out results/$(TABLE2) $(call NOTES,$(TABLE2)) $(RENDER_ARGS) && exit $$rc
 
 render: install ## Tables + figures of one sweep: SWEEP=table2_smoke (default: the PROFILE's table2); RENDER_ARGS=--wandb
-	$(PY) -m mtad.render $(SWEEPS)/$(SWEEP) --out results/$(SWEEP) $(RENDER_ARGS)
+	$(PY) -m mtad.render $(SWEEPS)/$(SWEEP) --out results/$(SWEEP) $(call NOTES,$(SWEEP)) $(RENDER_ARGS)
 
 ablations: $(SWEEP_DEPS) bubblewrap ## gamma / tau / width / draft-size ablations (experiments/ablation_*.yaml) at PROFILE, rendered
 	@rc=0; for f in experiments/ablation_*.yaml; do \
 	  name=$$(basename $$f .yaml)$(if $(filter paper,$(PROFILE)),,_$(PROFILE)); \
 	  if [ "$(PROFILE)" != paper ] && ! grep -qE "^    $(PROFILE):" $$f; then echo "$$f: no $(PROFILE) profile, skipped"; continue; fi; \
-	  $(SWEEP_ENV) $(PY) -m mtad.sweep $$f --root $(SWEEPS) $(ABLATION_PROFILE) $(SWEEP_LAUNCH) $(SWEEP_ARGS) || rc=1; \
-	  $(PY) -m mtad.render $(SWEEPS)/$$name --out results/$$name $(RENDER_ARGS) || rc=1; \
+	  $(SWEEP_ENV) $(PY) -m mtad.sweep $$f --root $(SWEEPS) --search results $(ABLATION_PROFILE) $(SWEEP_LAUNCH) $(SWEEP_ARGS) || rc=1; \
+	  notes=$$( [ -f experiments/ablations_$(PROFILE)_notes.md ] && echo --notes experiments/ablations_$(PROFILE)_notes.md ); \
+	  $(PY) -m mtad.render $(SWEEPS)/$$name --out results/$$name $$notes $(RENDER_ARGS) || rc=1; \
 	done; exit $$rc
 
 .PHONY: reproduce-table2 render ablations

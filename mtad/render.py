@@ -146,6 +146,11 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
         raise FileNotFoundError(f"no sweep folder {sweep_dir}")
     rows = []
     points = [load_point(d) for d in point_dirs(sweep_dir, only_current)]
+    listed = _index_points(sweep_dir)
+    for pt in points:  # a point not run yet has no folder: its names and knobs come from sweep.json
+        choices, knobs = listed.get(Path(pt["dir"]).resolve(), ({}, {}))
+        pt["choices"] = {**choices, **pt["choices"]}
+        pt["config"] = pt["config"] or knobs
     points.sort(key=lambda p: p["status"] != "done")
     seen: set[str] = set()
     for pt in points:
@@ -204,6 +209,24 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
     return add_speedups(df)
 
 
+def _index_points(sweep_dir: Path) -> dict[Path, tuple[dict[str, str], dict[str, Any]]]:
+    """{point folder: (config choices, knobs set by its overrides)} from a sweep's
+    ``sweep.json`` (empty without one)."""
+    import yaml
+
+    from mtad.results import INDEX_FILE, read_json
+
+    index = read_json(sweep_dir / INDEX_FILE) or {}
+    out = {}
+    for p in index.get("points", []):
+        if not (p.get("dir") or p.get("hash")):
+            continue
+        pairs = [o.split("=", 1) for o in p.get("overrides") or [] if "=" in o]
+        knobs = {k: yaml.safe_load(v) for k, v in pairs if k in KNOBS and k != "limit"}  # not identity
+        out[(sweep_dir / (p.get("dir") or p["hash"])).resolve()] = (p.get("choices") or {}, knobs)
+    return out
+
+
 def variant_labels(df: pd.DataFrame) -> pd.Series:
     """Row labels: the decoder, plus the settings that vary among its points of one (pair, task)."""
     varying: set[str] = set()
@@ -212,7 +235,7 @@ def variant_labels(df: pd.DataFrame) -> pd.Series:
             continue
         flat = pd.DataFrame(list(g["_identity"]))
         for col in flat.columns:
-            if flat[col].astype(str).nunique() > 1:
+            if flat[col].dropna().astype(str).nunique() > 1:  # a pending point lacks most keys
                 varying.add(col)
     # decoder.gamma follows gamma (interpolation): name the top-level knob only
     varying = {
@@ -271,9 +294,13 @@ def add_speedups(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def render(
-    sweep_dir: str | Path, out_dir: str | Path, *, only_current: bool = True, logger=None
+    sweep_dir: str | Path, out_dir: str | Path, *, only_current: bool = True, logger=None,
+    notes_file: str | Path | None = None,
 ) -> dict[str, Path]:
-    """Write every table and figure of one sweep folder into ``out_dir``; returns the paths."""
+    """Write every table and figure of one sweep folder into ``out_dir``; returns the paths.
+
+    ``notes_file``: Markdown appended to ``table2.md`` under "About this table" (what the
+    records cannot say: why a column is n/a, how the speed was measured)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -292,7 +319,7 @@ def render(
     knobs = varying_knobs(df)
     what = f"ablation over {', '.join(knobs)}" if knobs else "Table 2"
     metrics = {t: m for t, m in zip(df["task"], df.get("score_metric", [])) if isinstance(m, str)}
-    shared = settings_line(df)
+    shared = settings_line(df[df["status"] == "done"] if (df["status"] == "done").any() else df)
     md = [
         f"# {name}: {what}",
         "",
@@ -313,6 +340,8 @@ def render(
         csv_parts.append(csv_table(df[df["pair"] == pair], text))
     if footnotes:
         md += ["Notes:", "", *[f"- {n}" for n in footnotes], ""]
+    if notes_file is not None:
+        md += ["## About this table", "", Path(notes_file).read_text().strip(), ""]
     for fname, content in (("table2.md", "\n".join(md)), ("table2.tex", "\n".join(tex))):
         (out_dir / fname).write_text(content)
         written[fname] = out_dir / fname
@@ -423,6 +452,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--wandb", action="store_true", help="log the tables and the Pareto charts to W&B"
     )
     ap.add_argument("--wandb-project", default="mtad")
+    ap.add_argument("--notes", help="a Markdown file appended to table2.md (About this table)")
     args = ap.parse_args(argv)
     sweep_dir = Path(args.sweep_dir)
     out = Path(args.out) if args.out else Path("results") / sweep_dir.name
@@ -431,7 +461,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mtad.tracking import WandbLogger
 
         logger = WandbLogger(project=args.wandb_project, group=sweep_dir.name, tags=["render"])
-    written = render(sweep_dir, out, only_current=not args.all, logger=logger)
+    written = render(sweep_dir, out, only_current=not args.all, logger=logger, notes_file=args.notes)
     print(f"rendered {sweep_dir} -> {out}: {', '.join(sorted(written))}")
     return 0
 

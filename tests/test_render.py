@@ -521,3 +521,44 @@ def test_ablation_titled_and_on_a_log2_axis(tmp_path):
         "8",
     ]
     assert fig._suptitle.get_text().startswith("Ablation over gamma")
+
+
+def _committed_renderings() -> list[tuple[str, Path | None]]:
+    """Rendered folders under results/ whose sweep index is committed, with their notes file
+    (the Makefile's rule: experiments/<name>_notes.md, ablations: ablations_<profile>_notes.md)."""
+    out = []
+    for index in sorted((ROOT / "results" / "sweeps").glob("*/sweep.json")):
+        name = index.parent.name
+        if not (ROOT / "results" / name / "table2.md").exists():
+            continue
+        profile = name.rsplit("_", 1)[-1]
+        notes = [ROOT / "experiments" / f"{name}_notes.md",
+                 ROOT / "experiments" / f"ablations_{profile}_notes.md"]
+        notes = [n for n in notes if n.exists() and (name.startswith("ablation_") == n.name.startswith("ablations_"))]
+        out.append((name, notes[0] if notes else None))
+    return out
+
+
+COMMITTED = _committed_renderings()
+
+
+def test_the_committed_renderings_are_found():
+    names = {n for n, _ in COMMITTED}
+    assert {"table2_smoke", "table2_cpu", "ablation_tau_cpu", "ablation_gamma_cpu", "ablation_width_cpu"} <= names
+
+
+@pytest.mark.parametrize("name,notes", COMMITTED, ids=[n for n, _ in COMMITTED])
+def test_committed_tables_rerender_identically(name, notes, tmp_path, monkeypatch):
+    """Every committed table is what the renderer makes of the committed records (wherever the
+    sweep's index points: results/claims/... for the offline pair), byte for byte but for the
+    output folder in the command line; new records need a re-render in the same commit."""
+    monkeypatch.chdir(ROOT)
+    render.render(Path("results/sweeps") / name, tmp_path, notes_file=notes)
+    committed = ROOT / "results" / name
+    for fname in ("table2.md", "table2.tex", "table2.csv", "points.csv"):
+        new = (tmp_path / fname).read_text().splitlines()
+        old = (committed / fname).read_text().splitlines()
+        if fname == "table2.md":
+            assert old[2] == f"Rendered by `python -m mtad.render results/sweeps/{name} --out results/{name}`."
+            new, old = new[:2] + new[3:], old[:2] + old[3:]
+        assert new == old, f"results/{name}/{fname} differs from a fresh rendering of its records"
