@@ -99,8 +99,8 @@ def measure(target, draft, name: str, over: dict, warping: Warping, tokens: int,
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="results/bench/transfers")
-    ap.add_argument("--vocab", type=int, default=32000)
-    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--tokens", type=int, default=24)
     ap.add_argument("--gammas", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("--widths", type=int, nargs="+", default=[1, 4])
     ap.add_argument("--decoders", nargs="*", default=None)
