@@ -146,7 +146,8 @@ COMMITTED = [("claims", "results/claims"), ("claims_tree", "results/claims"),
 
 def test_committed_sweeps_do_not_depend_on_this_cpu(monkeypatch):
     """The sweeps behind committed records name their pair: composing them never asks for the CPU
-    choice, and every one of their points is still done (what ``mtad.sweep --dry-run`` lists)."""
+    choice, and every one of their points is still done (what ``mtad.sweep --dry-run`` lists),
+    but the HumanEval points that the stop sequences send back for regeneration."""
     from mtad import sweep as sw
     from mtad.results.folder import DONE
 
@@ -157,7 +158,12 @@ def test_committed_sweeps_do_not_depend_on_this_cpu(monkeypatch):
         s = sw.load(ROOT / "experiments" / f"{name}.yaml", root=ROOT / root)
         store = s.store()
         status = {p.label: s.folder(p, store).status(p.hash, p.limit)[0] for p in s.points}
-        assert status and set(status.values()) == {DONE}, (name, status)
+        assert status, name
+        # HumanEval points stop at the task's stop sequences now and are regenerated (a changed
+        # identity, docs/scoring.md); every other point must still be found done
+        not_done = {label for label, st in status.items() if st != DONE}
+        assert all("task=humaneval" in label for label in not_done), (name, not_done)
+        assert len(not_done) < len(status), (name, status)
 
 
 def test_weights_needed_follow_the_choice(chosen):
