@@ -6,7 +6,7 @@ pulls in ``conf/config.yaml``, the file sets the fixed values, a ``sweep:`` bloc
 (Hydra's sweep syntax: ``a,b,c``, ``range(2,9)``, ``choice(...)``, ``glob(...)``). The grid is
 expanded as Hydra's basic sweeper expands it (first key outermost), so the same file runs:
 
-- ``python -m mtad.sweep experiments/table2_cpu.yaml [--dry-run] [--wait] [key=value ...]``:
+- ``python -m mtad.sweep experiments/table2.yaml --profile cpu [--dry-run] [--wait] [key=value ...]``:
   here, point after point;
 - ``python -m mtad.sweep experiments/table2.yaml --launcher mtad_slurm [--jobs-per-pair N]``:
   one job per model pair (or N), each loading its pair once (``mtad.sweep.launcher``);
