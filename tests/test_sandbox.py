@@ -302,9 +302,7 @@ def test_private_folders_are_bounded():
     from eval.sandbox import TMPFS_BYTES
 
     ceiling = 8 * TMPFS_BYTES  # a program that stops itself here found no limit
-    t0 = time.monotonic()
     r = run_python(f"CEILING = {ceiling}\n" + FILL, timeout=20.0)
-    elapsed = time.monotonic() - t0
     assert r.passed, r.stderr
     filled, growth_mb = r.stdout.rsplit(" ", 1)
     filled = eval(filled)  # a dict literal printed by the program above
@@ -313,7 +311,6 @@ def test_private_folders_are_bounded():
     assert filled["."][0] == 0  # the work folder is in /tmp, full already
     # three full tmpfs mounts at most; without sizes the host gave the child 4 x ceiling
     assert int(growth_mb) < 3 * TMPFS_BYTES // 2**20 + 64
-    assert elapsed < 10.0
 
 
 # ---------------------------------------------------------------- UNIX sockets
