@@ -67,6 +67,7 @@ import numpy as np
 from mtad import stats
 from mtad.metrics import block_efficiency as tokens_per_step
 from mtad.metrics import emitted_tokens
+from mtad.results.identity import _canonical  # one canonical form for identities and settings
 
 TASKS = ("spider", "humaneval", "cnn_dailymail", "chatgpt_prompts", "mt_bench")
 ALL = "all"  # the pooled rows: every task with equal weight
@@ -241,16 +242,6 @@ Test = Direction | NonInferiority | Equivalence
 
 # ------------------------------------------------------------------------------ records
 SETTINGS_NOT = ("decoder", "decoder_version", "cost_prior")  # identity keys that are the decoder's
-
-
-def _canonical(value):
-    if isinstance(value, dict):
-        return {str(k): _canonical(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_canonical(v) for v in value]
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
-    return value
 
 
 def settings(point_file: dict, config: dict) -> dict:
