@@ -302,3 +302,19 @@ def test_shown_path_is_never_absolute(tmp_path, monkeypatch):
     # a file of the checkout the code runs from (e.g. a frozen worktree), seen from elsewhere
     assert shown_path(REPO_ROOT / "experiments" / "claims.yaml") == "experiments/claims.yaml"
     assert shown_path("/somewhere/else/x.yaml") == "x.yaml"
+
+
+def test_reasons_carry_no_machine_paths(tmp_path):
+    """skipped.json / error.json are committed: this checkout's path and the home folder are
+    written as ``.`` and ``~``."""
+    import json
+    from pathlib import Path
+
+    from mtad.results.folder import PointFolder
+    from mtad.results.io import REPO_ROOT
+
+    folder = PointFolder(tmp_path / "p")
+    folder.path.mkdir(parents=True)
+    folder.write_reason("skipped.json", "abc", f"none at {REPO_ROOT}/data/x.json or {Path.home()}/.cache/x")
+    reason = json.loads((folder.path / "skipped.json").read_text())["reason"]
+    assert reason == "none at ./data/x.json or ~/.cache/x"

@@ -31,7 +31,14 @@ from mtad.results.identity import (
     identity_hash,
     requested_limit,
 )
-from mtad.results.io import append_jsonl, read_json, rewrite_jsonl, scan_jsonl, write_json_atomic
+from mtad.results.io import (
+    append_jsonl,
+    portable_text,
+    read_json,
+    rewrite_jsonl,
+    scan_jsonl,
+    write_json_atomic,
+)
 
 log = logging.getLogger(__name__)
 
@@ -337,9 +344,11 @@ class PointFolder:
         )
 
     def write_reason(self, name: str, ident_hash: str | None, reason: str, **extra: Any) -> None:
-        """``skipped.json`` / ``error.json``: why this point has no results."""
+        """``skipped.json`` / ``error.json``: why this point has no results (machine paths in
+        the reason written relative to the checkout, or to ``~``: these files are committed)."""
         write_json_atomic(
-            self.file(name), {"identity_hash": ident_hash, "reason": reason, "time_utc": now_utc(), **extra}
+            self.file(name),
+            {"identity_hash": ident_hash, "reason": portable_text(reason), "time_utc": now_utc(), **extra},
         )
 
     # ------------------------------------------------------------------ status

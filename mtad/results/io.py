@@ -29,6 +29,13 @@ def shown_path(path: str | Path) -> str:
     return p.name
 
 
+def portable_text(text: str) -> str:
+    """``text`` with this checkout's absolute path written as ``.`` and the home folder as ``~``."""
+    for base, short in ((str(REPO_ROOT), "."), (str(Path.home()), "~")):
+        text = text.replace(base + "/", short + "/")
+    return text
+
+
 def write_json_atomic(path: str | Path, obj: Any) -> None:
     """Write JSON to a temp file in the same folder, then rename: never a half-written file."""
     def dump(f):
