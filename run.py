@@ -1,72 +1,11 @@
 #!/usr/bin/env python
 """mtad entry point: ``python run.py decoder=tree_mtad gamma=6 tau=0.3 task=humaneval``.
 
-Composes ``conf/config.yaml`` with Hydra and runs one decoder on one task
-(``mtad.evaluate.run``) into the run directory (a results folder, ``mtad.results``); with
-``-m`` it runs a Hydra multirun. The command line is checked first (``mtad.cli``).
-
-A refused run (a folder holding another point, busy or not writable) leaves the folder as it
-was: Hydra writes nothing into it (``hydra.output_subdir: null``, no log file), and
-``.hydra/`` and ``run.log`` are written here once the folder is claimed.
+The same as the ``mtad-run`` console script (``mtad.run.main``): one decoder on one task, with
+``-m`` a Hydra multirun.
 """
 
-from __future__ import annotations
-
-import logging
-import os
-import sys
-
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-import hydra  # noqa: E402
-from omegaconf import DictConfig, OmegaConf  # noqa: E402
-
-from mtad.cli import check_overrides  # noqa: E402  (also registers the config schema)
-
-
-def keep_run_files(folder, cfg: DictConfig, hydra_cfg: DictConfig) -> logging.Handler:
-    """What Hydra would have written into the run folder: ``.hydra/{config,hydra,overrides}.yaml``
-    and ``run.log`` (the file handler of ``hydra.job_logging``, attached to the root logger and
-    returned). Called once the folder is claimed."""
-    out = folder.path / ".hydra"
-    out.mkdir(exist_ok=True)
-    for name, node in (("config.yaml", cfg), ("hydra.yaml", OmegaConf.create({"hydra": hydra_cfg})),
-                       ("overrides.yaml", hydra_cfg.overrides.task)):
-        (out / name).write_text(OmegaConf.to_yaml(node), encoding="utf-8")
-    logging_cfg = hydra_cfg.job_logging
-    handler = logging.FileHandler(str(logging_cfg.handlers.file.filename))
-    handler.setFormatter(logging.Formatter(logging_cfg.formatters.simple.format))
-    logging.getLogger().addHandler(handler)
-    return handler
-
-
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
-def main(cfg: DictConfig) -> dict:
-    from hydra.core.hydra_config import HydraConfig
-
-    from mtad.evaluate import ConfigError, run, validate
-    from mtad.results import FolderBusy, FolderNotWritable, IdentityMismatch, PointFolder, identity
-
-    hc = HydraConfig.get()
-    choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra/") and v}
-    overrides = list(hc.overrides.task)
-    try:
-        validate(cfg)
-        folder, ident = PointFolder(cfg.output_dir), identity(cfg)
-        folder.refuse_another(ident)  # reads only: a refused folder is left as it was
-        with folder.lock(wait=bool(cfg.get("wait_lock", False))):  # re-entered by run()
-            folder.claim(ident, overrides, choices)
-            handler = keep_run_files(folder, cfg, hc)
-            try:
-                return run(cfg, overrides=overrides, choices=choices)
-            finally:
-                logging.getLogger().removeHandler(handler)
-                handler.close()
-    except (ConfigError, IdentityMismatch, FolderBusy, FolderNotWritable) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-
+from mtad.run.main import cli
 
 if __name__ == "__main__":
-    check_overrides(sys.argv[1:])
-    main()
+    cli()

@@ -34,9 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from speed import load_prompts as speed_prompts  # noqa: E402  (bench/speed.py, same folder)
 from speed import parse_task  # noqa: E402
 
-from mtad.autoshape import RHO, machine_id, model_key  # noqa: E402
-from mtad.cli import compose_config, load_decoder  # noqa: E402
-from mtad.costmodel import (  # noqa: E402
+from mtad.autotune.autoshape import RHO, machine_id, model_key  # noqa: E402
+from mtad.autotune.costmodel import (  # noqa: E402
     AcceptanceModel,
     CostModel,
     PassTime,
@@ -45,10 +44,11 @@ from mtad.costmodel import (  # noqa: E402
     relative_error,
     save_prior,
 )
-from mtad.engine import Engine  # noqa: E402
-from mtad.records import provenance, write_json_atomic  # noqa: E402
-from mtad.runner import ROOT, ModelRunner  # noqa: E402
-from mtad.warping import Warping  # noqa: E402
+from mtad.core.engine import Engine  # noqa: E402
+from mtad.core.runner import ROOT, ModelRunner  # noqa: E402
+from mtad.core.warping import Warping  # noqa: E402
+from mtad.run.cli import compose_config, load_decoder  # noqa: E402
+from mtad.run.provenance import provenance, write_json_atomic  # noqa: E402
 
 
 def ints(text: str) -> list[int]:

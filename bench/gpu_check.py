@@ -3,7 +3,7 @@
 
 Everything goes into one folder (``--out``):
 
-* ``gpu_check.json``: every number, the versions found (``mtad.records.provenance``: torch,
+* ``gpu_check.json``: every number, the versions found (``mtad.run.provenance.provenance``: torch,
   CUDA, transformers, driver, GPU names, compute capability, count) and each phase's status;
   rewritten after every phase, so a run cut short keeps what it measured;
 * ``pytest.log``: the ``gpu`` tests (``tests/test_gpu.py``: every decoder on CUDA, greedy
@@ -31,12 +31,12 @@ is skipped and says so):
    outside the models' forward passes (``torch.cuda.set_sync_debug_mode("warn")``: a
    device-to-host read, a copy from pageable host memory, ``nonzero``), by source line.
 4. ``energy``: J/token of SpD and tree-MTAD on the small-draft pair (T=1), NVML
-   (``mtad.energy``), interleaved, each window at least a few seconds; an idle window for
+   (``mtad.run.energy``), interleaved, each window at least a few seconds; an idle window for
    the baseline. Without NVML the phase records why.
 
 The models are built in-process from configs with random weights: no download, no hub, no
 data. Needs torch, transformers and this checkout (no Hydra: decoders are built from
-``conf/decoder/*.yaml`` by ``load_decoder`` below, tested equal to ``mtad.cli.load_decoder``).
+``conf/decoder/*.yaml`` by ``load_decoder`` below, tested equal to ``mtad.run.cli.load_decoder``).
 Without CUDA it stops with one line ("no CUDA device: ...", exit 2); ``--dry-run`` runs every
 phase on the CPU with tiny shapes in seconds (the default test suite does).
 
@@ -71,7 +71,7 @@ _KNOB = re.compile(r"^\$\{(\w+)\}$")
 
 # ----------------------------------------------------------------------------- decoders
 def decoder_names() -> list[str]:
-    """Every ``conf/decoder/*.yaml`` (as ``mtad.cli.group_options("decoder")``)."""
+    """Every ``conf/decoder/*.yaml`` (as ``mtad.run.cli.group_options("decoder")``)."""
     return sorted(p.stem for p in (CONF / "decoder").glob("*.yaml"))
 
 
@@ -160,7 +160,7 @@ def hf_assisted(target, draft, prompt, n, warping, gamma, seed) -> list[int]:
 
 def ours(target, draft, name, prompt, n, warping, gamma, seed) -> tuple[list[int], dict]:
     """Our decoder ``name`` through ``Engine.generate`` (no EOS: exactly ``n`` tokens)."""
-    from mtad.engine import Engine
+    from mtad.core.engine import Engine
 
     res = Engine(target, draft, load_decoder(name, gamma=gamma), warping).generate(prompt, n, seed=seed)
     return res.output_ids, {"steps": res.num_steps, "accepted": res.accepted,
@@ -169,7 +169,7 @@ def ours(target, draft, name, prompt, n, warping, gamma, seed) -> tuple[list[int
 
 def run_once(method, target, draft, prompt, n, warping, gamma, seed, count_syncs=False) -> dict:
     """One call of ``method`` (``hf_assisted`` or one of our decoders), timed."""
-    from mtad.probes import HookTimer, SyncCounter
+    from mtad.run.probes import HookTimer, SyncCounter
 
     timers = [HookTimer(target), HookTimer(draft)]
     counter = SyncCounter([target, draft]) if count_syncs else None
@@ -227,7 +227,7 @@ def phase_tests(args, budget_s: float) -> dict:
 
 def phase_forward(models, args) -> dict:
     """Median ms per k-token pass (pending endpoint + k-1 chain nodes) on a fixed cache."""
-    from mtad.runner import ModelRunner
+    from mtad.core.runner import ModelRunner
 
     out = {}
     gen = torch.Generator().manual_seed(0)
@@ -254,7 +254,7 @@ def phase_forward(models, args) -> dict:
 
 
 def phase_overhead(target, drafts, args, deadline: float = float("inf")) -> dict:
-    from mtad.warping import Warping
+    from mtad.core.warping import Warping
 
     modes = {"greedy": Warping(0.0), "sample": Warping(1.0, top_k=10, top_p=0.9)}
     methods = ["spd", "tree_mtad", "hf_assisted"]
@@ -304,8 +304,8 @@ def phase_overhead(target, drafts, args, deadline: float = float("inf")) -> dict
 
 
 def phase_energy(target, draft, args) -> dict:
-    from mtad.energy import EnergyMeter
-    from mtad.warping import Warping
+    from mtad.core.warping import Warping
+    from mtad.run.energy import EnergyMeter
 
     meter = EnergyMeter.for_models(target, draft)
     if not meter.available:
@@ -379,7 +379,7 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    from mtad.records import provenance
+    from mtad.run.provenance import provenance
 
     record = {"dry_run": args.dry_run, "device": args.device, "dtype": str(args.dtype).removeprefix("torch."),
               "budget_s": args.budget_s, "provenance": provenance(seed=0), "phases": {},

@@ -54,12 +54,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from speed import ForwardTimer, _paired_ratio, hf_generate, parse_decoder  # noqa: E402
 
-from mtad.cli import load_decoder  # noqa: E402
-from mtad.engine import Engine  # noqa: E402
+from mtad.core.engine import Engine  # noqa: E402
+from mtad.core.warping import Warping  # noqa: E402
 from mtad.models.pair import ModelPair  # noqa: E402
 from mtad.models.tiny import TinyTokenizer, tiny_causal_lm  # noqa: E402
-from mtad.records import provenance, write_json_atomic  # noqa: E402
-from mtad.warping import Warping  # noqa: E402
+from mtad.run.cli import load_decoder  # noqa: E402
+from mtad.run.provenance import provenance, write_json_atomic  # noqa: E402
 
 ALL_SYSTEMS = ("hf_assisted,spd,specinfer,mcss,spectr,mcns,tree_mtad,mtad,typical,bild,bild_sampling,"
                "greedy,multinomial,mjgd,mtjd")

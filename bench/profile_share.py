@@ -31,9 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mtad.records import provenance, write_json_atomic  # noqa: E402
+from mtad.run.provenance import provenance, write_json_atomic  # noqa: E402
 
-GENERATE = "Engine.generate (mtad/engine.py)"
+GENERATE = "Engine.generate (mtad/core/engine.py)"
 MODULE_CALL = "Module._call_impl (torch/nn/modules/module.py)"
 
 

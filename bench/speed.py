@@ -32,7 +32,7 @@ produces exactly ``--max-new-tokens`` tokens (EOS ignored, so two decoders are t
 same number of tokens whatever their samples) and ``wall`` is decoding time only (prefill
 excluded; the prefill is in ``prefill``). HF rows are refused there (``generate`` times
 prefill and decoding together). Without it, a run stops at EOS and ``wall`` includes the
-prefill. Block efficiency is ``mtad.metrics.block_efficiency`` (emitted tokens / steps) for
+prefill. Block efficiency is ``mtad.core.metrics.block_efficiency`` (emitted tokens / steps) for
 our decoders and tokens per decoding target pass for HF's.
 """
 
@@ -53,11 +53,11 @@ from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mtad.cli import compose_config, load_decoder  # noqa: E402
-from mtad.engine import Engine  # noqa: E402
-from mtad.metrics import block_efficiency  # noqa: E402
-from mtad.records import provenance, write_json_atomic  # noqa: E402
-from mtad.warping import Warping  # noqa: E402
+from mtad.core.engine import Engine  # noqa: E402
+from mtad.core.metrics import block_efficiency  # noqa: E402
+from mtad.core.warping import Warping  # noqa: E402
+from mtad.run.cli import compose_config, load_decoder  # noqa: E402
+from mtad.run.provenance import provenance, write_json_atomic  # noqa: E402
 
 
 class ForwardTimer:
@@ -269,7 +269,7 @@ def _paired_ratio(mine: dict[int, float], ref: dict[int, float]) -> dict | None:
     common = sorted(set(mine) & set(ref))
     if not common:
         return None
-    from mtad.stats import ratio_of_geometric_means
+    from mtad.core.stats import ratio_of_geometric_means
 
     iv = ratio_of_geometric_means([mine[p] for p in common], [ref[p] for p in common])
     return dict(estimate=iv.estimate, low=iv.low, high=iv.high, n=iv.n)
@@ -358,7 +358,7 @@ def print_report(report, rows):
             print(f"{n:<26} {d['tokens_per_s']:>6.2f} {sp:>11} {d['block_efficiency']:>5.2f} {nodes:>5} "
                   f"{vs_hf:>9} {vs_ar:>5} {_fmt_ratio(d.get('paired_vs_spd')):>22} "
                   f"{_fmt_ratio(d.get('paired_vs_hf_assisted')):>18} {d['forward_share']:>9.1%}{extra}")
-    print("\nBE = emitted tokens / steps (mtad.metrics) for ours; new tokens / decoding target passes for"
+    print("\nBE = emitted tokens / steps (mtad.core.metrics) for ours; new tokens / decoding target passes for"
           " HF's (forward hooks; HF's first pass counts); nodes = mean target tree nodes per step; tok/s"
           " include prefill except with --fixed-length (median over repeats, spread = min-max); paired"
           " = ratio of geometric means of per-prompt tokens/s with a"

@@ -1,7 +1,7 @@
 """Host round-trips per decoding step, for every decoder and shape (``make bench-transfers``).
 
 Runs each decoder (``conf/decoder/*.yaml``) through ``Engine.generate`` on tiny random
-models whose tensors the device checker (``mtad.devicecheck``) places on virtual CUDA
+models whose tensors the device checker (``mtad.testing.devicecheck``) places on virtual CUDA
 devices (target ``cuda:0``, draft ``cuda:1``), and counts device-to-host transfers per
 step, split into drafting (before the target's first pass in the step) and verification
 (after it), and device synchronisations. The counts depend on the code's structure, not
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import torch
 
-from mtad.cli import compose_config, group_options
-from mtad.devicecheck import virtual_pair
-from mtad.engine import Engine
+from mtad.core.engine import Engine
+from mtad.core.warping import Warping
 from mtad.models.tiny import tiny_causal_lm
-from mtad.warping import Warping
+from mtad.run.cli import compose_config, group_options
+from mtad.testing.devicecheck import virtual_pair
 
 TREE = {"specinfer", "mcss", "mcns", "spectr", "tree_mtad"}
 NO_SHAPE = {"multinomial", "greedy"}
@@ -130,7 +130,7 @@ def main(argv=None) -> None:
         "",
         f"`make bench-transfers` (`{meta['command'].strip()}`): tiny random models, vocabulary "
         f"{args.vocab}, {len(prompts)} prompts x {args.tokens} new tokens, {meta['sampling']}, "
-        f"{meta['devices']}, counted by `mtad.devicecheck`. *draft*: transfers before the target's "
+        f"{meta['devices']}, counted by `mtad.testing.devicecheck`. *draft*: transfers before the target's "
         "first pass in a step; *verify*: after it (MTJD/MJGD have no draft: their beam search over "
         "the block's positions runs on the target, one transfer per position). Mean (max) per step. "
         "Synchronisations: one per device per step (the engine's), none inside a step.",

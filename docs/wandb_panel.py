@@ -4,7 +4,7 @@
 
 Runs four decoders on the tiny random pair with ``logger=wandb logger.mode=offline`` into a
 temporary ``wandb/`` folder, reads the runs back from their ``.wandb`` files
-(``mtad.tracking.offline_runs``) and plots each run's summary the way the W&B scatter panel
+(``mtad.run.tracking.offline_runs``) and plots each run's summary the way the W&B scatter panel
 does: x = ``tokens_per_s``, y = ``ppl``, one point per run, named by the run name. Error bars
 are the runs' bootstrap intervals (``*_ci_low``/``*_ci_high``); lossless decoders are filled
 markers, lossy ones hollow. The tiny pair is random, so the numbers mean nothing: the figure
@@ -23,9 +23,9 @@ GROUP = "wandb_panel_demo"
 
 
 def log_demo_runs(wandb_dir: Path) -> list[dict]:
-    from mtad.cli import compose_config
-    from mtad.evaluate import run
-    from mtad.tracking import offline_runs
+    from mtad.run.cli import compose_config
+    from mtad.run.evaluate import run
+    from mtad.run.tracking import offline_runs
 
     for decoder in DECODERS:
         cfg = compose_config(

@@ -11,11 +11,11 @@ import numpy as np
 def bootstrap_stderr(values, statistic=np.mean, seed: int = 0) -> float:
     """Bootstrap standard error of ``statistic`` over per-example ``values``: the standard
     deviation of the bootstrap distribution of ``scipy.stats.bootstrap`` run with the
-    resamples and seed of ``mtad.stats`` (the project's one bootstrap, whose intervals the
+    resamples and seed of ``mtad.core.stats`` (the project's one bootstrap, whose intervals the
     tables show)."""
     from scipy.stats import bootstrap
 
-    from mtad.stats import N_RESAMPLES
+    from mtad.core.stats import N_RESAMPLES
 
     values = np.asarray(values, dtype=float)
     if values.size < 2:

@@ -18,7 +18,7 @@ it cannot touch. It cannot read a pass token (there is none), patch ``check`` or
 an object whose ``==`` is always true (only plain data crosses). The prompt's helper
 functions that some tests call (``poly``, ``encode_cyclic``, ...) come from the prompt
 here, not from the completion. Checked on all 164 problems: every canonical solution
-passes (``tests/test_humaneval_proxy.py``, slow). What the proxy changes: arguments
+passes (``tests/tasks/test_humaneval_proxy.py``, slow). What the proxy changes: arguments
 are copies, so a check that looked at an argument after the candidate mutated it would
 see the original (no HumanEval check does); results must be plain data (a generator or
 a custom class fails). Tests that use the global ``random`` module get the scorer's

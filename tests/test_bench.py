@@ -61,21 +61,20 @@ def test_cost_model_runs_and_writes_a_prior(tmp_path):
 
 def test_profile_share_counts_model_samples_inside_generate():
     raw = "\n".join([
-        "<module> (speed.py:1);Engine.generate (mtad/engine.py:111);ModelRunner.forward (mtad/runner.py:182);"
+        "<module> (speed.py:1);Engine.generate (mtad/core/engine.py:111);ModelRunner.forward (mtad/core/runner.py:182);"
         "Module._call_impl (torch/nn/modules/module.py:1782) 30",
-        "<module> (speed.py:1);Engine.generate (mtad/engine.py:111);sample (mtad/sampling.py:57) 10",
+        "<module> (speed.py:1);Engine.generate (mtad/core/engine.py:111);sample (mtad/core/sampling.py:57) 10",
         "<module> (speed.py:1);load (mtad/models/pair.py:10) 99",  # outside generate: not counted
     ])
     in_gen, in_model, leaves = profile_share.parse_raw(raw)
     assert (in_gen, in_model) == (40, 30)
-    assert leaves == {"sample (mtad/sampling.py)": 10}
+    assert leaves == {"sample (mtad/core/sampling.py)": 10}
 
 
 def test_speed_fixed_length_times_decoding_on_equal_token_counts(tmp_path):
     """--fixed-length (make bench-claim4): every run emits exactly --max-new-tokens tokens, EOS
     ignored, and ``wall`` is the decoding time without the prefill; the claims report reads it."""
-    from mtad import claims
-
+    from mtad.analysis import claims
     out = tmp_path / "speed.json"
     speed.main([*TINY, "--tasks", "humaneval:0-1", "--max-new-tokens", "9", "--repeats", "1",
                 "--modes", "sample", "--decoders", "spd,tree_mtad", "--fixed-length", "--out", str(out)])
@@ -130,7 +129,7 @@ def test_overhead_counts_model_time_as_forward_on_both_sides():
 
     import torch
 
-    from mtad.warping import Warping
+    from mtad.core.warping import Warping
 
     sleep = 0.02
     pair = overhead.build_pair(50, 16, 2, 16, 1, "random")

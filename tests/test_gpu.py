@@ -11,11 +11,11 @@ the draft on ``cuda:1`` when two GPUs exist:
   (``first_near_tie``), since another kernel's rounding may flip an argmax between two
   near-equal logits there, and every later token differs with it;
 * seeded runs at T=1 on CUDA equal the same runs on the CPU in float64: the random stream is
-  the same by design (one CPU generator, draws on the host: ``mtad.sampling``), and float64
+  the same by design (one CPU generator, draws on the host: ``mtad.core.sampling``), and float64
   leaves the acceptance tests far from rounding.
 
-The transfer bounds per step (host round-trips) are checked on the CPU by ``mtad.devicecheck``
-(``tests/test_devices.py``); on CUDA, ``bench/gpu_check.py`` counts implicit synchronisations.
+The transfer bounds per step (host round-trips) are checked on the CPU by ``mtad.testing.devicecheck``
+(``tests/decoders/test_devices.py``); on CUDA, ``bench/gpu_check.py`` counts implicit synchronisations.
 
 CPU tests (default suite): ``bench/gpu_check.py`` builds the decoders as Hydra does, stops in
 one line without CUDA, and runs end to end on the CPU (``--dry-run``) without Hydra.
@@ -38,11 +38,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import gpu_check  # noqa: E402
 
+from mtad.core.engine import Engine  # noqa: E402
+from mtad.core.warping import Warping  # noqa: E402
 from mtad.decoders.autoregressive import Greedy  # noqa: E402
-from mtad.engine import Engine  # noqa: E402
 from mtad.models.tiny import tiny_causal_lm  # noqa: E402
-from mtad.probes import SyncCounter  # noqa: E402
-from mtad.warping import Warping  # noqa: E402
+from mtad.run.probes import SyncCounter  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 DECODERS = gpu_check.decoder_names()
@@ -128,7 +128,7 @@ def test_seeded_runs_on_cuda_equal_the_cpu_in_float64(name, vocab):
 # ----------------------------------------------------------- bench/gpu_check.py, on the CPU
 @pytest.mark.parametrize("name", DECODERS)
 def test_gpu_check_builds_decoders_as_hydra_does(name):
-    from mtad.cli import load_decoder
+    from mtad.run.cli import load_decoder
 
     knobs = {"gamma": 6} if "${gamma}" in (ROOT / "conf" / "decoder" / f"{name}.yaml").read_text() else {}
     a, b = gpu_check.load_decoder(name, **knobs), load_decoder(name, **knobs)
@@ -149,7 +149,7 @@ def test_gpu_check_without_cuda_stops_in_one_line(tmp_path, capsys):
 
 
 def test_gpu_check_counts_explicit_synchronisations(monkeypatch):
-    from mtad.devices import synchronize
+    from mtad.core.devices import synchronize
 
     def plain(device=None):
         pass
@@ -162,7 +162,7 @@ def test_gpu_check_counts_explicit_synchronisations(monkeypatch):
 
 def test_gpu_check_energy_per_token(monkeypatch):
     """J/token = joules of a window / tokens made in it (a stand-in meter: none on this CPU)."""
-    import mtad.energy
+    import mtad.run.energy
 
     class Meter:
         available, source, devices, reason = True, "test", ["cuda:0"], None
@@ -173,7 +173,7 @@ def test_gpu_check_energy_per_token(monkeypatch):
         def stop(self):
             return 6.0
 
-    monkeypatch.setattr(mtad.energy.EnergyMeter, "for_models", classmethod(lambda cls, *m: Meter()))
+    monkeypatch.setattr(mtad.run.energy.EnergyMeter, "for_models", classmethod(lambda cls, *m: Meter()))
     target, draft = _pair(dtype=torch.float32)
     args = SimpleNamespace(energy_window_s=0.0, prefix=4, max_new_tokens=5, gamma=2)
     res = gpu_check.phase_energy(target, draft, args)

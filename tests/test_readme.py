@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from mtad.cli import compose_config
+from mtad.run.cli import compose_config
 
 ROOT = Path(__file__).resolve().parent.parent
 NOT_CPU = re.compile(r"\b(GPU|Slurm)\b")
@@ -28,9 +28,9 @@ TINY = ["model=tiny_random", "task=smoke", "limit=1", "max_new_tokens=4", "warmu
 #: CPU make commands that run for minutes: the file that exercises each, and what it must contain.
 MAKE_EXERCISED = {
     "make test": (".ci/run", "make test"),
-    "make reproduce-table2 PROFILE=smoke": ("tests/test_reproduce_smoke.py", "table2_smoke.yaml"),
+    "make reproduce-table2 PROFILE=smoke": ("tests/run/test_reproduce_smoke.py", "table2_smoke.yaml"),
     "make run": ("tests/test_readme.py", "test_make_run_config_composes"),
-    "make reproduce-claims": ("tests/test_claims.py", "test_reproduce_claims_plans_the_committed_points"),
+    "make reproduce-claims": ("tests/analysis/test_claims.py", "test_reproduce_claims_plans_the_committed_points"),
 }
 
 
@@ -115,7 +115,7 @@ RUNS = [(c, cpu) for c, cpu in COMMANDS if c.startswith(RUN)]
 
 @pytest.mark.parametrize(("command", "cpu"), RUNS, ids=_ids(RUNS))
 def test_run_command(command, cpu, tmp_path):
-    from mtad.evaluate import run
+    from mtad.run.evaluate import run
 
     args = command.split()[2:]
     knobs = [a for a in args if a != "-m"]

@@ -6,7 +6,7 @@ The references every lossless decoder must match: ``y ~ p(.|ctx)`` (warped) or
 
 from __future__ import annotations
 
-from mtad.decoders.base import Decoder, StepContext, StepOutput, sample
+from mtad.core.decoder import Decoder, StepContext, StepOutput, sample
 
 
 class Multinomial(Decoder):

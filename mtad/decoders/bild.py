@@ -61,9 +61,9 @@ import math
 
 import torch
 
-from mtad.decoders.base import Decoder, StepContext, StepOutput, check_positive_int, sample
+from mtad.core.decoder import Decoder, StepContext, StepOutput, check_positive_int, sample
+from mtad.core.sampling import host_support, host_supports
 from mtad.decoders.spd import chain_masses
-from mtad.sampling import host_support, host_supports
 
 MODES = ("greedy", "sampling")
 

@@ -1,6 +1,6 @@
 """MCSS (Yang et al., arXiv 2401.06706): SpecInfer's tree with siblings drawn without replacement. Lossless.
 
-Verification updates Q after each rejected sibling (``mtad.multidraft.verify_mcss``);
+Verification updates Q after each rejected sibling (``mtad.verify.multidraft.verify_mcss``);
 after top-k/top-p a node may have fewer nonzero draft tokens than k: it then
 gets fewer children, never duplicates.
 """
@@ -8,7 +8,7 @@ gets fewer children, never duplicates.
 from __future__ import annotations
 
 from mtad.decoders.specinfer import SpecInfer
-from mtad.multidraft import draw_without_replacement, verify_mcss
+from mtad.verify.multidraft import draw_without_replacement, verify_mcss
 
 
 def _without_replacement(q, k, generator):

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import torch
 
-from mtad.decoders.base import Decoder, StepContext, StepOutput, check_positive_int, sample
-from mtad.runner import ROOT
+from mtad.core.decoder import Decoder, StepContext, StepOutput, check_positive_int, sample
+from mtad.core.protocols import ROOT
 
 METHODS = ("exact", "beam", "auto")
 
@@ -42,7 +42,7 @@ METHODS = ("exact", "beam", "auto")
 def enumeration_tree(vocab: int, depth: int) -> tuple[list[int], list[int]]:
     """Tokens and parent rows of every prefix of length 1..depth, breadth-first, lexicographic.
 
-    Rows as in ``mtad.runner`` (root = row 0, the i-th listed prefix is row i + 1).
+    Rows as in ``mtad.core.runner`` (root = row 0, the i-th listed prefix is row i + 1).
     """
     tokens: list[int] = []
     parents: list[int] = []

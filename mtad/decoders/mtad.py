@@ -4,14 +4,14 @@ with Auxiliary Model for LLM Inference", ICLR 2025). Not lossless, by design.
 MTAD approximates multi-token joint decoding (sampling the next gamma tokens from
 the target's joint distribution) with a draft model:
 
-    draft   x_1..x_g = the best beam of beam sampling on the draft (``mtad.beam``)
+    draft   x_1..x_g = the best beam of beam sampling on the draft (``mtad.propose.beam``)
     target  one pass over the draft: p_1..p_(g+1) (warped)
     verify  R_d = sum_{i<=d} [log p_i(x_i) - log q_i(x_i)],  d = 1..g
             a = max{d : R_d > log tau}  (0 if none)  -- deterministic, no uniform draw;
             a failing shorter prefix does not block a longer passing one
     emit    x_1..x_a, then y ~ p_(a+1)  (the plain target distribution, not a residual)
 
-Glossary (as in the paper and ``mtad.decoders.base``):
+Glossary (as in the paper and ``mtad.core.decoder``):
 
 * *accepted*: draft tokens kept (``a``); *correction*: ``y`` after a rejection;
   *bonus*: ``y`` when every draft token was accepted (here both come from plain p);
@@ -22,7 +22,7 @@ Glossary (as in the paper and ``mtad.decoders.base``):
 
 Numerics: ``log 0 = -inf``; a prefix with ``P = 0`` fails whatever ``Q`` is (no NaN).
 At temperature 0 the draft is an ordinary top-W beam search scored with the
-draft's plain softmax (see ``mtad.beam``) and ``p`` is one-hot, so a prefix passes
+draft's plain softmax (see ``mtad.propose.beam``) and ``p`` is one-hot, so a prefix passes
 only if it is the target's greedy continuation: MTAD then equals greedy decoding.
 
 Devices: the draft's cumulative log Q moves to the target's device; R crosses to the
@@ -37,10 +37,10 @@ import math
 
 import torch
 
-from mtad.autoshape import auto_shape, check_shape_knob
-from mtad.beam import beam_sample
-from mtad.decoders.base import Decoder, StepContext, StepOutput, sample, target_only
+from mtad.autotune.autoshape import auto_shape, check_shape_knob
+from mtad.core.decoder import Decoder, StepContext, StepOutput, sample, target_only
 from mtad.decoders.spd import target_chain
+from mtad.propose.beam import beam_sample
 
 
 def check_tau(value) -> float:
@@ -102,7 +102,7 @@ class MTAD(Decoder):
         self.width = check_shape_knob("width", width)
         self.tau = check_tau(tau)
         self.replacement = check_bool("replacement", replacement)
-        self._auto = auto_shape(type(self).name, self.gamma, self.width)  # auto knobs: mtad.autoshape
+        self._auto = auto_shape(type(self).name, self.gamma, self.width)  # auto knobs: mtad.autotune.autoshape
 
     def shape(self, ctx: StepContext) -> tuple[int, int]:
         """(gamma, W) of this step: the knobs, or AutoShape's choice from past steps."""

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from mtad.autoshape import auto_shape, check_shape_knob
-from mtad.decoders.base import (
+from mtad.autotune.autoshape import auto_shape, check_shape_knob
+from mtad.core.decoder import (
     Decoder,
     StepContext,
     StepOutput,
@@ -91,7 +91,7 @@ class SpD(Decoder):
     def __init__(self, gamma: int | str = 4, name: str | None = None):
         super().__init__(name)
         self.gamma = check_shape_knob("gamma", gamma)
-        self._auto = auto_shape("spd", self.gamma)  # gamma=auto: chosen before each step (mtad.autoshape)
+        self._auto = auto_shape("spd", self.gamma)  # gamma=auto: chosen before each step (mtad.autotune.autoshape)
 
     def step(self, ctx: StepContext) -> StepOutput:
         gamma = self._auto.choose(ctx)[0] if self._auto else self.gamma  # from past steps only

@@ -2,14 +2,14 @@
 
 A tree with branching ``k_config`` (e.g. [4, 2, 2]: 4 children of the root, 2
 per depth-1 node, 2 per depth-2 node; gamma = its length) drawn i.i.d. from the
-warped draft, verified by one target pass (``mtad.multidraft.verify_specinfer``).
+warped draft, verified by one target pass (``mtad.verify.multidraft.verify_specinfer``).
 """
 
 from __future__ import annotations
 
-from mtad.decoders.base import Decoder, StepContext, StepOutput, target_only
-from mtad.decoders.token_tree import check_branching, draft_tree, iid_children, score_tree
-from mtad.multidraft import verify_specinfer
+from mtad.core.decoder import Decoder, StepContext, StepOutput, target_only
+from mtad.propose.tree import check_branching, draft_tree, iid_children, score_tree
+from mtad.verify.multidraft import verify_specinfer
 
 
 class SpecInfer(Decoder):

@@ -3,14 +3,14 @@
 k chains of length gamma drawn from the warped draft (one draft pass per depth for
 all chains), one target pass over the k branches, then K-SEQ verification with
 rho* found by bisection, drafts pruned as they disagree with the accepted prefix
-(``mtad.multidraft.verify_spectr``).
+(``mtad.verify.multidraft.verify_spectr``).
 """
 
 from __future__ import annotations
 
-from mtad.decoders.base import Decoder, StepContext, StepOutput, check_positive_int, target_only
-from mtad.decoders.token_tree import draft_chains, score_tree
-from mtad.multidraft import verify_spectr
+from mtad.core.decoder import Decoder, StepContext, StepOutput, check_positive_int, target_only
+from mtad.propose.tree import draft_chains, score_tree
+from mtad.verify.multidraft import verify_spectr
 
 
 class SpecTr(Decoder):

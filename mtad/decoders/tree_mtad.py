@@ -1,6 +1,6 @@
 """Tree-MTAD (multi-candidate MTAD): verify every beam node of beam sampling in one target pass.
 
-Same beam sampling as MTAD (``mtad.beam``), but all W x gamma beam nodes form one
+Same beam sampling as MTAD (``mtad.propose.beam``), but all W x gamma beam nodes form one
 token tree (a node attends to its ancestors) that the target scores in ONE pass:
 
     ref[d]  = cumulative draft log-likelihood, at depth d, of the ANCESTOR of the final
@@ -33,14 +33,14 @@ import math
 
 import torch
 
-from mtad.beam import beam_sample
-from mtad.decoders.base import StepContext, StepOutput, sample, target_only
+from mtad.core.decoder import StepContext, StepOutput, sample, target_only
+from mtad.core.protocols import ROOT
 from mtad.decoders.mtad import MTAD, check_bool
-from mtad.runner import ROOT
+from mtad.propose.beam import beam_sample
 
 
 def beam_tree(beams) -> tuple[list[int], list[int], list[int], list[list[int]]]:
-    """Deduplicated token tree of all beam slots, as rows (``mtad.runner``; row 0 = root):
+    """Deduplicated token tree of all beam slots, as rows (``mtad.core.runner``; row 0 = root):
     tokens [N+1], parents [N+1], depth [N+1], slot->row."""
     tokens: list[int] = [-1]
     parents: list[int] = [-1]

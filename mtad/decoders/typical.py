@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from mtad.decoders.base import (
+from mtad.core.decoder import (
     Decoder,
     StepContext,
     StepOutput,

@@ -36,9 +36,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from mtad.machine import cpu_info
+from mtad.core.machine import cpu_info
 
-CONF_MODEL_DIR = Path(__file__).resolve().parent.parent.parent / "conf" / "model"
+CONF_MODEL_DIR = Path(__file__).resolve().parents[2] / "conf" / "model"
 AUTO_PAIR = "qwen_coder_offline_auto"
 BF16_PAIR = "qwen_coder_offline"
 FP32_PAIR = "qwen_coder_offline_avx2"
@@ -62,7 +62,7 @@ class Choice:
     dtype: str  # the target's dtype in that pair
     reason: str
     probe: dict[str, Any] = field(default_factory=dict)  # ms per call, ratio (see probe_bf16)
-    cpu: dict[str, Any] = field(default_factory=dict)  # model, vendor, capability, isa (mtad.machine)
+    cpu: dict[str, Any] = field(default_factory=dict)  # model, vendor, capability, isa (mtad.core.machine)
     decided_utc: str | None = None
     cached: bool = False  # read from the per-machine cache rather than measured in this process
 
@@ -152,7 +152,7 @@ def _read_cache(path: Path) -> dict[str, Any]:
 def choose(reprobe: bool = False, cpu: dict[str, Any] | None = None, probe=probe_bf16,
            path: Path | None = None) -> Choice:
     """The pair for this machine: from the per-machine cache, else measured and cached."""
-    from mtad.results.io import write_json_atomic
+    from mtad.core.io import write_json_atomic
 
     cpu = cpu if cpu is not None else cpu_info()
     path = path or cache_path()

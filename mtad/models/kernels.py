@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mtad.machine import NATIVE_BF16_FLAGS, cpu_flags  # noqa: F401  (cpu_flags: bench/pass_cost.py)
+from mtad.core.machine import NATIVE_BF16_FLAGS, cpu_flags  # noqa: F401  (cpu_flags: bench/pass_cost.py)
 
 KERNELS = ("default", "wxt", "int8", "int8-body", "int8w")
 EXACT_KERNELS = ("default", "wxt")

@@ -594,5 +594,10 @@ def main(argv=None) -> int:
         return 2
 
 
+def cli() -> None:
+    """The console script (``[project.scripts]`` in pyproject.toml)."""
+    raise SystemExit(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli()

@@ -113,7 +113,7 @@ class TinyTokenizer:
         return {"input_ids": ids}
 
     def token_pieces(self) -> dict[int, bytes]:
-        """The text each token adds (``mtad.stopping``): `` t{i}``, so ids 5, 7 spell `` t5 t7``
+        """The text each token adds (``mtad.core.stopping``): `` t{i}``, so ids 5, 7 spell `` t5 t7``
         and ``decode`` gives ``t5 t7``; the stop sequence ``"t5 t7"`` spans two tokens."""
         return {i: f" t{i}".encode() for i in range(self.vocab_size)}
 

@@ -43,7 +43,7 @@ class Task(ABC):
         stop: list[str] | tuple[str, ...] = (),
     ):
         self.limit = limit
-        #: stop sequences: generation ends once the generated text holds one (mtad.stopping)
+        #: stop sequences: generation ends once the generated text holds one (mtad.core.stopping)
         self.stop = tuple(str(s) for s in stop or ())
         self.max_prompt_tokens = max_prompt_tokens
         self.chat = chat

@@ -1,0 +1,155 @@
+"""Figures of sweep results: perplexity vs speed per task, ablations over a knob.
+
+Works on the points frame of ``mtad.analysis.render.load_points``. Every figure is titled with its
+pair(s), task(s) and the settings its points share; error bars are the points' 95% bootstrap
+intervals; lossless decoders are filled markers (solid lines), lossy ones hollow (dashed);
+point labels are moved apart (adjustText); gamma and width are drawn on log2 axes with a tick
+at each value swept. It knows nothing about files.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import pandas as pd
+
+from mtad.analysis.tables import INTERVALS, _num, settings_line
+
+#: Knobs drawn on a log2 axis in ablation plots (powers of two in the sweeps).
+LOG2_KNOBS = ("gamma", "width")
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Non-dominated (speed, perplexity) points: faster is better, lower perplexity is better."""
+    pts = sorted(
+        ((s, p) for s, p in points if not (math.isnan(s) or math.isnan(p))),
+        key=lambda t: (-t[0], t[1]),
+    )
+    front, best = [], math.inf
+    for s, p in pts:
+        if p < best:
+            front.append((s, p))
+            best = p
+    return sorted(front)
+
+
+def _errors(g: pd.DataFrame, col: str) -> list[list[float]] | None:
+    """Asymmetric error bars from the interval column of ``col`` (0 where absent)."""
+    ci = g.get(INTERVALS.get(col, ""))
+    if ci is None or not any(isinstance(c, tuple) for c in ci):
+        return None
+    lo = [v - c[0] if isinstance(c, tuple) else 0.0 for v, c in zip(g[col], ci)]
+    hi = [c[1] - v if isinstance(c, tuple) else 0.0 for v, c in zip(g[col], ci)]
+    return [[max(x, 0.0) for x in lo], [max(x, 0.0) for x in hi]]
+
+
+def _label_points(ax, texts) -> None:
+    """Move point labels apart (adjustText) so that they do not overlap."""
+    if len(texts) > 1:
+        from adjustText import adjust_text
+
+        adjust_text(texts, ax=ax, arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.5})
+
+
+def _title(df: pd.DataFrame, head: str) -> str:
+    pairs = ", ".join(str(p) for p in dict.fromkeys(df["pair"]))
+    fixed = settings_line(df)
+    return f"{head} — {pairs}" + (f"\n{fixed}" if fixed else "")
+
+
+def plot_pareto(df: pd.DataFrame, task: str, ax=None):
+    """Perplexity vs tokens/s for one task: a point per run with its bootstrap intervals,
+    filled = lossless decoder, hollow = lossy; marker per pair; the Pareto front as a step."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 4.8))
+    sub = df[(df["task"] == task) & (df["status"] == "done")].dropna(
+        subset=["tokens_per_s", "perplexity"]
+    )
+    markers = "osD^vP*X"
+    texts = []
+    for i, (pair, g) in enumerate(sub.groupby("pair", sort=False)):
+        for lossless, h in g.groupby(g["lossless"].eq(True), sort=False):
+            color = f"C{i}"
+            ax.errorbar(
+                h["tokens_per_s"],
+                h["perplexity"],
+                xerr=_errors(h, "tokens_per_s"),
+                yerr=_errors(h, "perplexity"),
+                fmt=markers[i % len(markers)],
+                color=color,
+                markerfacecolor=color if lossless else "white",
+                markersize=7,
+                capsize=2,
+                elinewidth=0.8,
+                label=f"{pair}: {'lossless' if lossless else 'lossy'}"
+                if sub["pair"].nunique() > 1
+                else ("lossless" if lossless else "lossy"),
+            )
+        texts += [
+            ax.text(r["tokens_per_s"], r["perplexity"], f" {r['label']}", fontsize=7)
+            for _, r in g.iterrows()
+        ]
+        front = pareto_front(list(zip(g["tokens_per_s"], g["perplexity"])))
+        if len(front) > 1:
+            xs, ys = zip(*front)
+            ax.step(xs, ys, where="post", linestyle="--", linewidth=0.8, alpha=0.6, color=f"C{i}")
+    ax.set_xlabel("tokens/s (95% CI)")
+    ax.set_ylabel("perplexity under the target (95% CI)")
+    ax.set_title(_title(sub if len(sub) else df, f"perplexity vs speed: {task}"), fontsize=9)
+    if sub.empty:
+        ax.text(0.5, 0.5, "no finished runs", ha="center", va="center", transform=ax.transAxes)
+    else:
+        ax.legend(fontsize=7, title="filled = lossless", title_fontsize=7)
+    ax.grid(alpha=0.3)
+    _label_points(ax, texts)
+    return ax
+
+
+def _knob_axis(ax, knob: str, values: Sequence[float]) -> None:
+    """Integer ticks at the values swept; log2 scale for ``LOG2_KNOBS`` with positive values."""
+    vals = sorted(set(values))
+    if knob in LOG2_KNOBS and vals and min(vals) > 0:
+        ax.set_xscale("log", base=2)
+    if all(float(v).is_integer() for v in vals):
+        ax.set_xticks(vals)
+        ax.set_xticklabels([str(int(v)) for v in vals])
+        ax.minorticks_off()
+
+
+def plot_ablation(df: pd.DataFrame, knob: str):
+    """Ablation over ``knob``: tokens/s, block efficiency and perplexity (with intervals) vs the
+    knob, a line per (pair, task, decoder); lossless decoders solid, lossy dashed."""
+    import matplotlib.pyplot as plt
+
+    sub = df[df["status"] == "done"].copy()
+    sub["_x"] = [_num(ident.get(knob)) for ident in sub["_identity"]]
+    sub = sub.dropna(subset=["_x"])
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+    for (pair, task, dec), g in sub.groupby(["pair", "task", "decoder"], sort=False):
+        g = g.sort_values("_x")
+        lossless = bool(g["lossless"].eq(True).all())
+        name = f"{dec} / {task}" + (f" / {pair}" if sub["pair"].nunique() > 1 else "")
+        for ax, col in zip(axes, ("tokens_per_s", "block_efficiency", "perplexity")):
+            ax.errorbar(
+                g["_x"],
+                g[col],
+                yerr=_errors(g, col),
+                marker="o",
+                capsize=2,
+                linestyle="-" if lossless else "--",
+                label=name,
+            )
+    for ax, col in zip(axes, ("tokens/s", "block efficiency", "perplexity")):
+        ax.set_xlabel(knob)
+        ax.set_ylabel(col)
+        ax.grid(alpha=0.3)
+        _knob_axis(ax, knob, list(sub["_x"]))
+    if len(sub):
+        axes[0].legend(fontsize=7, title="solid = lossless", title_fontsize=7)
+    tasks = ", ".join(str(t) for t in dict.fromkeys((sub if len(sub) else df)["task"]))
+    fig.suptitle(_title(sub if len(sub) else df, f"Ablation over {knob} on {tasks}"), fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,474 @@
+"""Sweep results -> the paper's tables and figures (Markdown, LaTeX, CSV, PNG).
+
+Reads only files under a results folder, through ``mtad.run.results`` (a sweep's
+``<root>/<sweep>/`` with ``sweep.json``, a Hydra multirun folder, or one run folder), so it
+reruns alone:
+
+    python -m mtad.analysis.render results/sweeps/table2_smoke --out results/table2_smoke [--wandb]
+
+Writes to ``--out``:
+- ``table2.md``, ``table2.tex``, ``table2.csv``: per model pair, one block per task as in the
+  paper, decoders as rows (plus the knobs that vary among a decoder's points, e.g.
+  ``mtad (gamma=6)``): n, score, perplexity and tokens/s with 95% bootstrap intervals,
+  J/token, block efficiency, speedup vs multinomial and vs SpD; one note per distinct reason
+  (skipped, failed, speedup not computable, stand-in data, no energy meter), no absolute
+  paths. Markdown from ``DataFrame.to_markdown``, LaTeX from ``Styler.to_latex``. A sweep
+  whose decoders vary a knob is titled as an ablation over it;
+- ``points.csv``: one numeric row per point (status and reason included);
+- ``pareto_<task>.png`` (and ``pareto.png`` when there are several tasks): perplexity vs
+  tokens/s with interval error bars, lossless decoders filled, lossy hollow, Pareto front;
+- ``ablation_<knob>.png``: tokens/s, block efficiency and perplexity vs each knob that varies
+  among a decoder's points (log2 axis for gamma and width).
+
+This module loads the points and writes the files; the tables are made by ``mtad.analysis.tables``,
+the figures by ``mtad.analysis.figures``. Conventions: a value that is missing (point not run,
+skipped, failed, metric absent) shows as "–", never 0; J/token shows "n/a" when the run's
+energy meter was unavailable. Speedups
+are tokens/s over the baseline run (multinomial, SpD) of the same sweep with the same pair,
+task and sampling/length settings (``mtad.core.metrics``). It knows nothing about how the runs
+were made; metric definitions live in ``mtad.core.metrics``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from mtad.analysis.figures import LOG2_KNOBS, pareto_front, plot_ablation, plot_pareto  # noqa: F401
+from mtad.analysis.tables import (  # noqa: F401  (the public names of the tables, used by the notebook)
+    BASELINE_KEYS,
+    COLUMNS,
+    DECODER_ORDER,
+    INTERVALS,
+    MISSING,
+    NOT_AVAILABLE,
+    SETTINGS,
+    SPEEDUPS,
+    _num,
+    _task_order,
+    csv_table,
+    format_cell,
+    notes,
+    scrub_paths,
+    settings_line,
+    speedup_notes,
+    table2,
+    to_latex,
+    to_markdown,
+)
+from mtad.core.io import shown_path
+
+#: Knobs first looked for when labelling variants and drawing ablations.
+KNOBS = (
+    "gamma",
+    "tau",
+    "width",
+    "temperature",
+    "top_k",
+    "top_p",
+    "max_new_tokens",
+    "limit",
+    "seed",
+)
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{key}."))
+        else:
+            out[key] = json.dumps(v) if isinstance(v, list) else v
+    return out
+
+
+def _interval(v) -> tuple[float, float] | None:
+    """``[low, high]`` as floats, None when absent or not finite."""
+    if not isinstance(v, (list, tuple)) or len(v) != 2:
+        return None
+    lo, hi = _num(v[0]), _num(v[1])
+    return None if math.isnan(lo) or math.isnan(hi) else (lo, hi)
+
+
+def score_interval(point_dir: Path) -> tuple[float, float] | None:
+    """95% bootstrap interval of the mean score over a point's examples (``samples.jsonl``).
+
+    For summaries that carry a standard error only; the same bootstrap as every other interval.
+    """
+    from mtad.core.io import read_jsonl
+    from mtad.core.metrics import bootstrap_ci
+
+    path = Path(point_dir) / "samples.jsonl"
+    scores = [r["score"] for r in read_jsonl(path) if isinstance(r.get("score"), (int, float))]
+    return _interval(bootstrap_ci(scores)) if len(scores) > 1 else None
+
+
+def point_dirs(sweep_dir: Path, only_current: bool = True) -> list[Path]:
+    """Point folders (``mtad.run.results.point_dirs``): a sweep's current points, a multirun's
+    jobs, or a single run folder."""
+    from mtad.run.results import point_dirs as _point_dirs
+
+    return _point_dirs(sweep_dir, only_current)
+
+
+def _block_efficiency(metrics: dict) -> float:
+    """``mtad.core.metrics.block_efficiency`` from a summary's token and step counts (emitted tokens /
+    steps), so summaries written under an older convention render alike; else the stored value."""
+    from mtad.core.metrics import block_efficiency
+
+    tokens, steps = metrics.get("new_tokens"), metrics.get("steps")
+    if isinstance(tokens, (int, float)) and isinstance(steps, (int, float)) and steps > 0:
+        return block_efficiency(tokens, steps)
+    return _num(metrics.get("block_efficiency"))
+
+
+def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFrame:
+    """One row per point: identity (pair, task, decoder, knobs), status and metrics.
+
+    Folders are read through ``mtad.run.results.load_point``; two folders holding the same point
+    (legacy duplicates) give one row, the finished one.
+    """
+    from mtad.run.results import load_point
+
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise FileNotFoundError(f"no sweep folder {sweep_dir}")
+    rows = []
+    points = [load_point(d) for d in point_dirs(sweep_dir, only_current)]
+    listed = _index_points(sweep_dir)
+    for pt in points:  # a point not run yet has no folder: its names and knobs come from sweep.json
+        choices, knobs = listed.get(Path(pt["dir"]).resolve(), ({}, {}))
+        pt["choices"] = {**choices, **pt["choices"]}
+        pt["config"] = pt["config"] or knobs
+    points.sort(key=lambda p: p["status"] != "done")
+    seen: set[str] = set()
+    for pt in points:
+        key = pt["identity_hash"] or str(pt["dir"])
+        if key in seen:
+            continue
+        seen.add(key)
+        summary, ident, choices = pt["summary"], pt["config"], pt["choices"]
+        row: dict[str, Any] = {
+            "hash": pt["dir"].name,
+            "pair": choices.get("model") or (ident.get("model") or {}).get("name"),
+            "task": choices.get("task") or (ident.get("task") or {}).get("name"),
+            "decoder": choices.get("decoder")
+            or str((ident.get("decoder") or {}).get("_target_", "?")).rsplit(".", 1)[-1].lower(),
+            "status": pt["status"],
+            "reason": pt["reason"],
+            **{k: ident.get(k) for k in KNOBS},
+            "_identity": _flatten(ident),
+        }
+        if summary is not None:
+            m = summary.get("metrics") or {}
+            score = summary.get("score") or {}
+            row.update(
+                status="done",
+                pair=row["pair"] or (summary.get("model") or {}).get("pair"),
+                task=row["task"] or summary.get("task"),
+                decoder=choices.get("decoder") or summary.get("decoder"),
+                score=_num(score.get("value")),
+                score_metric=score.get("metric"),
+                score_stderr=_num(score.get("stderr")),
+                score_ci=_interval(score.get("ci")) or score_interval(pt["dir"]),
+                perplexity=_num(m.get("perplexity")),
+                perplexity_ci=_interval(m.get("perplexity_ci")),
+                tokens_per_s=_num(m.get("tokens_per_s")),
+                tokens_per_s_ci=_interval(m.get("tokens_per_s_ci")),
+                lossless=summary.get("lossless"),
+                ms_per_token=_num(m.get("ms_per_token")),
+                j_per_token=_num(m.get("j_per_token")),
+                block_efficiency=_block_efficiency(m),
+                acceptance_rate=_num(m.get("acceptance_rate")),
+                examples=m.get("examples"),
+                new_tokens=m.get("new_tokens"),
+                energy_source=summary.get("energy_source"),
+                energy_unavailable=summary.get("energy_source") is None,
+                data_source=summary.get("data_source"),
+                data_substitute=bool(summary.get("data_substitute")),
+            )
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    for col, *_ in COLUMNS:
+        if col not in df:
+            df[col] = math.nan
+    df["label"] = variant_labels(df)
+    return add_speedups(df)
+
+
+def _index_points(sweep_dir: Path) -> dict[Path, tuple[dict[str, str], dict[str, Any]]]:
+    """{point folder: (config choices, knobs set by its overrides)} from a sweep's
+    ``sweep.json`` (empty without one)."""
+    import yaml
+
+    from mtad.run.results import INDEX_FILE, read_json
+
+    index = read_json(sweep_dir / INDEX_FILE) or {}
+    out = {}
+    for p in index.get("points", []):
+        if not (p.get("dir") or p.get("hash")):
+            continue
+        pairs = [o.split("=", 1) for o in p.get("overrides") or [] if "=" in o]
+        knobs = {k: yaml.safe_load(v) for k, v in pairs if k in KNOBS and k != "limit"}  # not identity
+        out[(sweep_dir / (p.get("dir") or p["hash"])).resolve()] = (p.get("choices") or {}, knobs)
+    return out
+
+
+def variant_labels(df: pd.DataFrame) -> pd.Series:
+    """Row labels: the decoder, plus the settings that vary among its points of one (pair, task)."""
+    varying: set[str] = set()
+    for _, g in df.groupby(["pair", "task", "decoder"], dropna=False):
+        if len(g) < 2:
+            continue
+        flat = pd.DataFrame(list(g["_identity"]))
+        for col in flat.columns:
+            if flat[col].dropna().astype(str).nunique() > 1:  # a pending point lacks most keys
+                varying.add(col)
+    # decoder.gamma follows gamma (interpolation): name the top-level knob only
+    varying = {
+        k for k in varying if not (k.startswith("decoder.") and k.split(".", 1)[1] in varying)
+    }
+    keys = sorted(varying, key=lambda k: (k not in KNOBS, KNOBS.index(k) if k in KNOBS else 0, k))
+
+    def label(row) -> str:
+        parts = [f"{k}={row['_identity'].get(k)}" for k in keys if k in row["_identity"]]
+        return f"{row['decoder']} ({', '.join(parts)})" if parts else str(row["decoder"])
+
+    return df.apply(label, axis=1)
+
+
+def varying_knobs(df: pd.DataFrame) -> list[str]:
+    """Identity keys that vary among the points of one (pair, task, decoder): the ablation axes."""
+    labels = df["label"].str.extract(r"\((.*)\)$")[0].dropna()
+    keys: list[str] = []
+    for s in labels:
+        for part in s.split(", "):
+            k = part.split("=", 1)[0]
+            if k not in keys:
+                keys.append(k)
+    return keys
+
+
+def add_speedups(df: pd.DataFrame) -> pd.DataFrame:
+    """``speedup_multinomial`` and ``speedup_spd``: tokens/s over the matching baseline run's.
+
+    The baseline must share ``BASELINE_KEYS``; among several, those that also share the
+    ablated settings (``varying_knobs``: gamma, draft size, ...) are preferred; the rest are
+    averaged.
+    """
+    df = df.copy()
+    varying = varying_knobs(df) if "label" in df else []
+    for baseline, col in (("multinomial", "speedup_multinomial"), ("spd", "speedup_spd")):
+        df[col] = math.nan
+        base = df[(df["decoder"] == baseline) & (df["status"] == "done")]
+        for i, row in df[df["status"] == "done"].iterrows():
+            cand = base
+            for k in BASELINE_KEYS:
+                cand = cand[cand[k].astype(str) == str(row[k])]
+            for k in varying:
+                if len(cand) < 2:
+                    break
+                value = str(row["_identity"].get(k))
+                same = cand[[str(ident.get(k)) == value for ident in cand["_identity"]]]
+                cand = same if len(same) else cand
+            rate = cand["tokens_per_s"].mean() if len(cand) else math.nan
+            if rate and not math.isnan(rate) and not math.isnan(row["tokens_per_s"]):
+                df.at[i, col] = row["tokens_per_s"] / rate
+    return df
+
+
+# ----------------------------------------------------------------------------- all outputs
+
+
+def render(
+    sweep_dir: str | Path, out_dir: str | Path, *, only_current: bool = True, logger=None,
+    notes_file: str | Path | None = None,
+) -> dict[str, Path]:
+    """Write every table and figure of one sweep folder into ``out_dir``; returns the paths.
+
+    ``notes_file``: Markdown appended to ``table2.md`` under "About this table" (what the
+    records cannot say: why a column is n/a, how the speed was measured)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sweep_dir, out_dir = Path(sweep_dir), Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    df = load_points(sweep_dir, only_current)
+    written: dict[str, Path] = {}
+    if df.empty:
+        (out_dir / "table2.md").write_text(f"No points under {sweep_dir}.\n")
+        return {"table2.md": out_dir / "table2.md"}
+    name = sweep_dir.name
+    tables = table2(df)
+    footnotes = notes(df)
+    knobs = varying_knobs(df)
+    what = f"ablation over {', '.join(knobs)}" if knobs else "Table 2"
+    metrics = {t: m for t, m in zip(df["task"], df.get("score_metric", [])) if isinstance(m, str)}
+    shared = settings_line(df[df["status"] == "done"] if (df["status"] == "done").any() else df)
+    md = [
+        f"# {name}: {what}",
+        "",
+        f"Rendered by `python -m mtad.analysis.render {shown_path(sweep_dir)} --out {shown_path(out_dir)}`.",
+        "n = examples; [a, b] = 95% bootstrap interval over examples; "
+        f"{MISSING} = not run / skipped / failed (see the notes); {NOT_AVAILABLE} = no energy meter; "
+        "×MN / ×SpD = tokens/s over the multinomial / SpD run of the same pair, task and settings.",
+        "",
+    ]
+    if shared:
+        md += [f"Settings of every point: {shared}.", ""]
+    tex, csv_parts = [], []
+    for pair, (text, _) in tables.items():
+        md.append(
+            to_markdown(text, title=f"{pair}" if not knobs else f"{pair}: {what}", metrics=metrics)
+        )
+        tex.append(to_latex(text, caption=f"{name} ({what}): {pair}".replace("_", r"\_")))
+        csv_parts.append(csv_table(df[df["pair"] == pair], text))
+    if footnotes:
+        md += ["Notes:", "", *[f"- {n}" for n in footnotes], ""]
+    if notes_file is not None:
+        md += ["## About this table", "", Path(notes_file).read_text().strip(), ""]
+    for fname, content in (("table2.md", "\n".join(md)), ("table2.tex", "\n".join(tex))):
+        (out_dir / fname).write_text(content)
+        written[fname] = out_dir / fname
+    pd.concat(csv_parts, ignore_index=True).to_csv(out_dir / "table2.csv", index=False)
+    written["table2.csv"] = out_dir / "table2.csv"
+    cols = [
+        "hash",
+        "pair",
+        "task",
+        "decoder",
+        "label",
+        "lossless",
+        "status",
+        "reason",
+        *KNOBS,
+        "score",
+        "score_metric",
+        "perplexity",
+        "tokens_per_s",
+        "ms_per_token",
+        "j_per_token",
+        "energy_source",
+        "block_efficiency",
+        "acceptance_rate",
+        "speedup_multinomial",
+        "speedup_spd",
+        "examples",
+        "new_tokens",
+        "data_source",
+        "data_substitute",
+    ]
+    df.reindex(columns=cols).to_csv(out_dir / "points.csv", index=False)
+    written["points.csv"] = out_dir / "points.csv"
+
+    tasks = _task_order(list(df["task"]))
+    for task in tasks:
+        ax = plot_pareto(df, task)
+        path = out_dir / f"pareto_{task}.png"
+        ax.figure.tight_layout()
+        ax.figure.savefig(path, dpi=120)
+        plt.close(ax.figure)
+        written[path.name] = path
+    if len(tasks) > 1:  # one task: pareto_<task>.png is that figure already
+        ncol = min(3, len(tasks))
+        nrow = math.ceil(len(tasks) / ncol)
+        fig, axes = plt.subplots(nrow, ncol, figsize=(6 * ncol, 4.8 * nrow), squeeze=False)
+        for ax, task in zip(axes.flat, tasks):
+            plot_pareto(df, task, ax=ax)
+        for ax in list(axes.flat)[len(tasks) :]:
+            ax.axis("off")
+        fig.tight_layout()
+        fig.savefig(out_dir / "pareto.png", dpi=120)
+        plt.close(fig)
+        written["pareto.png"] = out_dir / "pareto.png"
+    for knob in knobs:
+        fig = plot_ablation(df, knob)
+        path = out_dir / f"ablation_{knob}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written[path.name] = path
+
+    if logger is not None:
+        log_to_tracker(logger, name, df, tables, cols, out_dir, written)
+    return written
+
+
+def log_to_tracker(
+    logger,
+    name: str,
+    df: pd.DataFrame,
+    tables: dict,
+    cols: list[str],
+    out_dir: Path,
+    written: dict[str, Path],
+) -> None:
+    """One tracker run for the rendering: Table 2 per pair, the points, a perplexity-vs-speed
+    scatter of the finished points, and the figures."""
+    logger.start({"sweep": {"name": name}, "points": len(df)}, name=f"render-{name}")
+    for pair, (_, nums) in tables.items():
+        flat = nums.copy()
+        flat.columns = [f"{t}/{h}" for t, h in nums.columns]
+        logger.log_table(f"table2/{pair}", flat.reset_index())
+    points = df.reindex(columns=cols)
+    logger.log_table("points", points.astype(object).where(points.notna(), None))
+    done = df[df["status"] == "done"].dropna(subset=["tokens_per_s", "perplexity"])
+    scatter = done.reindex(
+        columns=["pair", "task", "label", "lossless", "tokens_per_s", "perplexity"]
+    )
+    logger.log_scatter(
+        "ppl_vs_speed", scatter, "tokens_per_s", "perplexity", f"{name}: perplexity vs tokens/s"
+    )
+    for fname in sorted(written):
+        if fname.endswith(".png"):
+            logger.log_image(
+                fname[: -len(".png")].replace("pareto_", "pareto/"), str(written[fname])
+            )
+    logger.finish()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m mtad.analysis.render", description=__doc__.split("\n\n")[0])
+    ap.add_argument("sweep_dir", help="results/sweeps/<sweep>")
+    ap.add_argument("--out", help="output folder (default: results/<sweep>)")
+    ap.add_argument(
+        "--all", action="store_true", help="every point folder, not only those in sweep.json"
+    )
+    ap.add_argument(
+        "--wandb", action="store_true", help="log the tables and the Pareto charts to W&B"
+    )
+    ap.add_argument("--wandb-project", default="mtad")
+    ap.add_argument("--notes", help="a Markdown file appended to table2.md (About this table)")
+    args = ap.parse_args(argv)
+    sweep_dir = Path(args.sweep_dir)
+    out = Path(args.out) if args.out else Path("results") / sweep_dir.name
+    logger = None
+    if args.wandb:
+        from mtad.run.tracking import WandbLogger
+
+        logger = WandbLogger(project=args.wandb_project, group=sweep_dir.name, tags=["render"])
+    written = render(sweep_dir, out, only_current=not args.all, logger=logger, notes_file=args.notes)
+    print(f"rendered {sweep_dir} -> {out}: {', '.join(sorted(written))}")
+    return 0
+
+
+def cli() -> None:
+    """The console script (``[project.scripts]`` in pyproject.toml)."""
+    raise SystemExit(main())
+
+
+if __name__ == "__main__":
+    cli()

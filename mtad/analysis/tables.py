@@ -1,0 +1,296 @@
+"""Tables of sweep results: cells, Table 2 frames, notes, Markdown, LaTeX and CSV.
+
+Works on the points frame of ``mtad.analysis.render.load_points`` (one row per point). Table 2 is laid
+out as in the paper: per model pair, one block per task, decoders as rows; the columns are
+n, score, perplexity and tokens/s with their 95% bootstrap intervals, J/token, block
+efficiency and the speedups over multinomial and SpD. A value that is missing (point not run,
+skipped, failed, metric absent) shows as "–", never 0; J/token shows "n/a" when the run's
+energy meter was unavailable. Notes give one line per distinct reason and no absolute paths.
+Markdown comes from ``DataFrame.to_markdown``, LaTeX from ``Styler.to_latex``. It knows
+nothing about results folders (``mtad.analysis.render``) or figures (``mtad.analysis.figures``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+MISSING = "–"
+NOT_AVAILABLE = "n/a"
+#: Row order of the table (others follow alphabetically).
+DECODER_ORDER = (
+    "multinomial",
+    "greedy",
+    "spd",
+    "specinfer",
+    "spectr",
+    "mcss",
+    "mcns",
+    "typical",
+    "bild",
+    "mjgd",
+    "mtad",
+    "tree_mtad",
+)
+#: Settings a baseline must share with a run for a speedup to be computed.
+BASELINE_KEYS = ("pair", "task", "temperature", "top_k", "top_p", "max_new_tokens", "limit")
+#: Table columns per task: (column, header, format). ``INTERVALS`` adds "[low, high]".
+COLUMNS = (
+    ("examples", "n", "{:.0f}"),
+    ("score", "score", "{:.3f}"),
+    ("perplexity", "PPL", "{:.2f}"),
+    ("tokens_per_s", "tok/s", "{:.2f}"),
+    ("j_per_token", "J/tok", "{:.3g}"),
+    ("block_efficiency", "BE", "{:.2f}"),
+    ("speedup_multinomial", "×MN", "{:.2f}×"),
+    ("speedup_spd", "×SpD", "{:.2f}×"),
+)
+#: Columns shown with their 95% bootstrap interval over examples: column -> interval column.
+INTERVALS = {"score": "score_ci", "perplexity": "perplexity_ci", "tokens_per_s": "tokens_per_s_ci"}
+#: Speedup columns: column -> (baseline decoder, header).
+SPEEDUPS = {"speedup_multinomial": ("multinomial", "×MN"), "speedup_spd": ("spd", "×SpD")}
+#: Settings shared by every point of a table, shown under its title: key -> label.
+SETTINGS = {
+    "temperature": "T",
+    "top_k": "top-k",
+    "top_p": "top-p",
+    "max_new_tokens": "new tokens",
+    "limit": "examples per task",
+    "seed": "seed",
+}
+
+
+def _num(v) -> float:
+    """A float, NaN for None/missing/non-numeric (never 0)."""
+    if v is None or isinstance(v, bool):
+        return math.nan
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _variant_key(label: str) -> tuple:
+    """Sort key of ``"mtad (gamma=8, tau=0.5)"``: the values, numbers as numbers (2 < 8 < 16)."""
+    inner = label[label.index("(") + 1 : -1] if label.endswith(")") and "(" in label else ""
+    key = []
+    for part in filter(None, inner.split(", ")):
+        value = part.split("=", 1)[-1]
+        num = _num(value)
+        key.append((0, num, "") if not math.isnan(num) else (1, 0.0, value))
+    return tuple(key)
+
+
+def _order(labels: Sequence[str], decoders: Sequence[str]) -> list[str]:
+    def key(item):
+        label, dec = item
+        return (
+            DECODER_ORDER.index(dec) if dec in DECODER_ORDER else len(DECODER_ORDER),
+            dec,
+            _variant_key(label),
+        )
+
+    seen = dict.fromkeys(zip(labels, decoders))
+    return [label for label, _ in sorted(seen, key=key)]
+
+
+def _task_order(tasks: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(tasks))
+
+
+def format_cell(row: pd.Series | None, col: str, fmt: str = "{:.4g}", interval: bool = True) -> str:
+    """A table cell: the value, with its interval ``[low, high]`` for ``INTERVALS`` columns."""
+    if row is None or row.get("status") != "done":
+        return MISSING
+    v = row.get(col)
+    if col == "j_per_token" and (v is None or math.isnan(v)) and row.get("energy_unavailable"):
+        return NOT_AVAILABLE
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return MISSING
+    text = fmt.format(v)
+    ci = row.get(INTERVALS.get(col, ""), None) if interval else None
+    if isinstance(ci, tuple):
+        text += f" [{fmt.format(ci[0])}, {fmt.format(ci[1])}]"
+    return text
+
+
+def table2(df: pd.DataFrame) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
+    """Per model pair: (text, numbers), rows = variants, columns = (task, metric).
+
+    ``text`` holds the display strings ("–" missing, "n/a" no energy meter, intervals in
+    brackets); ``numbers`` the floats (NaN where missing). ``to_markdown`` and ``to_latex``
+    lay them out one block per task.
+    """
+    out = {}
+    for pair in dict.fromkeys(df["pair"]):
+        sub = df[df["pair"] == pair]
+        rows = _order(list(sub["label"]), list(sub["decoder"]))
+        tasks = _task_order(list(sub["task"]))
+        cols = pd.MultiIndex.from_tuples(
+            [(t, h) for t in tasks for _, h, _ in COLUMNS], names=["task", "metric"]
+        )
+        text = pd.DataFrame(MISSING, index=pd.Index(rows, name="decoder"), columns=cols)
+        nums = pd.DataFrame(math.nan, index=pd.Index(rows, name="decoder"), columns=cols)
+        for _, r in sub.iterrows():
+            for col, head, fmt in COLUMNS:
+                text.loc[r["label"], (r["task"], head)] = format_cell(r, col, fmt)
+                if r["status"] == "done":
+                    nums.loc[r["label"], (r["task"], head)] = _num(r.get(col))
+        out[str(pair)] = (text, nums)
+    return out
+
+
+def csv_table(sub: pd.DataFrame, text: pd.DataFrame) -> pd.DataFrame:
+    """The table of one pair for CSV: plain numbers (4 significant digits), "–" / "n/a" kept,
+    intervals in ``<column>_ci_low`` / ``<column>_ci_high`` columns."""
+    tasks = list(dict.fromkeys(text.columns.get_level_values(0)))
+    names = []
+    for t in tasks:
+        for c, _, _ in COLUMNS:
+            names.append(f"{t}/{c}")
+            if c in INTERVALS:
+                names += [f"{t}/{c}_ci_low", f"{t}/{c}_ci_high"]
+    out = pd.DataFrame(MISSING, index=text.index, columns=names)
+    for _, r in sub.iterrows():
+        for col, _, _ in COLUMNS:
+            out.loc[r["label"], f"{r['task']}/{col}"] = format_cell(r, col, interval=False)
+            ci = r.get(INTERVALS.get(col, ""), None)
+            if r["status"] == "done" and isinstance(ci, tuple):
+                out.loc[r["label"], f"{r['task']}/{col}_ci_low"] = f"{ci[0]:.4g}"
+                out.loc[r["label"], f"{r['task']}/{col}_ci_high"] = f"{ci[1]:.4g}"
+    out.insert(0, "pair", str(sub["pair"].iloc[0]))
+    return out.reset_index()
+
+
+def scrub_paths(text: str) -> str:
+    """``text`` without absolute paths: the working directory and home are dropped / ``~``,
+    any other absolute path keeps its last two parts."""
+    text = str(text)
+    for root, short in ((str(Path.cwd().resolve()), "."), (str(Path.home()), "~")):
+        if len(root) > 1:
+            text = re.sub(re.escape(root) + r"(?=/|\b)", short, text)
+    return re.sub(
+        r"(?<![\w.~])/(?:[^\s/:,;'\"()]+/)+([^\s/:,;'\"()]+/?[^\s/:,;'\"()]*)", r".../\1", text
+    )
+
+
+def _where(g: pd.DataFrame, df: pd.DataFrame) -> str:
+    """Which points of a group: per (pair, task), "every decoder" or the labels."""
+    many_pairs = df["pair"].nunique() > 1
+    parts = []
+    for (pair, task), h in g.groupby(["pair", "task"], sort=False):
+        every = set(df[df["pair"] == pair]["label"])
+        who = (
+            "every decoder"
+            if set(h["label"]) >= every and len(every) > 1
+            else ", ".join(h["label"])
+        )
+        parts.append(f"{pair} / {task}: {who}" if many_pairs else f"{task}: {who}")
+    return "; ".join(parts)
+
+
+def speedup_notes(df: pd.DataFrame) -> list[str]:
+    """Why a ×MN / ×SpD cell of a finished point is empty, one note per reason."""
+    out: list[str] = []
+    done = df[df["status"] == "done"]
+    for col, (baseline, head) in SPEEDUPS.items():
+        reasons: dict[str, list[str]] = {}
+        for (pair, task), g in done.groupby(["pair", "task"], sort=False):
+            if not g[col].isna().any() or g["tokens_per_s"].isna().all():
+                continue
+            base = g[g["decoder"] == baseline]
+            if base.empty:
+                why = f"no {baseline} run finished for this pair and task"
+            elif base["tokens_per_s"].isna().all():
+                why = f"the {baseline} run has no tokens/s"
+            else:
+                why = f"no {baseline} run with the same sampling and length settings ({', '.join(BASELINE_KEYS[2:])})"
+            reasons.setdefault(why, []).append(
+                f"{pair} / {task}" if df["pair"].nunique() > 1 else str(task)
+            )
+        out += [f"{head} {MISSING} on {', '.join(where)}: {why}" for why, where in reasons.items()]
+    return out
+
+
+def notes(df: pd.DataFrame) -> list[str]:
+    """Footnotes, one per distinct reason: skipped/failed/pending points, speedups that cannot
+    be computed, stand-in data, unavailable energy. No absolute paths."""
+    out = []
+    bad = df[df["status"].isin(["skipped", "failed", "pending"])].copy()
+    if not bad.empty:
+        bad["_why"] = [scrub_paths(r) if isinstance(r, str) and r else "" for r in bad["reason"]]
+        for (status, why), g in bad.groupby(["status", "_why"], sort=False):
+            out.append(f"{status} ({_where(g, df)})" + (f": {why}" if why else ""))
+    out += speedup_notes(df)
+    if "data_substitute" in df:
+        subs = sorted({str(t) for t, s in zip(df["task"], df["data_substitute"]) if s is True})
+        if subs:
+            out.append(f"stand-in data (not the paper's): {', '.join(subs)}")
+    if "energy_unavailable" in df and df["energy_unavailable"].eq(True).any():
+        out.append(
+            f"J/tok {NOT_AVAILABLE}: no energy meter on the machine that ran the point (NVML/RAPL)"
+        )
+    return out
+
+
+def settings_line(df: pd.DataFrame) -> str:
+    """The settings every point shares (``SETTINGS``), e.g. "T=1.0, top-k 10, ..."."""
+    parts = []
+    for key, name in SETTINGS.items():
+        values = df[key].dropna().astype(str).unique() if key in df else []
+        if len(values) == 1:
+            parts.append(f"{name}={values[0]}" if len(name) <= 2 else f"{name} {values[0]}")
+    return ", ".join(parts)
+
+
+def _task_block(text: pd.DataFrame, task: str) -> pd.DataFrame:
+    block = text[task].copy()
+    block.index.name = "decoder"
+    block.columns = [
+        f"{h} [95% CI]" if any(h == hh for c, hh, _ in COLUMNS if c in INTERVALS) else h
+        for h in block.columns
+    ]
+    return block
+
+
+def to_markdown(text: pd.DataFrame, title: str | None = None, metrics: dict | None = None) -> str:
+    """One block per task (decoders as rows), as in the paper; ``metrics``: task -> score name."""
+    lines = [f"## {title}", ""] if title else []
+    for task in dict.fromkeys(text.columns.get_level_values(0)):
+        metric = (metrics or {}).get(task)
+        lines += [f"### {task}" + (f" (score: {metric})" if metric else ""), ""]
+        block = _task_block(text, task)
+        lines += [
+            block.to_markdown(
+                colalign=("left",) + ("right",) * block.shape[1], disable_numparse=True
+            ),
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def to_latex(text: pd.DataFrame, caption: str | None = None) -> str:
+    """The same blocks as one LaTeX table (booktabs), rows = (task, decoder)."""
+    blocks = {t: _task_block(text, t) for t in dict.fromkeys(text.columns.get_level_values(0))}
+    frame = pd.concat(blocks, names=["task", "decoder"])
+    styler = (
+        frame.style.format(escape="latex")
+        .format_index(escape="latex", axis=0)
+        .format_index(escape="latex", axis=1)
+        .hide(axis="index", names=True)
+    )
+    tex = styler.to_latex(
+        hrules=True,
+        clines="skip-last;data",
+        multirow_align="t",
+        caption=caption,
+        column_format="ll" + "r" * frame.shape[1],
+        position="t",
+        position_float="centering",
+    )
+    tex = tex.replace("×", r"$\times$").replace("–", "--")
+    return "% needs \\usepackage{booktabs,multirow}\n" + tex

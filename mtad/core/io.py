@@ -1,0 +1,151 @@
+"""Atomic JSON and JSON-lines files: a crash never leaves a half-written JSON file, and a torn
+JSON-lines tail is found (``scan_jsonl``) and cut off (``rewrite_jsonl``) instead of being
+glued to the next record.
+
+This module knows nothing about what the records mean (``mtad.run.results.folder`` does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def shown_path(path: str | Path) -> str:
+    """A path for committed files and logs: relative to the working directory, else to the
+    checkout the code runs from (a frozen worktree), else the bare name. Never absolute."""
+    p = Path(path).resolve()
+    for base in (Path.cwd().resolve(), REPO_ROOT):
+        try:
+            return p.relative_to(base).as_posix()
+        except ValueError:
+            continue
+    return p.name
+
+
+def portable_text(text: str) -> str:
+    """``text`` with this checkout's absolute path written as ``.`` and the home folder as ``~``."""
+    for base, short in ((str(REPO_ROOT), "."), (str(Path.home()), "~")):
+        text = text.replace(base + "/", short + "/")
+    return text
+
+
+def write_json_atomic(path: str | Path, obj: Any) -> None:
+    """Write JSON to a temp file in the same folder, then rename: never a half-written file."""
+    def dump(f):
+        json.dump(obj, f, indent=2, default=str)
+
+    _replace_atomically(Path(path), dump, mkdir=True)
+
+
+def read_json(path: str | Path) -> dict | None:
+    """The JSON object in ``path``; None when the file is missing, unreadable or not an object."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def append_jsonl(path: str | Path, record: dict) -> None:
+    """Append one record as a single line, flushed and fsynced (a crash loses at most that line).
+
+    A file that does not end with a newline (a torn last line) is refused: appending would
+    glue the record to the torn one and lose both. ``rewrite_jsonl`` repairs such a file.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(record, default=str) + "\n"
+    with open(path, "ab+") as f:
+        if f.tell() > 0:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                raise ValueError(f"{path} ends with a torn line; repair it before appending")
+        f.write(line.encode())
+        f.flush()
+        os.fsync(f.fileno())
+
+
+@dataclass
+class Scan:
+    """What ``scan_jsonl`` found: the records that parse and the line numbers that do not."""
+
+    records: list[dict] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)  # 1-based line number of each record
+    bad_lines: list[int] = field(default_factory=list)  # 1-based line numbers
+    torn_tail: bool = False  # the file does not end with a newline
+
+    @property
+    def clean(self) -> bool:
+        return not self.bad_lines and not self.torn_tail
+
+
+def scan_jsonl(path: str | Path) -> Scan:
+    """Every line of ``path``: JSON objects go to ``records``, anything else to ``bad_lines``.
+
+    A last line without a newline is a torn write even when it happens to parse.
+    """
+    path = Path(path)
+    scan = Scan()
+    if not path.exists():
+        return scan
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        scan.torn_tail = True
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    for number, raw in enumerate(lines, 1):
+        if scan.torn_tail and number == len(lines):
+            scan.bad_lines.append(number)
+            break
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            obj = None
+        if isinstance(obj, dict):
+            scan.records.append(obj)
+            scan.lines.append(number)
+        else:
+            scan.bad_lines.append(number)
+    return scan
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """The records of ``path`` that parse (lenient: for reading finished results)."""
+    return scan_jsonl(path).records
+
+
+def rewrite_jsonl(path: str | Path, records: list[dict]) -> None:
+    """Replace ``path`` with exactly ``records`` (temp file + rename, like ``write_json_atomic``)."""
+    def dump(f):
+        for r in records:
+            f.write(json.dumps(r, default=str) + "\n")
+
+    _replace_atomically(Path(path), dump)
+
+
+def _replace_atomically(path: Path, write, mkdir: bool = False) -> None:
+    """Write through ``write(file)`` into a temp file beside ``path``, fsync, rename over it."""
+    if mkdir:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be shared
+    try:
+        with os.fdopen(fd, "w") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

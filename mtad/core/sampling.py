@@ -1,0 +1,201 @@
+"""Drawing tokens from warped distributions: on the host, on their support only.
+
+Where randomness lives (the rule every decoder follows; ``docs/devices.md``):
+
+* One ``torch.Generator`` on the CPU, seeded per generation by the engine, drives every
+  random choice. Draws happen on the host with that generator, whatever device the models
+  are on, so a seed drives the same random stream on a CPU and on a GPU (the logits
+  themselves still differ numerically between devices).
+* Heavy work stays on the model's device: logits, warping over the vocabulary, residuals,
+  gathers. A draw moves only the *support* to the host: the token ids and masses a draw
+  chooses among (``host_support``): the nonzero entries (ascending token id) of a long
+  vector, every entry of a short one (at most ``DENSE_MAX``, drawn densely as
+  ``torch.multinomial`` on the vector would). On an accelerator that is one transfer:
+  the top ``bound + 1`` entries when the warping bounds the support (top-k: at most
+  ``4 k + 64`` tokens with ties, ``mtad.core.warping.Warping.support_bound``), else the whole
+  vector; several rows cross together (``host_supports``). On the CPU the support is read
+  in place (no copy).
+* Verification rules gather what they need on the device and cross once (``mtad.core.devices``).
+
+After top-k / top-p a warped distribution over the vocabulary (V ~ 152k for the Qwen
+pair) has a handful of nonzero entries, and ``torch.multinomial`` on the dense vector
+would cost O(V) random numbers per draw: a draw on the support has exactly the dense
+vector's distribution, not its random stream (``torch.multinomial`` draws one exponential
+per entry), so seeded outputs of a large-vocabulary run differ from a dense draw's, not
+in distribution. A short vector (toy vocabularies, compressed verification problems) is
+drawn densely, exactly as ``torch.multinomial`` on it.
+
+This module knows probability vectors, supports and an explicit ``torch.Generator`` (never
+the global RNG); nothing about models, trees or acceptance rules. It sits below the
+decoders and the drafting / verification maths (``mtad.propose.beam``, ``mtad.verify.multidraft``), which
+all import from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+
+__all__ = [
+    "DENSE_MAX",
+    "Support",
+    "as_support",
+    "draw",
+    "host_support",
+    "host_supports",
+    "residual",
+    "sample",
+    "support",
+]
+
+DENSE_MAX = 4096  # vectors up to this length are drawn densely (see the module docstring)
+_EXACT_FLOAT_INDEX = 2**24  # token ids below this travel exactly in a float32 tensor
+
+
+class Support(NamedTuple):
+    """A distribution's support on the host: what a draw chooses among."""
+
+    ids: torch.Tensor  # [n] int64 token ids, ascending (every id 0..V-1 for a dense vector)
+    vals: torch.Tensor  # [n] their masses (float32 or wider; zeros may appear in a dense one)
+    size: int  # V, the length of the vector it came from
+
+    def mass(self, token: int) -> float:
+        """The mass at ``token`` (0 outside the support)."""
+        if len(self.ids) == self.size:  # dense: ids are 0..V-1
+            return float(self.vals[token])
+        i = int(torch.searchsorted(self.ids, token))
+        return float(self.vals[i]) if i < len(self.ids) and int(self.ids[i]) == token else 0.0
+
+    def dense(self) -> torch.Tensor:  # [V] on the host
+        """The vector itself (negative entries read as 0)."""
+        if len(self.ids) == self.size:
+            return self.vals
+        return torch.zeros(self.size, dtype=self.vals.dtype).index_put_((self.ids,), self.vals)
+
+    def positive(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Ids and masses of the nonzero entries only."""
+        keep = self.vals > 0
+        return (self.ids, self.vals) if bool(keep.all()) else (self.ids[keep], self.vals[keep])
+
+
+def support(
+    probs: torch.Tensor,  # [V] non-negative (negative entries count as 0)
+) -> tuple[torch.Tensor, torch.Tensor]:  # ids [n] ascending int64, masses [n] (float32 or wider)
+    """The entries a draw chooses among, on ``probs``' own device.
+
+    Every entry of a vector of at most ``DENSE_MAX`` entries (a dense draw), else only
+    the nonzero ones.
+    """
+    if probs.dtype in (torch.float16, torch.bfloat16):
+        probs = probs.float()
+    if probs.numel() <= DENSE_MAX:
+        return torch.arange(probs.numel(), device=probs.device), probs.clamp_min(0)
+    ids = torch.nonzero(probs > 0).flatten()
+    return ids, probs[ids]
+
+
+def host_supports(
+    rows: torch.Tensor,  # [R, V] non-negative rows on any device
+    bound: int | None = None,  # at most this many nonzero entries per row (None: unknown)
+) -> list[Support]:  # [R] on the host, each equal to support(row) moved to the host
+    """``support`` of every row, on the host: one device-to-host transfer for all rows.
+
+    On the CPU nothing is copied. On an accelerator, with a ``bound``, only the top
+    ``bound + 1`` entries of each row cross (a row whose last one is still nonzero crosses
+    again whole: a second transfer); without one, the rows cross whole.
+    """
+    if rows.dtype in (torch.float16, torch.bfloat16):
+        rows = rows.float()
+    num, vocab = rows.shape
+    if rows.device.type == "cpu":
+        return [Support(*support(r), vocab) for r in rows]
+    if vocab <= DENSE_MAX:
+        host = rows.clamp_min(0).cpu()
+        ids = torch.arange(vocab)
+        return [Support(ids, host[i], vocab) for i in range(num)]
+    out: list[Support | None] = [None] * num
+    if bound is not None and bound + 1 < vocab and vocab < _EXACT_FLOAT_INDEX:
+        k = bound + 1
+        vals, idx = rows.topk(k, dim=-1)  # [R, k] descending
+        host = torch.cat([vals, idx.to(vals.dtype)], -1).cpu()  # [R, 2k]: one transfer
+        for i in range(num):
+            v, ids = host[i, :k], host[i, k:].long()
+            if float(v[-1]) > 0:
+                continue  # the support may go on past the top k + 1: read the row whole below
+            keep = v > 0
+            ids, v = ids[keep], v[keep]
+            order = torch.argsort(ids)
+            out[i] = Support(ids[order], v[order], vocab)
+    rest = [i for i in range(num) if out[i] is None]
+    if rest:
+        host = rows[rest].cpu() if len(rest) < num else rows.cpu()
+        for j, i in enumerate(rest):
+            out[i] = Support(*support(host[j]), vocab)
+    return out  # type: ignore[return-value]
+
+
+def host_support(probs: torch.Tensor, bound: int | None = None) -> Support:  # probs [V]
+    """``support(probs)`` on the host (one transfer from an accelerator; see ``host_supports``)."""
+    return host_supports(probs[None], bound)[0]
+
+
+def as_support(x: torch.Tensor | Support, bound: int | None = None) -> Support:
+    """A ``Support`` as is; a probability vector [V] read onto the host."""
+    return x if isinstance(x, Support) else host_support(x, bound)
+
+
+def draw(
+    ids: torch.Tensor,  # [n] token ids
+    vals: torch.Tensor,  # [n] their (unnormalised) masses, not all zero
+    generator: torch.Generator,
+    num: int = 1,
+    replacement: bool = False,
+) -> torch.Tensor:  # [num] token ids
+    """``num`` multinomial draws over a support (host tensors, the CPU generator)."""
+    return ids[torch.multinomial(vals, num, replacement=replacement, generator=generator)]
+
+
+def sample(
+    probs: torch.Tensor | Support,  # [V] on any device, or its host support
+    generator: torch.Generator,
+    bound: int | None = None,  # at most this many nonzero entries (Warping.support_bound)
+) -> int:
+    """One draw from a probability vector (explicit generator, no global RNG), on the host."""
+    s = as_support(probs, bound)
+    return int(draw(s.ids, s.vals, generator)[0])
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p - q)); falls back to p when the residual has no mass in floating point.
+
+    Decided on the device (no host round-trip): ``torch.where`` on the sum.
+    """
+    r = (p - q.to(p.device)).clamp_min(0)
+    s = r.sum()
+    return torch.where(s > 0, r / s, p)
+
+class Rows:
+    """Rows ``[N+1, V]`` computed on first access: ``row(i)`` for row ``i``, then cached.
+
+    A row is a vector [V] or its host support (``mtad.core.sampling.Support``).
+
+    The tree walkers read ``p`` / ``q`` only at the rows the walk visits (a path), so a
+    decoder can pass its target's distributions lazily (one warping per visited row)
+    instead of a dense ``[N+1, V]`` tensor; a tensor works everywhere a ``Rows`` does.
+    """
+
+    def __init__(self, num_rows: int, row: Callable[[int], torch.Tensor]):
+        self._n, self._row, self._cache = num_rows, row, {}
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: int) -> torch.Tensor:  # [V]
+        i = int(i)
+        if not 0 <= i < self._n:
+            raise IndexError(f"row {i} out of range 0..{self._n - 1}")
+        if i not in self._cache:
+            self._cache[i] = self._row(i)
+        return self._cache[i]

@@ -1,0 +1,119 @@
+"""Logit warping shared by every decoder and baseline.
+
+One function, applied identically to target and draft: temperature, then top-k,
+then top-p (nucleus, Hugging Face semantics: keep the smallest set of most likely
+tokens whose mass reaches ``top_p``; the most likely token is always kept).
+Temperature 0 means greedy: the warped distribution is one-hot on the argmax
+(first index on ties), so every sampling rule collapses to greedy decoding.
+
+On the CPU, top-k then top-p runs on the k candidates only (``_top_k_fast_path``, which
+reads the number of tied candidates on the host); on an accelerator the general path
+runs (a sort over the vocabulary, no host round-trip). Both keep the same tokens with the
+same probabilities, up to floating-point summation order.
+
+This module knows nothing about models: logits in, probabilities out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Warping:
+    """Sampling parameters shared by target and draft."""
+
+    temperature: float = 1.0
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1.0 = off
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(
+                f"temperature must be >= 0 (0 = greedy), got {self.temperature}; "
+                "set e.g. temperature=1.0"
+            )
+        if not (0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}; use top_p=1.0 to disable")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = disabled), got {self.top_k}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
+    def support_bound(self) -> int | None:
+        """How many nonzero entries a warped row has at most, as a hint for host transfers.
+
+        1 at temperature 0 (one-hot); with top-k, ``4 k + 64`` (ties at the k-th logit keep
+        every tied token; the fast path handles that many); None when unbounded (no top-k).
+        A row past the hint is still handled exactly (``mtad.core.sampling.host_supports`` reads
+        it whole).
+        """
+        if self.greedy:
+            return 1
+        return 4 * self.top_k + 64 if self.top_k > 0 else None
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        return warp_probs(logits, self.temperature, self.top_k, self.top_p)
+
+
+def warp_probs(
+    logits: torch.Tensor,  # [..., V]
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+) -> torch.Tensor:  # [..., V], rows sum to 1
+    """Warped next-token distribution. Computed in float32 at least (float64 stays float64)."""
+    dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    logits = logits.to(dtype)
+    if temperature == 0:
+        out = torch.zeros_like(logits)
+        out.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+        return out
+    logits = logits / temperature
+    vocab = logits.shape[-1]
+    if 0 < top_k < vocab:
+        # the fast path reads the number of ties on the host; an accelerator sorts instead
+        fast = _top_k_fast_path(logits, top_k, top_p) if logits.device.type == "cpu" else None
+        if fast is not None:
+            return fast
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, sorted_idx = torch.sort(logits, dim=-1, descending=False)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        remove_sorted = cum <= (1 - top_p)
+        remove_sorted[..., -1] = False  # always keep the most likely token
+        remove = remove_sorted.scatter(-1, sorted_idx, remove_sorted)
+        logits = logits.masked_fill(remove, float("-inf"))
+    return logits.softmax(-1)
+
+
+def _top_k_fast_path(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor | None:
+    """Top-k then top-p on the k candidates only (no sort over the whole vocabulary).
+
+    Same result as the general path. Ties at the k-th logit (common with bfloat16 logits)
+    keep every tied token, as the general path does: the candidates are then the top ``c``
+    (``c`` = most tokens any row keeps) with those below the row's k-th logit masked out.
+    Returns None (use the general path) only when ties would make ``c`` large.
+    """
+    vals, idx = torch.topk(logits, top_k, dim=-1)  # [..., k], descending
+    kth = vals[..., -1:]
+    c = int((logits >= kth).sum(-1).max())
+    if c > top_k:
+        if c > 4 * top_k + 64:
+            return None
+        vals, idx = torch.topk(logits, c, dim=-1)  # ties: every token >= the k-th logit
+        vals = vals.masked_fill(vals < kth, float("-inf"))
+    if top_p < 1.0:
+        probs = vals.softmax(-1)
+        # mass of this token and every less likely kept token (the ascending cumsum, read backwards)
+        tail = probs.flip(-1).cumsum(-1).flip(-1)
+        remove = tail <= (1 - top_p)
+        remove[..., 0] = False  # always keep the most likely token
+        vals = vals.masked_fill(remove, float("-inf"))
+    return torch.zeros_like(logits).scatter_(-1, idx, vals.softmax(-1))

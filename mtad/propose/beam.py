@@ -1,0 +1,217 @@
+"""Beam sampling on the draft model: the proposal stage of MTAD and tree-MTAD.
+
+MTAD (Qin et al., "Optimized Multi-Token Joint Decoding with Auxiliary Model
+for LLM Inference") drafts by *beam sampling*: a beam search whose top-W
+selection is replaced by W multinomial draws.
+
+    depth 1: draw W tokens from q(.|ctx); weight_i = q(x_i) / sum_j q(x_j)
+    depth t: score(i, v) = weight_i * q(v | beam_i) over W x V; draw W entries;
+             new weights = chosen scores / their sum (plain renormalisation)
+    carry each beam's raw cumulative draft log-likelihood log Q(x_1..x_t) = sum log q
+    temperature 0: the W draws become top-W (ordinary beam search)
+    draft = the final beam with the largest weight
+
+Glossary:
+
+* *slot*: a beam's index at one depth (``0 .. n_t - 1``). ``parents[t][i]`` is the slot
+  at depth ``t - 1`` that slot ``i`` at depth ``t`` extends (``-1`` at depth 0);
+  following it back gives a beam's *ancestry*, which slot numbers alone do not
+  (the draws re-permute the beams at every depth).
+* *weight*: the renormalised beam score, used only to draw and to rank beams.
+* *cumulative log Q*: the raw draft log-likelihood of a beam's prefix, the Q in
+  MTAD's acceptance ratio P / Q.
+* *scoring distribution*: the warped draft ``q`` (``ctx.warping``). At temperature 0
+  the warped ``q`` is one-hot and cannot rank W beams, so beams are scored with the
+  draft's plain softmax (temperature 1, no top-k/top-p) and selected by top-W, as
+  in the authors' code; Q then is that softmax's likelihood.
+
+Weights are renormalised as ``p_i / sum_j p_j`` among the chosen entries. The
+authors' chain variant applies ``log_softmax`` to probabilities instead, which
+makes the weights nearly uniform; that is a bug and is not reproduced here.
+
+With replacement the same (beam, token) entry may be drawn twice; the copies are
+separate slots (they share a draft tree node). Without replacement, or when
+top-k/top-p leaves fewer than W entries with nonzero score, fewer than W beams
+are kept, never duplicates.
+
+Draft passes: the root logits, then one ``ctx.draft.forward`` per depth ``2..gamma``
+over the previous depth's beams as tree nodes (W rows in one pass). The runner's
+``end`` keeps the committed path in the draft cache; nothing is pruned here.
+
+Devices: the draft's rows and the beams' cumulative log Q stay on the draft's device; the
+selected entries (ids and scores) cross to the host once per depth, where the draws
+happen; tokens, parents and weights are host tensors.
+
+This module knows nothing about verification: it returns beams and their
+likelihoods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mtad.core.protocols import ROOT, StepContext
+from mtad.core.sampling import host_support
+from mtad.core.warping import Warping
+
+
+@dataclass
+class Beams:
+    """The beam-sampling history of one step (depths 0-based: ``t = 0 .. gamma - 1``)."""
+
+    tokens: list[torch.Tensor]  # per depth t: [n_t] long, token of each slot (host)
+    parents: list[torch.Tensor]  # per depth t: [n_t] long, slot at depth t-1 (-1 at t = 0) (host)
+    cum_logq: list[torch.Tensor]  # per depth t: [n_t] raw cumulative draft log-likelihood (draft's device)
+    weights: torch.Tensor  # [n_{gamma-1}] final renormalised beam weights (host)
+
+    @property
+    def gamma(self) -> int:
+        return len(self.tokens)
+
+    def best(self) -> int:
+        """Slot of the final beam with the largest weight (first on ties)."""
+        return int(torch.argmax(self.weights))
+
+    def ancestry(self, slot: int) -> list[int]:
+        """Slots, depth 0 .. gamma-1, of the final beam ``slot`` and its ancestors."""
+        slots = [slot]
+        for t in range(self.gamma - 1, 0, -1):
+            slots.append(int(self.parents[t][slots[-1]]))
+        return slots[::-1]
+
+    def path_tokens(self, slot: int) -> list[int]:
+        return [int(self.tokens[t][s]) for t, s in enumerate(self.ancestry(slot))]
+
+    def path_cum_logq(self, slot: int) -> torch.Tensor:  # [gamma]
+        return torch.stack([self.cum_logq[t][s] for t, s in enumerate(self.ancestry(slot))])
+
+
+def scoring_probs(warping: Warping, logits: torch.Tensor) -> torch.Tensor:  # [..., V]
+    """The draft distribution beams are scored with: warped q, or plain softmax at temperature 0."""
+    if warping.greedy:
+        dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+        return logits.to(dtype).softmax(-1)
+    return warping(logits)
+
+
+def select_entries(
+    scores: torch.Tensor,  # [n * V] flattened beam scores (nonnegative)
+    width: int,
+    greedy: bool,
+    replacement: bool,
+    generator: torch.Generator,
+) -> torch.Tensor:  # [k] indices into scores, k <= width, on the host
+    """Top-W (greedy) or W multinomial draws over the flattened W x V scores."""
+    return _select(scores, width, greedy, replacement, generator)[0]
+
+
+def _select(
+    scores: torch.Tensor,  # [n * V] flattened beam scores (nonnegative), on the draft's device
+    width: int,
+    greedy: bool,
+    replacement: bool,
+    generator: torch.Generator,
+    bound: int | None = None,  # at most this many nonzero scores (a transfer hint)
+) -> tuple[torch.Tensor, torch.Tensor]:  # host: [k] indices into scores, [k] their scores
+    """``select_entries`` with the chosen scores; one device-to-host transfer (rarely two)."""
+    if greedy:
+        return _top_entries(scores, min(width, scores.numel()))
+    s = host_support(scores, bound)  # a long vector: its nonzero entries only (same distribution)
+    nonzero = int((s.vals > 0).sum())
+    if nonzero == 0:
+        raise RuntimeError("beam sampling: every draft score is zero (check the warping settings)")
+    k = width if replacement else min(width, nonzero)
+    pos = torch.multinomial(s.vals, k, replacement=replacement, generator=generator)
+    return s.ids[pos], s.vals[pos]
+
+
+_TIE_MARGIN = 64  # greedy: entries read past the k-th, so ties with it rarely need a second read
+
+
+def _top_entries(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first k of a stable descending sort of ``scores`` (ties: lower index first), on the host.
+
+    Without sorting all W x V entries: the top ``k + 64`` cross to the host; every entry
+    tied with the k-th is read in a second transfer only if the ties may go on past those.
+    """
+    n = scores.numel()
+    if scores.device.type == "cpu":
+        cand = torch.nonzero(scores >= torch.topk(scores, k).values[-1]).flatten()  # ascending index
+        vals = scores[cand]
+    else:
+        m = min(n, k + _TIE_MARGIN)
+        top_vals, top_idx = torch.topk(scores, m)
+        host = torch.stack([top_vals, top_idx.to(top_vals.dtype)]).cpu()  # one transfer
+        kth = host[0, k - 1]
+        if m < n and bool(host[0, -1] >= kth):  # ties may go on: every entry >= the k-th
+            cand = torch.nonzero(scores >= kth.to(scores.device)).flatten()
+            both = torch.stack([cand.to(scores.dtype), scores[cand]]).cpu()
+            cand, vals = both[0].long(), both[1]
+        else:
+            keep = host[0] >= kth
+            cand, vals = host[1][keep].long(), host[0][keep]
+            order = torch.argsort(cand)
+            cand, vals = cand[order], vals[order]
+    order = torch.sort(vals, descending=True, stable=True).indices[:k]
+    return cand[order], vals[order]
+
+
+def beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool = True) -> Beams:
+    """Run beam sampling for ``gamma`` depths on ``ctx.draft`` (one draft pass per depth).
+
+    Device-to-host transfers: one per depth (the selected entries and their scores); the
+    beams' tokens, parents and weights live on the host, their cumulative log Q on the
+    draft's device.
+    """
+    greedy = ctx.warping.greedy
+    bound = None if greedy else ctx.warping.support_bound
+    rows = scoring_probs(ctx.warping, ctx.draft.root_logits)[None]  # [1, V]
+    vocab = rows.shape[-1]
+    dev = rows.device
+    weights = torch.ones(1, dtype=rows.dtype)  # [n] on the host: the root is one beam of weight 1
+    cum_prev = torch.zeros(1, dtype=rows.dtype, device=dev)
+    nodes_prev = [ROOT]  # draft tree row per slot of the previous depth (ROOT before depth 0)
+    out = Beams(tokens=[], parents=[], cum_logq=[], weights=weights)
+    for t in range(gamma):
+        if t > 0:
+            rows, nodes_prev = _expand(ctx, out.tokens[-1], out.parents[-1], nodes_prev)  # [n, V]
+        scores = (weights.to(dev)[:, None] * rows).flatten()  # [n * V]
+        idx, chosen = _select(scores, width, greedy, replacement, ctx.generator,
+                              bound * len(weights) if bound else None)  # [k] each, host
+        parent, token = idx // vocab, idx % vocab
+        weights = (
+            chosen / chosen.sum() if chosen.sum() > 0 else torch.full_like(chosen, 1 / len(idx))
+        )
+        parent_d, token_d = parent.to(dev), token.to(dev)
+        cum = cum_prev[parent_d] + rows[parent_d, token_d].log()
+        out.tokens.append(token)
+        out.parents.append(parent if t > 0 else torch.full_like(parent, -1))
+        out.cum_logq.append(cum)
+        cum_prev = cum
+    out.weights = weights
+    return out
+
+
+def _expand(
+    ctx: StepContext,
+    tokens: torch.Tensor,  # [n] tokens of the previous depth's slots
+    parents: torch.Tensor,  # [n] their parent slots (-1 at depth 0)
+    parent_nodes: list[int],  # draft tree row of each slot one depth further up (or [ROOT])
+) -> tuple[torch.Tensor, list[int]]:
+    """Feed one depth of beams to the draft as tree nodes; scoring rows [n, V] and tree rows [n].
+
+    Slots with the same (parent node, token) share one node (drawn with replacement).
+    """
+    keys = [
+        (parent_nodes[int(p)] if int(p) >= 0 else ROOT, int(tok)) for p, tok in zip(parents, tokens)
+    ]
+    unique: dict[tuple[int, int], int] = {}
+    for k in keys:
+        unique.setdefault(k, len(unique))
+    first = ctx.draft.num_nodes
+    logits = ctx.draft.forward([k[1] for k in unique], [k[0] for k in unique])  # [u, V]
+    probs = scoring_probs(ctx.warping, logits)
+    which = torch.tensor([unique[k] for k in keys], device=probs.device)
+    return probs[which], [first + 1 + unique[k] for k in keys]  # new rows first+1 ..

@@ -1,0 +1,82 @@
+"""``mtad-run`` (and ``python run.py``): one decoder on one task, composed by Hydra.
+
+Composes ``conf/config.yaml`` and runs one point (``mtad.run.evaluate.run``) into the run
+directory (a results folder, ``mtad.run.results``); with ``-m`` it runs a Hydra multirun. The
+command line is checked first (``mtad.run.cli``).
+
+A refused run (a folder holding another point, busy or not writable) leaves the folder as it
+was: Hydra writes nothing into it (``hydra.output_subdir: null``, no log file), and
+``.hydra/`` and ``run.log`` are written here once the folder is claimed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+
+from mtad.run.cli import CONF_DIR, check_overrides  # noqa: E402  (also registers the config schema)
+
+
+def keep_run_files(folder, cfg: DictConfig, hydra_cfg: DictConfig) -> logging.Handler:
+    """What Hydra would have written into the run folder: ``.hydra/{config,hydra,overrides}.yaml``
+    and ``run.log`` (the file handler of ``hydra.job_logging``, attached to the root logger and
+    returned). Called once the folder is claimed."""
+    out = folder.path / ".hydra"
+    out.mkdir(exist_ok=True)
+    for name, node in (("config.yaml", cfg), ("hydra.yaml", OmegaConf.create({"hydra": hydra_cfg})),
+                       ("overrides.yaml", hydra_cfg.overrides.task)):
+        (out / name).write_text(OmegaConf.to_yaml(node), encoding="utf-8")
+    logging_cfg = hydra_cfg.job_logging
+    handler = logging.FileHandler(str(logging_cfg.handlers.file.filename))
+    handler.setFormatter(logging.Formatter(logging_cfg.formatters.simple.format))
+    logging.getLogger().addHandler(handler)
+    return handler
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+def main(cfg: DictConfig) -> dict:
+    from hydra.core.hydra_config import HydraConfig
+
+    from mtad.run.evaluate import ConfigError, run, validate
+    from mtad.run.results import (
+        FolderBusy,
+        FolderNotWritable,
+        IdentityMismatch,
+        PointFolder,
+        identity,
+    )
+
+    hc = HydraConfig.get()
+    choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra/") and v}
+    overrides = list(hc.overrides.task)
+    try:
+        validate(cfg)
+        folder, ident = PointFolder(cfg.output_dir), identity(cfg)
+        folder.refuse_another(ident)  # reads only: a refused folder is left as it was
+        with folder.lock(wait=bool(cfg.get("wait_lock", False))):  # re-entered by run()
+            folder.claim(ident, overrides, choices)
+            handler = keep_run_files(folder, cfg, hc)
+            try:
+                return run(cfg, overrides=overrides, choices=choices)
+            finally:
+                logging.getLogger().removeHandler(handler)
+                handler.close()
+    except (ConfigError, IdentityMismatch, FolderBusy, FolderNotWritable) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def cli() -> None:
+    """The ``mtad-run`` console script: check the command line, then let Hydra run it."""
+    check_overrides(sys.argv[1:])
+    main()
+
+
+if __name__ == "__main__":
+    cli()

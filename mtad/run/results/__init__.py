@@ -1,0 +1,79 @@
+"""The results store: the one owner of the results folder format (docs/results.md).
+
+- ``mtad.core.io``: atomic JSON / JSON-lines files, torn-line detection;
+- ``mtad.run.results.identity``: a point's identity (what changes the generated tokens) and hash;
+- ``mtad.run.results.folder``: one point's folder: lock, claim (refuse another point's folder,
+  adopt a legacy one), self-check and repair of ``samples.jsonl``, status;
+- ``mtad.run.results.store``: a folder of points: find a point (legacy folders included, and
+  with a ``Catalog`` any folder under the results tree holding it), list the points of a
+  sweep, multirun or single run for readers.
+
+``mtad.run.evaluate`` writes through it, ``mtad.run.sweep`` plans and resumes through it,
+``mtad.analysis.render`` reads through it.
+"""
+
+from mtad.core.io import (
+    append_jsonl,
+    read_json,
+    read_jsonl,
+    rewrite_jsonl,
+    scan_jsonl,
+    shown_path,
+    write_json_atomic,
+)
+from mtad.run.results.folder import (
+    BUSY,
+    CACHED,
+    CONFIG_FILE,
+    DONE,
+    ERROR_FILE,
+    FAILED,
+    FORMAT,
+    INDEX_FILE,
+    LOCK_FILE,
+    PARTIAL,
+    PENDING,
+    POINT_FILE,
+    RECORD_FIELDS,
+    SAMPLES_FILE,
+    SKIPPED,
+    SKIPPED_FILE,
+    SUMMARY_FILE,
+    UNKNOWN,
+    Check,
+    FolderBusy,
+    FolderNotWritable,
+    IdentityMismatch,
+    NotAPointFile,
+    PointFolder,
+    now_utc,
+    record_key,
+    record_problem,
+)
+from mtad.run.results.identity import (
+    HASH_LEN,
+    LEGACY_DECODER_VERSION,
+    decoder_version,
+    differences,
+    identity,
+    identity_hash,
+    requested_limit,
+)
+from mtad.run.results.store import (
+    Catalog,
+    Store,
+    is_point_folder,
+    load_point,
+    point_dirs,
+    used_config,
+)
+
+__all__ = [
+    "BUSY", "CACHED", "CONFIG_FILE", "DONE", "ERROR_FILE", "FAILED", "FORMAT", "INDEX_FILE",
+    "LOCK_FILE", "PARTIAL", "PENDING", "POINT_FILE", "SAMPLES_FILE", "SKIPPED", "SKIPPED_FILE",
+    "SUMMARY_FILE", "UNKNOWN", "RECORD_FIELDS", "Check", "FolderBusy", "FolderNotWritable",
+    "IdentityMismatch", "NotAPointFile", "PointFolder", "now_utc", "record_key", "record_problem", "HASH_LEN", "LEGACY_DECODER_VERSION", "decoder_version",
+    "differences", "identity", "identity_hash", "requested_limit", "append_jsonl", "read_json",
+    "read_jsonl", "rewrite_jsonl", "scan_jsonl", "shown_path", "write_json_atomic", "Catalog", "Store", "is_point_folder",
+    "load_point", "point_dirs", "used_config",
+]

@@ -1,0 +1,539 @@
+"""Verification maths for the lossless multi-draft decoders (SpecInfer, MCSS, SpecTr, MCNS).
+
+Each method is written twice over one shared core:
+
+* a **single-position rule** ``*_position(P, Q, cands) -> PositionOutcome``: a pure
+  function returning the exact outcome distribution at one tree node, i.e. the
+  probability that candidate ``i`` is the one accepted, the probability that every
+  candidate is rejected and the distribution of the token emitted then;
+* a **tree walker** ``verify_*(parents, tokens, p, q, generator)`` that draws the
+  outcome at each node from that same function (equivalent in distribution to
+  the papers' sequential uniforms) and walks down the accepted child.
+
+The exact-enumeration tests therefore prove the very code the decoders run.
+
+Glossary (as in the papers):
+
+* *accepted*: draft tokens (tree nodes) kept after verification, from the root down;
+* *correction*: the token the target emits after every candidate at a node was
+  rejected, drawn from the rule's residual distribution;
+* *bonus*: the token the target emits when a leaf was accepted, drawn from ``p``
+  after that leaf.
+
+Tree layout (batch size 1): row 0 is the root (the context end), nodes
+``1..N`` have ``parents[i]`` in ``[0, i)`` (``parents[0] = -1``) and token
+``tokens[i]`` (``tokens[0]`` unused). ``p[i]`` / ``q[i]`` are the warped target /
+draft next-token distributions after row ``i``; the children of row ``i`` were
+drawn from ``q[i]``. Children of a row are taken in increasing index order. ``p``
+and ``q`` are ``[N+1, V]`` tensors or ``Rows`` computed on demand (a walk reads only
+the rows on its path), whose rows are vectors or their host supports
+(``mtad.core.sampling.Support``). This is the code base's token-tree convention
+(``mtad.core.runner``).
+
+Devices: the walk runs on the host. A decoder hands it rows that cross from the device
+once per step (``mtad.propose.tree.score_tree``; the draft's supports crossed
+while drafting), so verification costs one device-to-host transfer whatever the tree.
+
+Support. After top-k / top-p a distribution over V ~ 152k tokens has a handful of
+nonzero entries. On a long vocabulary each visited node's rule runs on the union of
+its P's and Q's supports and its candidates (``compress_support``, exact), and every
+draw is made on the support (``mtad.core.sampling``); dense small vocabularies (the exact
+tests) run as written.
+
+Methods:
+
+* SpecInfer -- multi-step speculative sampling, Miao et al., "SpecInfer:
+  Accelerating Large Language Model Serving with Tree-based Speculative Inference
+  and Verification", ASPLOS 2024. Children i.i.d. from ``q``.
+* MCSS -- multi-candidate speculative sampling, Yang et al., "Multi-Candidate
+  Speculative Decoding", arXiv:2401.06706 (2024). Siblings drawn from ``q``
+  without replacement (``draw_without_replacement``).
+* SpecTr -- k-sequential draft selection, Sun et al., "SpecTr: Fast Speculative
+  Decoding via Optimal Transport", NeurIPS 2023. ``k`` i.i.d. chain drafts.
+* MCNS -- multi-candidate naive sampling: draw ``y ~ p`` and keep it if it is a
+  candidate; a lossless sanity baseline.
+
+Numerics: every rule works in the dtype it is given (use float64 for exact
+checks). A residual whose mass is 0 in floating point falls back to the current
+target distribution. A candidate with ``Q(c) = 0`` could not have been drawn; it
+is skipped (never accepted, no update of ``P`` or ``Q``), which keeps every rule
+lossless whatever it is given.
+
+This module knows nothing about models, caches or tokenizers: distributions and
+token ids in, accepted node indices and one token out. Chain speculative
+sampling (SpD) lives in ``mtad.decoders.spd``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import torch
+
+from mtad.core import sampling
+from mtad.core.sampling import Rows, Support, as_support, sample
+
+__all__ = [
+    "Compressed",
+    "PositionOutcome",
+    "Rows",
+    "compress_support",
+    "draw_without_replacement",
+    "mcns_position",
+    "mcss_position",
+    "specinfer_position",
+    "spectr_position",
+    "spectr_rho",
+    "verify_mcns",
+    "verify_mcss",
+    "verify_specinfer",
+    "verify_spectr",
+]
+
+
+class PositionOutcome(NamedTuple):
+    """Exact outcome distribution of one verification position (sums to 1 overall)."""
+
+    accept_prob: torch.Tensor  # [k] P(candidate i is the one accepted)
+    residual: torch.Tensor  # [V] distribution of the correction token if all are rejected
+    reject_prob: torch.Tensor  # [] P(every candidate rejected) = 1 - accept_prob.sum()
+
+
+PositionRule = Callable[[torch.Tensor, torch.Tensor, Sequence[int]], PositionOutcome]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _normalise_or(
+    v: torch.Tensor,  # [V], non-negative
+    fallback: torch.Tensor,  # [V]
+) -> torch.Tensor:  # [V]
+    """norm(v), or ``fallback`` when v has no mass in floating point."""
+    s = v.sum()
+    return torch.where(s > 0, v / torch.where(s > 0, s, torch.ones_like(s)), fallback)
+
+
+def _accept_ratio(
+    pc: torch.Tensor,  # [] target mass of the candidate
+    qc: torch.Tensor,  # [] proposal mass of the candidate
+) -> torch.Tensor:  # []
+    """min(1, pc / qc); 0 for a candidate that could not have been drawn (qc = 0)."""
+    drawable = qc > 0
+    ratio = pc / torch.where(drawable, qc, torch.ones_like(qc))
+    return torch.where(drawable, ratio.clamp(max=1.0), torch.zeros_like(ratio))
+
+
+def _sequential(
+    P: torch.Tensor,  # [V]
+    Q: torch.Tensor,  # [V]
+    cands: Sequence[int],  # [k]
+    ratio: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor],
+    update: Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Try candidates in order; ``update`` maps (P, Q) after rejecting a drawable one.
+
+    Returns (accept_prob [k], P after all rejections [V], reject_prob []).
+    """
+    accept = P.new_zeros(len(cands))
+    reach = P.new_ones(())  # probability that candidates 0..i-1 were all rejected
+    for i, c in enumerate(cands):
+        c = int(c)
+        a = ratio(P, Q, c)
+        accept[i] = reach * a
+        reach = reach * (1 - a)
+        if Q[c] > 0:  # a candidate that could not have been drawn is skipped
+            P, Q = update(P, Q, c)
+    return accept, P, reach
+
+
+# --------------------------------------------------------------------------- SpecInfer
+
+
+def specinfer_position(
+    P: torch.Tensor,  # [V] warped target distribution at the node
+    Q: torch.Tensor,  # [V] warped draft distribution the candidates were drawn from (i.i.d.)
+    cands: Sequence[int],  # [k] candidate tokens, in verification order
+) -> PositionOutcome:
+    """Multi-step speculative sampling at one node (Miao et al., ASPLOS 2024).
+
+    For each candidate c in order: accept with probability min(1, P(c)/Q(c));
+    on rejection ``P <- norm(max(0, P - Q))`` with Q unchanged (the candidates are
+    i.i.d.). If all are rejected the correction is drawn from the final P.
+    """
+
+    def ratio(P, Q, c):
+        return _accept_ratio(P[c], Q[c])
+
+    def update(P, Q, c):
+        return _normalise_or((P - Q).clamp_min(0), P), Q
+
+    accept, residual, reject = _sequential(P, Q, cands, ratio, update)
+    return PositionOutcome(accept, residual, reject)
+
+
+# --------------------------------------------------------------------------- MCSS
+
+
+def draw_without_replacement(
+    q: torch.Tensor | Support,  # [V] draft distribution, or its host support
+    k: int,
+    generator: torch.Generator,
+) -> torch.Tensor:  # [min(k, nnz(q))] distinct token ids, int64, on the host
+    """k sequential draws from q, each from q renormalised after removing the tokens drawn.
+
+    Returns fewer than k tokens when q has fewer than k nonzero entries; never
+    a duplicate (Yang et al., arXiv:2401.06706, candidates without replacement).
+    """
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    ids, vals = as_support(q)[:2]  # sequential draws on the host support (same distribution)
+    vals = vals.clone()
+    drawn: list[int] = []
+    for _ in range(min(k, int((vals > 0).sum()))):
+        j = int(torch.multinomial(vals, 1, generator=generator))
+        drawn.append(int(ids[j]))
+        vals[j] = 0
+    return torch.tensor(drawn, dtype=torch.long)
+
+
+def mcss_position(
+    P: torch.Tensor,  # [V] warped target distribution at the node
+    Q: torch.Tensor,  # [V] warped draft distribution (before any candidate was removed)
+    cands: Sequence[int],  # [k] distinct candidate tokens, drawn without replacement from Q
+) -> PositionOutcome:
+    """Multi-candidate speculative sampling at one node (Yang et al., arXiv:2401.06706).
+
+    For each candidate c in order: accept with probability min(1, P(c)/Q(c)) with
+    the current Q; on rejection first ``P <- norm(max(0, P - Q))``, then
+    ``Q(c) <- 0; Q <- norm(Q)``. If all are rejected the correction is drawn from P.
+    """
+
+    def ratio(P, Q, c):
+        return _accept_ratio(P[c], Q[c])
+
+    def update(P, Q, c):
+        P = _normalise_or((P - Q).clamp_min(0), P)
+        Q = Q.clone()
+        Q[c] = 0
+        return P, _normalise_or(Q, torch.zeros_like(Q))
+
+    accept, residual, reject = _sequential(P, Q, cands, ratio, update)
+    return PositionOutcome(accept, residual, reject)
+
+
+# --------------------------------------------------------------------------- SpecTr
+
+
+def spectr_rho(
+    p: torch.Tensor,  # [V] warped target distribution
+    q: torch.Tensor,  # [V] warped draft distribution
+    k: int,  # number of i.i.d. candidates
+) -> float:
+    """rho* in [1, k] solving ``1 - (1 - beta)^k = rho * beta`` (Sun et al., NeurIPS 2023).
+
+    ``beta(rho) = sum_x min(q(x), p(x) / rho)``; k <= 1 gives 1. Returns 1 when
+    the root is at 1 (e.g. p = q, or disjoint supports) and k when it is at k.
+
+    ``beta`` is piecewise ``Qs + Pc / rho`` between the breakpoints
+    ``rho = p(x)/q(x)`` (``Qs`` = q-mass with ratio >= rho, ``Pc`` = p-mass of the
+    other drawable tokens). One vectorised pass evaluates ``f(rho) = 1 - (1 -
+    beta)^k - rho beta`` at every breakpoint in [1, k] to find a bracketing piece;
+    bisection on that piece's closed form then runs on scalars.
+    """
+    if k <= 1:
+        return 1.0
+    if not bool((q > p).any()):
+        # q <= p everywhere: beta(1) = sum(q) = 1, so the root is at 1. Decided here, not from
+        # f(1): a sum of p one ulp below 1 makes f(1) ~ 1e-16 > 0 and puts a spurious root
+        # at ~1 + 1e-16^(1/k) (1.009 at k = 8), depending on the machine's summation order.
+        return 1.0
+    drawable = q > 0
+    qd, pd = q[drawable], p[drawable]  # [n]
+    r, order = (pd / qd).sort()  # [n] ascending ratios; token x is "in" (min = q) iff rho <= r_x
+    qd, pd = qd[order], pd[order]
+    q_in = qd.sum() - qd.cumsum(0) + qd  # [n] q-mass of ratios >= r_j
+    p_out = pd.cumsum(0) - pd  # [n] p-mass of ratios < r_j
+
+    def f(rho: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+        return 1 - (1 - beta) ** k - rho * beta
+
+    ends = torch.tensor([1.0, float(k)], dtype=p.dtype, device=p.device)  # [2]
+    beta_ends = torch.minimum(q, p / ends[:, None]).sum(-1)  # [2]
+    inside = (r > 1) & (r < k)
+    r_in = r[inside]  # [m] breakpoints strictly inside (1, k), ascending
+    points = torch.cat([ends[:1], r_in, ends[1:]])  # [m+2]
+    f_points = torch.cat(
+        [
+            f(ends[:1], beta_ends[:1]),
+            f(r_in, q_in[inside] + p_out[inside] / r_in),
+            f(ends[1:], beta_ends[1:]),
+        ]
+    )  # [m+2]
+    if f_points[0] <= 0:
+        return 1.0
+    if f_points[-1] >= 0:
+        return float(k)
+    i = int(torch.nonzero(f_points <= 0)[0])  # f(points[i-1]) > 0 >= f(points[i])
+    lo, hi = float(points[i - 1]), float(points[i])
+    # On (lo, hi] the tokens with min = q are exactly those with ratio >= hi.
+    qs = float(qd[r >= hi].sum())
+    pc = float(pd[r < hi].sum())
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if not lo < mid < hi:
+            break
+        beta = qs + pc / mid
+        if 1 - (1 - beta) ** k - mid * beta > 0:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def spectr_position(
+    p: torch.Tensor,  # [V] warped target distribution at the node
+    q: torch.Tensor,  # [V] warped draft distribution the candidates were drawn from (i.i.d.)
+    cands: Sequence[int],  # [k] candidate tokens, in draw order
+) -> PositionOutcome:
+    """k-sequential draft selection at one position (Sun et al., NeurIPS 2023).
+
+    With ``rho = spectr_rho(p, q, k)``: accept X_i (first success, in order) with
+    probability min(1, p(X_i) / (rho q(X_i))); if none is accepted the correction
+    is drawn from ``norm(max(0, p - rho q))``.
+    """
+    k = len(cands)
+    if k == 0:
+        return PositionOutcome(p.new_zeros(0), p, p.new_ones(()))
+    rho = spectr_rho(p, q, k)
+
+    def ratio(P, Q, c):
+        return _accept_ratio(P[c], rho * Q[c])
+
+    def update(P, Q, c):  # the rule has one fixed acceptance test; nothing changes
+        return P, Q
+
+    accept, _, reject = _sequential(p, q, cands, ratio, update)
+    residual = _normalise_or((p - rho * q).clamp_min(0), p)
+    return PositionOutcome(accept, residual, reject)
+
+
+# --------------------------------------------------------------------------- MCNS
+
+
+def mcns_position(
+    P: torch.Tensor,  # [V] warped target distribution at the node
+    cands: Sequence[int],  # [k] candidate tokens (any proposal)
+) -> PositionOutcome:
+    """Naive multi-candidate sampling: y ~ P; the first candidate equal to y is accepted.
+
+    Otherwise y is emitted, i.e. drawn from P restricted to the non-candidates.
+    """
+    accept = P.new_zeros(len(cands))
+    outside = torch.ones_like(P, dtype=torch.bool)
+    for i, c in enumerate(cands):
+        c = int(c)
+        if outside[c]:
+            accept[i] = P[c]
+            outside[c] = False
+    rest = torch.where(outside, P, torch.zeros_like(P))
+    return PositionOutcome(accept, _normalise_or(rest, P), rest.sum())
+
+
+# --------------------------------------------------------------------------- tree walking
+
+
+
+
+class Compressed(NamedTuple):
+    """One node's P, Q and candidates restricted to the columns where any of them lives."""
+
+    P: torch.Tensor  # [C] columns ``cols`` of P
+    Q: torch.Tensor  # [C] columns ``cols`` of Q
+    cands: list[int]  # [k] candidates as column indices
+    cols: torch.Tensor  # [C] ascending vocabulary ids: compressed column j is token cols[j]
+
+
+def compress_support(
+    P: torch.Tensor | Support,  # [V], or its host support
+    Q: torch.Tensor | Support,  # [V], or its host support
+    cands: Sequence[int],  # [k]
+) -> Compressed:
+    """Restrict one verification position to the union of P's and Q's supports and the candidates.
+
+    Exact for every rule here: a column outside the union is 0 in P and Q, so residuals
+    (``max(0, P - Q)``, ``max(0, p - rho q)``), MCSS's ``Q`` updates, SpecTr's ``beta``
+    and MCNS's leftover mass are 0 there and every normalising sum is unchanged (up to
+    floating-point summation order); a fallback to ``P`` stays inside the union. Columns
+    keep their ascending order, so when both are drawn on their support
+    (``mtad.core.sampling``), a draw from a compressed vector picks the same token, for the
+    same generator state, as from the dense vector. Runs on the host (supports).
+    """
+    P, Q = as_support(P), as_support(Q)
+    (p_ids, p_vals), (q_ids, q_vals) = P.positive(), Q.positive()
+    cand_t = torch.tensor([int(c) for c in cands], dtype=torch.long)
+    cols = torch.unique(torch.cat([p_ids, q_ids, cand_t]))  # [C] ascending
+    Pc = torch.zeros(len(cols), dtype=p_vals.dtype).index_put_((torch.searchsorted(cols, p_ids),), p_vals)
+    Qc = torch.zeros(len(cols), dtype=q_vals.dtype).index_put_((torch.searchsorted(cols, q_ids),), q_vals)
+    return Compressed(Pc, Qc, torch.searchsorted(cols, cand_t).tolist(), cols)
+
+
+def _run_rule(
+    rule: PositionRule,
+    P: Support,  # [V] on the host
+    Q: Support,  # [V] on the host
+    cands: list[int],  # [k]
+    compress: bool,
+) -> tuple[PositionOutcome, torch.Tensor | None]:
+    """The rule's outcome, on ``compress_support``'s columns when ``compress`` (then also the columns)."""
+    if not compress:
+        return rule(P.dense(), Q.dense(), cands), None
+    c = compress_support(P, Q, cands)
+    return rule(c.P, c.Q, c.cands), c.cols
+
+
+def _children(parents: Sequence[int], num_rows: int) -> list[list[int]]:
+    if len(parents) != num_rows:
+        raise ValueError(f"parents has {len(parents)} rows, p/q have {num_rows}")
+    if num_rows == 0 or parents[0] != -1:
+        raise ValueError("row 0 must be the root: parents[0] = -1")
+    kids: list[list[int]] = [[] for _ in range(num_rows)]
+    for i in range(1, num_rows):
+        if not (0 <= parents[i] < i):
+            raise ValueError(f"parents[{i}] = {parents[i]} must be in [0, {i})")
+        kids[parents[i]].append(i)
+    return kids
+
+
+def _walk(
+    parents: Sequence[int],  # [N+1]
+    tokens: Sequence[int],  # [N+1]
+    p: torch.Tensor | Rows,  # [N+1, V]
+    q: torch.Tensor | Rows,  # [N+1, V]
+    generator: torch.Generator,
+    rule: PositionRule,
+    merge_equal_prefixes: bool = False,
+    compress: bool | None = None,
+) -> tuple[list[int], int]:
+    """Walk the tree from the root, drawing each node's outcome from ``rule``.
+
+    Without merging, the candidates at a node are its children. With merging
+    (SpecTr's k chains), they are the children of every node whose path carries
+    the same tokens as the accepted prefix ("alive" drafts). With ``compress`` the
+    rule runs on ``compress_support``'s columns of each visited node (same outcome)
+    and a correction is mapped back to the vocabulary; ``None`` compresses
+    vocabularies longer than ``mtad.core.sampling.DENSE_MAX``. Only the visited rows of
+    ``p`` and ``q`` are read, as host supports (``mtad.core.sampling.Support``): the walk and
+    every draw run on the host; rows that are device tensors cross when read (a decoder
+    passes ``Rows`` that bring a whole tree's rows across in one transfer).
+    """
+    parents = [int(x) for x in parents]
+    tokens = [int(x) for x in tokens]
+    if isinstance(p, torch.Tensor) or isinstance(q, torch.Tensor):
+        if not (isinstance(p, torch.Tensor) and isinstance(q, torch.Tensor)) or (
+            p.shape != q.shape or p.dim() != 2
+        ):
+            raise ValueError(
+                f"p and q must both be [N+1, V], got {tuple(getattr(p, 'shape', ()))} "
+                f"and {tuple(getattr(q, 'shape', ()))}"
+            )
+    if len(tokens) != len(p) or len(q) != len(p):
+        raise ValueError(f"tokens has {len(tokens)} rows, p/q have {len(p)} / {len(q)}")
+    kids = _children(parents, len(p))
+    node, alive = 0, [0]
+    while True:
+        cand_nodes = [c for a in alive for c in kids[a]]
+        if not cand_nodes:  # a leaf was accepted (or the tree is empty): bonus
+            token = sample(p[node], generator)
+            break
+        P = as_support(p[node])
+        squeeze = compress if compress is not None else P.size > sampling.DENSE_MAX
+        out, cols = _run_rule(rule, P, as_support(q[node]), [tokens[c] for c in cand_nodes], squeeze)
+        j = sample(torch.cat([out.accept_prob, out.reject_prob.reshape(1)]), generator)
+        if j == len(cand_nodes):  # every candidate rejected: correction
+            token = sample(out.residual, generator)
+            if cols is not None:
+                token = int(cols[token])
+            break
+        node = cand_nodes[j]
+        alive = (
+            [c for c in cand_nodes if tokens[c] == tokens[node]] if merge_equal_prefixes else [node]
+        )
+    path = []
+    while node != 0:
+        path.append(node)
+        node = parents[node]
+    return path[::-1], token
+
+
+def verify_specinfer(
+    parents: Sequence[int],  # [N+1], parents[0] = -1
+    tokens: Sequence[int],  # [N+1], tokens[0] unused
+    p: torch.Tensor,  # [N+1, V] warped target distribution after each row
+    q: torch.Tensor,  # [N+1, V] warped draft distribution each row's children were drawn from
+    generator: torch.Generator,
+    compress: bool | None = None,
+) -> tuple[list[int], int]:
+    """SpecInfer tree verification (Miao et al., ASPLOS 2024): (accepted path, correction/bonus).
+
+    Children of each node must be i.i.d. draws from ``q`` of that node.
+    """
+    return _walk(parents, tokens, p, q, generator, specinfer_position, compress=compress)
+
+
+def verify_mcss(
+    parents: Sequence[int],  # [N+1], parents[0] = -1
+    tokens: Sequence[int],  # [N+1], tokens[0] unused
+    p: torch.Tensor,  # [N+1, V] warped target distribution after each row
+    q: torch.Tensor,  # [N+1, V] warped draft distribution each row's children were drawn from
+    generator: torch.Generator,
+    compress: bool | None = None,
+) -> tuple[list[int], int]:
+    """MCSS tree verification (Yang et al., arXiv:2401.06706): (accepted path, correction/bonus).
+
+    Children of each node must be drawn from ``q`` of that node without
+    replacement, in index order (``draw_without_replacement``).
+    """
+    return _walk(parents, tokens, p, q, generator, mcss_position, compress=compress)
+
+
+def verify_spectr(
+    parents: Sequence[int],  # [N+1], parents[0] = -1
+    tokens: Sequence[int],  # [N+1], tokens[0] unused
+    p: torch.Tensor,  # [N+1, V] warped target distribution after each row
+    q: torch.Tensor,  # [N+1, V] warped draft distribution each row's child was drawn from
+    generator: torch.Generator,
+    compress: bool | None = None,
+) -> tuple[list[int], int]:
+    """SpecTr sequence verification of k i.i.d. chain drafts (Sun et al., NeurIPS 2023).
+
+    The root has k children, one per chain; each chain is its own branch (equal
+    prefixes not merged in the tree). At each depth the k-sequential rule runs
+    over the next tokens of the k_t drafts consistent with the accepted prefix
+    (rho* recomputed for k_t); drafts agreeing with the accepted token stay alive.
+    A full rejection emits the residual sample; a bonus is drawn from ``p`` if a
+    chain end was reached. Returns (accepted path, correction/bonus); the path
+    follows the branch of the deepest accepted node (all alive branches carry
+    the same tokens).
+    """
+    return _walk(
+        parents, tokens, p, q, generator, spectr_position, merge_equal_prefixes=True, compress=compress
+    )
+
+
+def verify_mcns(
+    parents: Sequence[int],  # [N+1], parents[0] = -1
+    tokens: Sequence[int],  # [N+1], tokens[0] unused
+    p: torch.Tensor,  # [N+1, V] warped target distribution after each row
+    q: torch.Tensor,  # [N+1, V] unused: MCNS does not look at the proposal
+    generator: torch.Generator,
+    compress: bool | None = None,
+) -> tuple[list[int], int]:
+    """MCNS: at each node draw y ~ p; accept the child carrying y, else emit y and stop.
+
+    Returns (accepted path, correction/bonus). Lossless for any proposal.
+    """
+    return _walk(
+        parents, tokens, p, q, generator, lambda P, Q, cands: mcns_position(P, cands), compress=compress
+    )

@@ -1,0 +1,563 @@
+"""Rendering: Table 2 from hand-made result files ("–" for missing, "n/a" for no energy meter,
+speedups from the same sweep), figures, W&B logging, and the analysis notebook on smoke results."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from mtad.analysis import render
+from mtad.run.provenance import write_json_atomic
+
+ROOT = Path(__file__).resolve().parents[2]
+
+BASE = {
+    "seed": 42,
+    "gamma": 4,
+    "tau": 0.5,
+    "width": 4,
+    "temperature": 1.0,
+    "top_k": 10,
+    "top_p": 0.9,
+    "max_new_tokens": 16,
+    "limit": 2,
+    "warmup": 0,
+    "perplexity": True,
+}
+
+
+def _ident(pair, task, decoder, **knobs):
+    # a decoder's config holds the knobs it uses (its YAML interpolates them)
+    return {
+        "model": {"name": pair},
+        "decoder": {"_target_": f"mtad.decoders.x.{decoder}", **knobs},
+        "task": {"name": task},
+        **BASE,
+        **knobs,
+    }
+
+
+def write_point(
+    sweep_dir: Path,
+    h: str,
+    pair: str,
+    task: str,
+    decoder: str,
+    *,
+    metrics=None,
+    score=None,
+    energy_source=None,
+    skipped=None,
+    failed=None,
+    substitute=False,
+    **knobs,
+) -> None:
+    d = sweep_dir / h
+    ident = _ident(pair, task, decoder, **knobs)
+    write_json_atomic(
+        d / "point.json",
+        {
+            "hash": h,
+            "choices": {"model": pair, "task": task, "decoder": decoder},
+            "identity": ident,
+        },
+    )
+    if metrics is not None:
+        write_json_atomic(
+            d / "summary.json",
+            {
+                "decoder": decoder,
+                "task": task,
+                "model": {"pair": pair},
+                "config": {**ident, "output_dir": str(d)},
+                "metrics": {"examples": 2, **metrics},
+                "energy_source": energy_source,
+                "data_substitute": substitute,
+                **(
+                    {"score": {"metric": "pass@1", "value": score, "stderr": 0.0}}
+                    if score is not None
+                    else {}
+                ),
+            },
+        )
+    if skipped:
+        write_json_atomic(
+            d / "skipped.json", {"hash": h, "reason": skipped, "kind": "task_unavailable"}
+        )
+    if failed:
+        write_json_atomic(d / "error.json", {"hash": h, "reason": failed})
+
+
+@pytest.fixture
+def sweep_dir(tmp_path) -> Path:
+    s = tmp_path / "sweeps" / "demo"
+    m = {"perplexity": 3.0, "block_efficiency": 1.0, "j_per_token": None, "joules": None}
+    write_point(
+        s, "a1", "p", "humaneval", "multinomial", metrics={**m, "tokens_per_s": 10.0}, score=0.25
+    )
+    write_point(
+        s,
+        "a2",
+        "p",
+        "humaneval",
+        "spd",
+        metrics={**m, "tokens_per_s": 20.0, "block_efficiency": 2.5},
+        score=0.25,
+    )
+    write_point(
+        s,
+        "a3",
+        "p",
+        "humaneval",
+        "mtad",
+        metrics={
+            **m,
+            "tokens_per_s": 30.0,
+            "perplexity": 2.5,
+            "block_efficiency": 3.2,
+            "j_per_token": 0.125,
+            "joules": 4.0,
+        },
+        score=0.5,
+        energy_source="rapl",
+    )
+    write_point(s, "a4", "p", "humaneval", "tree_mtad", failed="ValueError: bug")
+    write_point(
+        s,
+        "b1",
+        "p",
+        "mt_bench",
+        "multinomial",
+        metrics={**m, "tokens_per_s": 5.0, "perplexity": None},
+    )
+    write_point(
+        s, "b2", "p", "mt_bench", "mtad", metrics={**m, "tokens_per_s": 15.0}, substitute=True
+    )
+    write_point(
+        s, "c1", "p", "chatalpaca", "mtad", skipped="TaskUnavailable: no ChatAlpaca offline"
+    )
+    write_point(
+        s, "zz", "p", "humaneval", "bild", metrics={**m, "tokens_per_s": 1.0}
+    )  # stale: not in sweep.json
+    write_json_atomic(
+        s / "sweep.json",
+        {
+            "name": "demo",
+            "points": [{"hash": h} for h in ("a1", "a2", "a3", "a4", "b1", "b2", "c1")],
+        },
+    )
+    return s
+
+
+def test_table2_cells_missing_na_and_speedups(sweep_dir):
+    df = render.load_points(sweep_dir)
+    assert set(df["hash"]) == {"a1", "a2", "a3", "a4", "b1", "b2", "c1"}  # stale "zz" left out
+    assert len(render.load_points(sweep_dir, only_current=False)) == 8
+    text, nums = render.table2(df)["p"]
+    assert list(text.index) == ["multinomial", "spd", "mtad", "tree_mtad"]  # paper order
+    he = lambda row, col: text.loc[row, ("humaneval", col)]  # noqa: E731
+    assert (
+        he("mtad", "tok/s") == "30.00"
+        and he("mtad", "×MN") == "3.00×"
+        and he("mtad", "×SpD") == "1.50×"
+    )
+    assert he("spd", "×MN") == "2.00×" and he("multinomial", "×MN") == "1.00×"
+    assert he("mtad", "J/tok") == "0.125" and he("spd", "J/tok") == "n/a"  # meter vs no meter
+    assert all(v == "–" for v in text.loc["tree_mtad", "humaneval"])  # failed point
+    assert text.loc["mtad", ("mt_bench", "×SpD")] == "–"  # no SpD run for mt_bench
+    assert text.loc["multinomial", ("mt_bench", "PPL")] == "–"  # metric absent, not 0
+    assert text.loc["mtad", ("mt_bench", "score")] == "–"  # task without a scorer
+    assert all(v == "–" for v in text.loc["mtad", "chatalpaca"])  # skipped point
+    assert text.loc["spd", ("mt_bench", "tok/s")] == "–"  # never run
+    assert (
+        math.isnan(nums.loc["spd", ("mt_bench", "tok/s")])
+        and nums.loc["mtad", ("humaneval", "×MN")] == 3.0
+    )
+    for cell in text.values.ravel():
+        assert cell not in ("0", "0.00", "nan", "None")
+
+
+def test_render_writes_markdown_latex_csv_and_figures(sweep_dir, tmp_path):
+    out = tmp_path / "out"
+    written = render.render(sweep_dir, out)
+    assert {
+        "table2.md",
+        "table2.tex",
+        "table2.csv",
+        "points.csv",
+        "pareto.png",
+        "pareto_humaneval.png",
+    } <= set(written)
+    md = (out / "table2.md").read_text()
+    assert _md_row(md, "humaneval", "mtad") == [
+        "2",
+        "0.500",
+        "2.50",
+        "30.00",
+        "0.125",
+        "3.20",
+        "3.00×",
+        "1.50×",
+    ]
+    assert "skipped (chatalpaca: mtad): TaskUnavailable: no ChatAlpaca offline" in md
+    assert "failed (humaneval: tree_mtad): ValueError: bug" in md
+    assert "stand-in data (not the paper's): mt_bench" in md
+    tex = (out / "table2.tex").read_text()
+    assert r"{mt\_bench}" in tex and r"3.00$\times$" in tex and "tree\\_mtad & -- &" in tex
+    import pandas as pd
+
+    csv = pd.read_csv(out / "table2.csv", keep_default_na=False)
+    row = csv[csv["decoder"] == "mtad"].iloc[0]
+    assert row["humaneval/speedup_multinomial"] == "3" and row["humaneval/j_per_token"] == "0.125"
+    assert csv[csv["decoder"] == "spd"].iloc[0]["mt_bench/tokens_per_s"] == "–"
+    points = pd.read_csv(out / "points.csv")
+    assert points.set_index("hash").loc["c1", "status"] == "skipped"
+    assert (out / "pareto_humaneval.png").stat().st_size > 1000
+
+
+def _md_row(md: str, task: str, label: str) -> list[str]:
+    """The cells of ``label``'s row in the Markdown block of ``task``."""
+    block = md.split(f"### {task}", 1)[1].split("###", 1)[0]
+    for line in block.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells[0] == label:
+            return cells[1:]
+    raise AssertionError(f"no row {label!r} under ### {task}")
+
+
+def test_variants_and_ablation_plot(tmp_path):
+    s = tmp_path / "abl"
+    for i, g in enumerate((6, 2, 4)):  # rows come out in numeric order
+        for dec, rate in (("spd", 10.0 + g), ("mtad", 12.0 + 2 * g)):
+            write_point(
+                s,
+                f"{dec}{i}",
+                "p",
+                "humaneval",
+                dec,
+                gamma=g,
+                metrics={"tokens_per_s": rate, "perplexity": 3.0, "block_efficiency": 1 + g / 4},
+            )
+    df = render.load_points(s, only_current=False)
+    assert set(df["label"]) >= {"spd (gamma=2)", "mtad (gamma=6)"}
+    assert render.varying_knobs(df) == ["gamma"]
+    mt = df.set_index("label")
+    assert mt.loc["mtad (gamma=4)", "speedup_spd"] == pytest.approx(
+        20.0 / 14.0
+    )  # SpD with the same gamma
+    written = render.render(s, tmp_path / "out", only_current=False)
+    assert "ablation_gamma.png" in written
+    text, _ = render.table2(df)["p"]
+    assert list(text.index) == [f"{d} (gamma={g})" for d in ("spd", "mtad") for g in (2, 4, 6)]
+
+
+def test_pareto_front():
+    pts = [(10, 3.0), (20, 4.0), (15, 5.0), (5, 2.0), (20, 3.5), (float("nan"), 1.0)]
+    assert render.pareto_front(pts) == [(5, 2.0), (10, 3.0), (20, 3.5)]
+
+
+class FakeLogger:
+    def __init__(self):
+        self.calls = []
+
+    def start(self, config, name=None):
+        self.calls.append(("start", name))
+
+    def log_table(self, name, dataframe):
+        self.calls.append(("table", name, dataframe.shape))
+
+    def log_image(self, name, path):
+        assert Path(path).exists()
+        self.calls.append(("image", name))
+
+    def log_scatter(self, name, dataframe, x, y, title):
+        assert {x, y} <= set(dataframe.columns) and dataframe[[x, y]].notna().all().all()
+        self.calls.append(("scatter", name, len(dataframe)))
+
+    def finish(self):
+        self.calls.append(("finish",))
+
+
+def test_render_logs_table_and_chart(sweep_dir, tmp_path):
+    logger = FakeLogger()
+    render.render(sweep_dir, tmp_path / "out", logger=logger)
+    kinds = [c[:2] for c in logger.calls]
+    assert kinds[0] == ("start", "render-demo") and kinds[-1] == ("finish",)
+    assert (
+        ("table", "table2/p") in kinds
+        and ("image", "pareto") in kinds
+        and ("image", "pareto/humaneval") in kinds
+    )
+    # finished with tokens/s and perplexity: a1, a2, a3 (humaneval), b2 (mt_bench); b1 has no perplexity
+    assert ("scatter", "ppl_vs_speed", 4) in logger.calls
+
+
+def test_render_to_wandb_offline(sweep_dir, tmp_path, monkeypatch):
+    """The real W&B client in offline mode (no network): the table and the chart land in the run's files."""
+    pytest.importorskip("wandb")
+    from mtad.run.tracking import WandbLogger
+
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    render.render(
+        sweep_dir,
+        tmp_path / "out",
+        logger=WandbLogger(project="mtad-test", mode="offline", dir=str(tmp_path)),
+    )
+    files = [
+        p.relative_to(tmp_path).as_posix() for p in (tmp_path / "wandb").rglob("*") if p.is_file()
+    ]
+    assert any("media/table/table2/p" in f for f in files)
+    assert any("media/images/pareto" in f for f in files)
+    from mtad.run.tracking import offline_runs
+
+    (run,) = offline_runs(tmp_path)
+    logged = {k for row in run["history"] for k in row}
+    assert {"table2/p", "ppl_vs_speed_table", "pareto"} <= logged, logged
+
+
+def test_cli(sweep_dir, tmp_path, capsys):
+    assert render.main([str(sweep_dir), "--out", str(tmp_path / "cli")]) == 0
+    assert (tmp_path / "cli" / "table2.md").exists() and "rendered" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def smoke_results(tmp_path_factory) -> Path:
+    """A real 2-point smoke sweep (tiny random pair, 1 prompt, 4 tokens) in a temp folder."""
+    from mtad.run import sweep as sw
+    root = tmp_path_factory.mktemp("sweeps")
+    s = sw.load(
+        ROOT / "experiments" / "table2_smoke.yaml",
+        ["decoder=multinomial,spd", "limit=1", "max_new_tokens=4"],
+        root=root,
+    )
+    assert sw.run(s, progress=False).ok
+    return s.dir
+
+
+def test_block_efficiency_is_rendered_from_tokens_and_steps(tmp_path):
+    """A summary written under the old convention ((accepted + steps) / steps = 4.0, its last
+    step cut short) renders the one definition, emitted tokens / steps = 7 / 2."""
+    s = tmp_path / "sweeps" / "be"
+    write_point(s, "c1", "p", "humaneval", "spd",
+                metrics={"tokens_per_s": 1.0, "block_efficiency": 4.0, "new_tokens": 7, "steps": 2})
+    write_point(s, "c2", "p", "humaneval", "mtad", metrics={"tokens_per_s": 1.0, "block_efficiency": 2.5})
+    df = render.load_points(s).set_index("decoder")
+    assert df.loc["spd", "block_efficiency"] == pytest.approx(3.5)
+    assert df.loc["mtad", "block_efficiency"] == pytest.approx(2.5)  # no counts: the stored value
+
+
+def test_smoke_results_render(smoke_results, tmp_path):
+    render.render(smoke_results, tmp_path)
+    text, _ = render.table2(render.load_points(smoke_results))["tiny_random"]
+    assert text.loc["spd", ("smoke", "×MN")].endswith("×")
+    joules = text.loc["spd", ("smoke", "J/tok")]
+    assert joules == "n/a" or float(joules) > 0  # n/a without RAPL/NVML, never 0
+
+
+def test_notebook_runs_top_to_bottom(smoke_results, monkeypatch, tmp_path):
+    nb = json.loads((ROOT / "notebooks" / "analysis.ipynb").read_text())
+    for cell in nb["cells"]:
+        assert not cell.get("outputs") and cell.get("execution_count") is None  # outputs stripped
+    monkeypatch.setenv("MTAD_SWEEP_DIR", str(smoke_results))
+    monkeypatch.setenv("MTAD_FIG_DIR", str(tmp_path / "figures"))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.chdir(tmp_path)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ns: dict = {"__name__": "__main__"}
+    for i, cell in enumerate(c for c in nb["cells"] if c["cell_type"] == "code"):
+        src = "".join(cell["source"])
+        exec(compile(src, f"analysis.ipynb[code {i}]", "exec"), ns)  # noqa: S102
+    plt.close("all")
+    assert len(ns["points"]) == 2 and "tiny_random" in ns["tables"]
+    assert os.path.exists(tmp_path / "figures" / "pareto.png")
+
+
+def test_notes_one_per_reason_without_absolute_paths(tmp_path):
+    s = tmp_path / "notes"
+    m = {"perplexity": 3.0, "tokens_per_s": 10.0, "block_efficiency": 1.0}
+    missing = (
+        f"{Path.cwd() / 'data' / 'chatalpaca' / 'x.json'}, {Path.home() / '.cache' / 'x.json'}"
+    )
+    for i, dec in enumerate(("multinomial", "spd", "mtad")):
+        write_point(s, f"h{i}", "p", "humaneval", dec, metrics=m)
+        write_point(
+            s, f"c{i}", "p", "chatalpaca", dec, skipped=f"TaskUnavailable: none found at {missing}"
+        )
+    write_point(s, "t0", "p", "spider", "spd", failed="ValueError: bug")
+    notes = render.notes(render.load_points(s, only_current=False))
+    skipped = [n for n in notes if n.startswith("skipped")]
+    assert len(skipped) == 1 and skipped[0].startswith(
+        "skipped (chatalpaca: every decoder): TaskUnavailable"
+    )
+    assert "./data/chatalpaca/x.json" in skipped[0] and "~/.cache/x.json" in skipped[0]
+    assert [n for n in notes if n.startswith("failed")] == ["failed (spider: spd): ValueError: bug"]
+    for n in notes:
+        assert str(Path.cwd()) not in n and str(Path.home()) + "/" not in n
+    assert render.scrub_paths("at /opt/data/sets/file.json now") == "at .../file.json now"
+
+
+def test_speedup_cells_that_cannot_be_computed_say_why(sweep_dir):
+    notes = render.notes(render.load_points(sweep_dir))
+    assert "×SpD – on mt_bench: no spd run finished for this pair and task" in notes
+    assert not any(
+        n.startswith("×MN") for n in notes
+    )  # every task with finished points has a multinomial run
+
+
+def test_cells_show_intervals_and_n(tmp_path):
+    from mtad.core.metrics import bootstrap_ci
+    from mtad.run.provenance import append_jsonl
+
+    s = tmp_path / "ci"
+    m = {
+        "perplexity": 2.5,
+        "perplexity_ci": [2.0, 3.0],
+        "tokens_per_s": 30.0,
+        "tokens_per_s_ci": [25.0, 35.0],
+        "block_efficiency": 2.0,
+    }
+    write_point(s, "a", "p", "humaneval", "spd", metrics=m, score=0.5)
+    scores = [1.0, 0.0, 1.0, 0.0]
+    for i, sc in enumerate(scores):
+        append_jsonl(s / "a" / "samples.jsonl", {"example_id": str(i), "turn": 0, "score": sc})
+    df = render.load_points(s, only_current=False)
+    text, _ = render.table2(df)["p"]
+    lo, hi = bootstrap_ci(
+        scores
+    )  # the summary has a standard error only: interval from the examples
+    assert text.loc["spd", ("humaneval", "score")] == f"0.500 [{lo:.3f}, {hi:.3f}]"
+    assert text.loc["spd", ("humaneval", "PPL")] == "2.50 [2.00, 3.00]"
+    assert text.loc["spd", ("humaneval", "tok/s")] == "30.00 [25.00, 35.00]"
+    assert text.loc["spd", ("humaneval", "n")] == "2"
+    md = render.to_markdown(text, title="p", metrics={"humaneval": "pass@1"})
+    assert "### humaneval (score: pass@1)" in md and re.search(r"\|\s*PPL \[95% CI\]\s*\|", md)
+
+
+def test_one_block_per_task_and_distinct_figures(sweep_dir, tmp_path):
+    import hashlib
+
+    out = tmp_path / "out"
+    written = render.render(sweep_dir, out)
+    md = (out / "table2.md").read_text()
+    assert [line for line in md.splitlines() if line.startswith("### ")] == [
+        "### humaneval (score: pass@1)",
+        "### mt_bench",
+        "### chatalpaca",
+    ]
+    header = next(line for line in md.splitlines() if line.startswith("| decoder"))
+    assert header.count("|") - 1 == 1 + len(
+        render.COLUMNS
+    )  # decoders as rows, the metrics as columns
+    pngs = [p for p in written.values() if p.suffix == ".png"]
+    digests = [hashlib.sha256(p.read_bytes()).hexdigest() for p in pngs]
+    assert len(set(digests)) == len(digests)
+    single = tmp_path / "single"
+    write_point(
+        single, "a", "p", "humaneval", "spd", metrics={"perplexity": 2.0, "tokens_per_s": 3.0}
+    )
+    assert "pareto.png" not in render.render(single, tmp_path / "out1", only_current=False)
+
+
+def test_pareto_marks_lossy_decoders_hollow(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = tmp_path / "lossy"
+    m = {"perplexity": 2.0, "tokens_per_s": 3.0}
+    write_point(s, "a", "p", "humaneval", "spd", metrics=m)
+    write_point(s, "b", "p", "humaneval", "mtad", metrics={**m, "tokens_per_s": 4.0})
+    for h, lossless in (("a", True), ("b", False)):
+        path = s / h / "summary.json"
+        write_json_atomic(path, {**json.loads(path.read_text()), "lossless": lossless})
+    ax = render.plot_pareto(render.load_points(s, only_current=False), "humaneval")
+    faces = {
+        tuple(line.get_xdata()): matplotlib.colors.to_rgba(line.get_markerfacecolor())
+        for line in ax.lines
+        if line.get_marker() not in (None, "None", "")
+    }
+    assert faces[(4.0,)] == (1.0, 1.0, 1.0, 1.0) and faces[(3.0,)] != (1.0, 1.0, 1.0, 1.0)
+    assert "humaneval" in ax.get_title() and "p" in ax.get_title()
+    plt.close(ax.figure)
+
+
+def test_ablation_titled_and_on_a_log2_axis(tmp_path):
+    s = tmp_path / "ablation_gamma"
+    for g in (2, 4, 8):
+        write_point(
+            s,
+            f"s{g}",
+            "p",
+            "humaneval",
+            "spd",
+            gamma=g,
+            metrics={"tokens_per_s": 10.0 + g, "perplexity": 3.0, "block_efficiency": 1 + g / 4},
+        )
+    written = render.render(s, tmp_path / "out", only_current=False)
+    assert (
+        (tmp_path / "out" / "table2.md")
+        .read_text()
+        .startswith("# ablation_gamma: ablation over gamma")
+    )
+    assert "ablation_gamma.png" in written
+    fig = render.plot_ablation(render.load_points(s, only_current=False), "gamma")
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and [t.get_text() for t in ax.get_xticklabels()] == [
+        "2",
+        "4",
+        "8",
+    ]
+    assert fig._suptitle.get_text().startswith("Ablation over gamma")
+
+
+def _committed_renderings() -> list[tuple[str, Path | None]]:
+    """Rendered folders under results/ whose sweep index is committed, with their notes file
+    (the Makefile's rule: experiments/<name>_notes.md, ablations: ablations_<profile>_notes.md)."""
+    out = []
+    for index in sorted((ROOT / "results" / "sweeps").glob("*/sweep.json")):
+        name = index.parent.name
+        if not (ROOT / "results" / name / "table2.md").exists():
+            continue
+        profile = name.rsplit("_", 1)[-1]
+        notes = [ROOT / "experiments" / f"{name}_notes.md",
+                 ROOT / "experiments" / f"ablations_{profile}_notes.md"]
+        notes = [n for n in notes if n.exists() and (name.startswith("ablation_") == n.name.startswith("ablations_"))]
+        out.append((name, notes[0] if notes else None))
+    return out
+
+
+COMMITTED = _committed_renderings()
+
+
+def test_the_committed_renderings_are_found():
+    names = {n for n, _ in COMMITTED}
+    assert {"table2_smoke", "table2_cpu", "ablation_tau_cpu", "ablation_gamma_cpu", "ablation_width_cpu"} <= names
+
+
+@pytest.mark.parametrize("name,notes", COMMITTED, ids=[n for n, _ in COMMITTED])
+def test_committed_tables_rerender_identically(name, notes, tmp_path, monkeypatch):
+    """Every committed table is what the renderer makes of the committed records (wherever the
+    sweep's index points: results/claims/... for the offline pair), byte for byte but for the
+    output folder in the command line; new records need a re-render in the same commit."""
+    monkeypatch.chdir(ROOT)
+    render.render(Path("results/sweeps") / name, tmp_path, notes_file=notes)
+    committed = ROOT / "results" / name
+    for fname in ("table2.md", "table2.tex", "table2.csv", "points.csv"):
+        new = (tmp_path / fname).read_text().splitlines()
+        old = (committed / fname).read_text().splitlines()
+        if fname == "table2.md":
+            assert old[2] == f"Rendered by `python -m mtad.analysis.render results/sweeps/{name} --out results/{name}`."
+            new, old = new[:2] + new[3:], old[:2] + old[3:]
+        assert new == old, f"results/{name}/{fname} differs from a fresh rendering of its records"

@@ -1,0 +1,86 @@
+"""The shared warping: temperature, top-k, top-p (Hugging Face semantics), greedy at T=0."""
+
+import pytest
+import torch
+
+from mtad.core.warping import Warping, warp_probs
+
+
+def _reference(logits, temperature, top_k, top_p):
+    """Plain reference: mask with full sorts, as Hugging Face's TopK/TopP warpers do."""
+    x = logits.double() / temperature
+    if top_k:
+        kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    if top_p < 1:
+        s, i = torch.sort(x, dim=-1)
+        cum = s.softmax(-1).cumsum(-1)
+        rm = cum <= 1 - top_p
+        rm[..., -1] = False
+        x = x.masked_fill(rm.scatter(-1, i, rm), float("-inf"))
+    return x.softmax(-1)
+
+
+@pytest.mark.parametrize("top_k,top_p", [(0, 1.0), (10, 1.0), (0, 0.9), (10, 0.9), (3, 0.5), (50, 0.95)])
+@pytest.mark.parametrize("temperature", [0.7, 1.0, 1.3])
+def test_matches_reference(top_k, top_p, temperature):
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(7, 300, generator=g, dtype=torch.float64) * 3
+    out = warp_probs(logits, temperature, top_k, top_p)
+    torch.testing.assert_close(out, _reference(logits, temperature, top_k, top_p), atol=1e-12, rtol=0)
+    assert torch.allclose(out.sum(-1), torch.ones(7, dtype=out.dtype))
+
+
+def test_ties_at_the_kth_logit_keep_all_tied_tokens():
+    # bfloat16-like logits: coarse values, so ties at the k-th place happen
+    logits = torch.tensor([[5.0, 4.0, 3.0, 3.0, 3.0, 1.0, 0.0]])
+    out = warp_probs(logits, 1.0, 3, 1.0)
+    assert int((out > 0).sum()) == 5  # the three tied at 3.0 are all kept, as in Hugging Face
+    torch.testing.assert_close(out.double(), _reference(logits, 1.0, 3, 1.0), atol=1e-7, rtol=0)
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.9, 0.6])
+def test_bfloat16_ties_take_the_fast_path_and_match_the_reference(top_p, monkeypatch):
+    # coarse logits (bfloat16 rounding of a large vocabulary) tie at the k-th place in many rows;
+    # the fast path keeps every tied token without sorting the vocabulary
+    g = torch.Generator().manual_seed(1)
+    logits = (torch.randn(64, 5000, generator=g) * 2 + 8).to(torch.bfloat16).float()
+    kth = torch.topk(logits, 10, dim=-1).values[:, -1:]
+    assert int(((logits >= kth).sum(-1) > 10).sum()) > 5  # the case under test occurs
+    ref = _reference(logits, 1.0, 10, top_p)
+
+    def no_full_sort(*a, **k):
+        raise AssertionError("the warping sorted the whole vocabulary")
+
+    with monkeypatch.context() as m:
+        m.setattr(torch, "sort", no_full_sort)
+        out = warp_probs(logits, 1.0, 10, top_p)
+    # rows where equal logits straddle the top-p cut are order-dependent in any implementation
+    # (Hugging Face's unstable sort too): compare the others
+    s = torch.sort(logits.double(), dim=-1, descending=True).values[:, :40]
+    tied_cut = torch.zeros(64, dtype=torch.bool)
+    if top_p < 1:
+        kept = (ref > 0).sum(-1)
+        tied_cut = s.gather(1, (kept - 1)[:, None]).squeeze(1) == s.gather(1, kept[:, None]).squeeze(1)
+    ok = ~tied_cut
+    assert int(ok.sum()) > 30
+    torch.testing.assert_close(out.double()[ok], ref[ok], atol=1e-6, rtol=0)
+
+
+def test_temperature_zero_is_one_hot_argmax():
+    logits = torch.tensor([[0.1, 2.0, 2.0, -1.0]])
+    out = warp_probs(logits, 0.0, 2, 0.5)
+    assert out.tolist() == [[0.0, 1.0, 0.0, 0.0]]
+
+
+def test_most_likely_token_always_kept():
+    logits = torch.tensor([[10.0, 0.0, 0.0]])
+    out = warp_probs(logits, 1.0, 0, 0.01)
+    assert out[0, 0] == 1.0
+
+
+@pytest.mark.parametrize("kwargs,field", [({"temperature": -0.1}, "temperature"), ({"top_p": 0.0}, "top_p"),
+                                          ({"top_p": 1.2}, "top_p"), ({"top_k": -1}, "top_k")])
+def test_bad_values_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        Warping(**kwargs)

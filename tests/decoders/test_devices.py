@@ -1,0 +1,181 @@
+"""Device discipline, checked on the CPU (``mtad.testing.devicecheck``; the rule: ``docs/devices.md``).
+
+Every decoder (globbed from ``conf/decoder/*.yaml``) runs through ``Engine.generate`` with
+the target's tensors on a virtual ``cuda:0`` and the draft's on ``cuda:1``, at greedy and
+at T=1, on a toy vocabulary (dense draws) and a long one (supports cross to the host as
+top-k entries). Under the checker each run must:
+
+* raise nothing CUDA would raise (mixed devices, a CPU generator on a device tensor, a
+  model fed inputs from another device);
+* produce the very tokens the plain CPU run produces (same seed, same random stream);
+* cross from device to host at most twice per step for verification and at most once per
+  draft depth for drafting, and synchronise once per step.
+
+The checker itself is tested on planted bugs, including the draw the code used before
+draws moved to the host.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mtad.core.sampling
+from mtad.core.decoder import Decoder, StepOutput
+from mtad.core.engine import Engine
+from mtad.core.warping import Warping
+from mtad.models.tiny import tiny_causal_lm
+from mtad.run.cli import group_options, load_decoder
+from mtad.testing.devicecheck import DeviceError, VirtualDevices, device_of, place, virtual_pair
+
+DECODERS = group_options("decoder")
+PROMPT = [3, 4, 5]
+TOKENS = 14
+
+
+def _pair(vocab: int):
+    t = tiny_causal_lm("qwen2", vocab_size=vocab, dtype=torch.float64, seed=0, logit_scale=4.0)
+    d = tiny_causal_lm("qwen2", vocab_size=vocab, hidden_size=16, num_heads=2, num_layers=1,
+                       dtype=torch.float64, seed=1, logit_scale=4.0)
+    return t, d
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return _pair(40)
+
+
+@pytest.fixture(scope="module")
+def long_vocab():
+    return _pair(mtad.core.sampling.DENSE_MAX + 904)  # past DENSE_MAX: draws on supports
+
+
+def _depth_limit(dec) -> int:
+    """Draft depths per step: gamma, the tree's depth, BiLD's run, a joint block's length."""
+    for knob in ("max_run", "gamma"):
+        v = getattr(dec, knob, None)
+        if isinstance(v, int):
+            return v
+    return len(getattr(dec, "k_config", ())) or 1
+
+
+def _run_checked(pair, name, warping, target_devices="cuda:0", seed=1, **over):
+    target, draft = pair
+    ref = Engine(target, draft, load_decoder(name, **over), warping).generate(PROMPT, TOKENS, seed=seed)
+    dec = load_decoder(name, **over)
+    with virtual_pair(target, draft, target_devices=target_devices) as vd:
+        engine = Engine(target, draft, dec, warping)
+        vd.watch_decoder(dec)
+        out = engine.generate(PROMPT, TOKENS, seed=seed)
+    return ref, out, vd, dec
+
+
+@pytest.mark.parametrize("name", DECODERS)
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("vocab", ["toy", "long_vocab"])
+def test_every_decoder_runs_on_virtual_devices_as_on_the_cpu(request, vocab, name, temperature):
+    pair = request.getfixturevalue(vocab)
+    ref, out, vd, dec = _run_checked(pair, name, Warping(temperature, top_k=10, top_p=0.9))
+    assert out.output_ids == ref.output_ids, "the virtual-device run drew other tokens"
+    assert len(vd.steps) == out.num_steps
+    depth = _depth_limit(dec)
+    joint = name in ("mjgd", "mtjd")  # target-only blocks: one crossing per block position
+    for s in vd.steps:
+        assert s["draft"] <= depth, f"{name}: {s['draft']} draft transfers in a step (depth {depth})"
+        assert s["verify"] <= (depth if joint else 2), f"{name}: {s['verify']} verification transfers"
+    devices = 1 if name in ("multinomial", "greedy", "mjgd", "mtjd") else 2  # cuda:0, cuda:1
+    assert vd.counts["syncs"] == out.num_steps * devices, "one synchronisation per step"
+
+
+@pytest.mark.parametrize("name", ["spd", "tree_mtad", "specinfer", "spectr", "bild_sampling", "mcss"])
+def test_a_target_spread_over_two_devices(toy, name):
+    """device_map="auto": inputs on the first device, logits on the last; the draft on a third."""
+    ref, out, vd, _ = _run_checked(toy, name, Warping(1.0, top_k=10, top_p=0.9),
+                                   target_devices=["cuda:0", "cuda:2"])
+    assert out.output_ids == ref.output_ids
+
+
+@pytest.mark.parametrize("gamma", [2, 8])
+@pytest.mark.parametrize("name", ["spd", "mtad", "tree_mtad"])
+def test_verification_transfers_do_not_grow_with_gamma_or_width(long_vocab, name, gamma):
+    over = {"gamma": gamma} | ({"width": 4} if "mtad" in name else {})
+    _, out, vd, _ = _run_checked(long_vocab, name, Warping(1.0, top_k=10, top_p=0.9), **over)
+    assert max(s["verify"] for s in vd.steps) <= 2
+    assert max(s["draft"] for s in vd.steps) <= gamma
+
+
+# ------------------------------------------------------------------ the checker catches bugs
+
+
+class _Planted(Decoder):
+    """One-token decoder with a device bug chosen by ``bug``."""
+
+    name = "planted"
+
+    def __init__(self, bug: str):
+        super().__init__()
+        self.bug = bug
+
+    def step(self, ctx):
+        p = ctx.warping(ctx.target.root_logits)
+        if self.bug == "host_tensor":
+            p = p + torch.zeros(p.shape[-1], dtype=p.dtype)  # made on the host
+        elif self.bug == "draft_meets_target":
+            p = p - ctx.warping(ctx.draft.root_logits)  # cuda:1 tensor into a cuda:0 one
+        elif self.bug == "device_generator":
+            return StepOutput(tokens=[int(torch.multinomial(p, 1, generator=ctx.generator))])
+        return StepOutput(tokens=[int(p.argmax())])
+
+
+@pytest.mark.parametrize("bug, message", [
+    ("host_tensor", "same device"),
+    ("draft_meets_target", "same device"),
+    ("device_generator", "generator"),
+])
+def test_the_checker_catches_planted_bugs(toy, bug, message):
+    target, draft = toy
+    dec = _Planted(bug)
+    Engine(target, draft, dec, Warping(1.0)).generate(PROMPT, 3)  # fine on the CPU
+    with pytest.raises(DeviceError, match=message), virtual_pair(target, draft):
+        Engine(target, draft, dec, Warping(1.0)).generate(PROMPT, 3)
+
+
+def test_the_checker_catches_the_draw_on_the_device(toy, monkeypatch):
+    """Drawing on the device's own supports with the CPU generator (the draw before draws
+    moved to the host) fails as CUDA fails."""
+    monkeypatch.setattr(mtad.core.sampling, "host_supports",
+                        lambda rows, bound=None: [mtad.core.sampling.Support(*mtad.core.sampling.support(r),
+                                                                        rows.shape[-1]) for r in rows])
+    target, draft = toy
+    with pytest.raises(DeviceError, match="generator"), virtual_pair(target, draft):
+        Engine(target, draft, load_decoder("spd"), Warping(1.0)).generate(PROMPT, 3)
+
+
+def test_the_checker_catches_model_inputs_on_another_device(toy):
+    """A model fed host inputs (a runner that forgot ``.to(device)``) fails as CUDA fails."""
+    target, draft = toy
+    with virtual_pair(target, draft):
+        target(input_ids=torch.tensor([[1, 2]], device="cuda:0"))  # on its device: fine
+        with pytest.raises(DeviceError, match="target model on cuda:0 called with an input on cpu"):
+            target(input_ids=torch.tensor([[1, 2]]))
+
+
+def test_the_checker_counts_host_round_trips():
+    x = place(torch.nn.Linear(2, 2), "cuda:0").weight
+    with VirtualDevices() as vd:
+        assert x.device == torch.device("cuda:0") and x.is_cuda
+        y = x * 2
+        assert device_of(y) == "cuda:0"
+        float(y[0, 0]), y.tolist(), y.sum().item(), bool(y[0, 0] > 0)  # 4 transfers
+        y.cpu(), y.to("cpu"), torch.nonzero(y), y[y > 0]  # 4 more
+        z = torch.zeros(3, device=x.device)  # a factory on the virtual device
+        assert device_of(z) == "cuda:0" and device_of(z.cpu()) == "cpu" and device_of(z) == "cuda:0"
+        h = torch.ones(2)  # host tensors stay free
+        float(h[0]), h.tolist()
+        with pytest.raises(DeviceError):
+            y + torch.ones(2, 2)  # a non-scalar host tensor meets a device tensor
+        y + torch.tensor(1.0)  # a 0-dim host tensor may (as in CUDA)
+        y[torch.tensor([0])]  # host index tensors may index a device tensor (as in CUDA)
+        with pytest.raises(DeviceError):
+            y.numpy()
+    assert vd.counts["engine"] == 9  # the 8 above and z.cpu()
