@@ -1,18 +1,17 @@
-"""Command-line checks before Hydra runs anything, on Hydra's own override parser.
+"""Command-line checks before Hydra runs anything, on Hydra's own override parser and sweeper.
 
-``check_overrides`` parses the command line with ``OverridesParser`` (so sweep syntax such as
-``decoder=spd,mtad``, ``choice(...)``, ``range(...)``, ``glob(...)`` and quoted commas is read
-exactly as Hydra reads it), expands it into jobs as Hydra's basic sweeper does and checks them
-(``mtad.run.config``): unknown config names and keys get a "did you mean", a top-level ``+key=``
-add is refused (only ``+experiment=`` adds), every value of a checked field is checked against
-its rule, one job per combination of config-group choices is composed and its knobs checked
-(a knob the decoder does not use is refused). Hydra's own errors are reworded, not bypassed:
-``hydra.main`` reports composition errors itself, so the check composes first.
-"""
+``check_overrides`` parses the command line with Hydra's ``OverridesParser`` and expands it
+into jobs with Hydra's basic sweeper (``expand``: sweep syntax such as ``decoder=spd,mtad``,
+``choice(...)``, ``range(...)``, ``glob(...)`` and quoted commas gives Hydra's own jobs). Then,
+before the first job runs: unknown config names and keys get a "did you mean", a top-level
+``+key=`` add is refused (only ``+experiment=`` adds), every value given for a checked field is
+checked against its rule (every value of a sweep), and every job is composed once and checked
+against the schemas (``mtad.run.config``: its values, nested ones included, and its knobs: a
+knob the decoder does not use is refused). Hydra's composition errors are reworded in one
+line, not bypassed."""
 
 from __future__ import annotations
 
-import itertools
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,8 +19,6 @@ from pathlib import Path
 from mtad.run.config import (
     CONF_DIR,
     GROUPS,
-    RULES,
-    SPECIAL_VALUES,
     TOP_LEVEL_KEYS,
     ConfigError,
     check_knobs,
@@ -29,6 +26,7 @@ from mtad.run.config import (
     did_you_mean,
     explicit_keys,
     field_message,
+    rule_for,
     validate,
 )
 
@@ -42,15 +40,43 @@ def group_options(group: str, conf_dir: Path = CONF_DIR) -> list[str]:
     return sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
 
 
-def parse(overrides: Sequence[str]):
-    """Hydra ``Override`` objects; raises ConfigError with Hydra's parse message."""
+class _GroupOptions:
+    """What Hydra's override parser asks a config loader for ``glob()``: a group's options."""
+
+    def __init__(self, conf_dir: Path):
+        self.conf_dir = conf_dir
+
+    def get_group_options(self, group: str, *args, **kwargs) -> list[str]:
+        if group.split("@", 1)[0] not in GROUPS:
+            raise ConfigError(f"glob() selects config names; {group} is not a config group")
+        return group_options(group.split("@", 1)[0], self.conf_dir)
+
+
+def parse(overrides: Sequence, conf_dir: Path = CONF_DIR) -> list:
+    """Hydra ``Override`` objects (given ones are kept); ConfigError with Hydra's parse message."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
+    if all(not isinstance(o, str) for o in overrides):
+        return list(overrides)
     try:
-        return OverridesParser.create().parse_overrides(list(overrides))
+        return OverridesParser.create(_GroupOptions(conf_dir)).parse_overrides(list(overrides))
     except OverrideParseException as e:
         raise ConfigError(str(e).strip().splitlines()[0]) from None
+
+
+def expand(overrides: Sequence, conf_dir: Path = CONF_DIR) -> list[list[str]]:
+    """The jobs of ``overrides``, made by Hydra's basic sweeper (``BasicSweeper.split_arguments``:
+    one value list per key, a later override of a key replacing the earlier one in its place,
+    cartesian product with the first key outermost)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.errors import HydraException
+
+    try:
+        (jobs,) = BasicSweeper.split_arguments(parse(overrides, conf_dir), None)
+    except HydraException as e:  # interval() etc.: only for other sweepers
+        raise ConfigError(f"{e}") from None
+    return [list(job) for job in jobs]
 
 
 def _group(o) -> str | None:
@@ -58,38 +84,10 @@ def _group(o) -> str | None:
     return key if key in GROUPS else None
 
 
-def values(o, conf_dir: Path = CONF_DIR) -> list[str]:
-    """The values of one override as strings (a sweep gives several; a glob reads conf/<group>)."""
-    from hydra.core.override_parser.types import Glob
-
-    if not o.is_sweep_override():
-        return [o.get_value_element_as_str()]
-    if isinstance(o.value(), Glob):
-        group = _group(o)
-        if group is None:
-            raise ConfigError(f"{o.input_line}: glob() selects config names; {o.key_or_group} is not a config group")
-        return o.value().filter(group_options(group, conf_dir))
-    try:
-        return list(o.sweep_string_iterator())
-    except Exception as e:  # interval() etc.: only for other sweepers
-        raise ConfigError(f"{o.input_line}: not a list of values ({e})") from None
-
-
-def expand(overrides: Sequence[str], conf_dir: Path = CONF_DIR) -> list[list[str]]:
-    """Jobs of ``overrides`` as Hydra's basic sweeper makes them: one value list per key (a
-    later override of a key replaces the earlier one in its place), cartesian product with
-    the first key outermost."""
-    lists: dict[str, list[str]] = {}
-    for o in parse(overrides):
-        key = o.get_key_element()
-        lists[key] = [f"{key}={v}" for v in values(o, conf_dir)]
-    return [list(job) for job in itertools.product(*lists.values())] or [[]]
-
-
-def check_keys(overrides: Sequence[str], conf_dir: Path = CONF_DIR) -> None:
+def check_keys(overrides: Sequence, conf_dir: Path = CONF_DIR) -> None:
     """Unknown group names and top-level keys, and top-level ``+key=`` adds: ConfigError."""
     known = [*TOP_LEVEL_KEYS, *GROUPS]
-    for o in parse(overrides):
+    for o in parse(overrides, conf_dir):
         key = o.key_or_group
         if key.startswith("hydra"):
             continue
@@ -98,7 +96,8 @@ def check_keys(overrides: Sequence[str], conf_dir: Path = CONF_DIR) -> None:
             if o.is_delete() or o.value() is None:
                 continue
             options = group_options(group, conf_dir)
-            for v in values(o, conf_dir):
+            given = o.sweep_string_iterator() if o.is_sweep_override() else [o.get_value_element_as_str()]
+            for v in given:
                 if v not in options and v != "null":
                     raise ConfigError(
                         f"unknown {group} {v!r} (no conf/{group}/{v}.yaml{did_you_mean(v, options)}); "
@@ -112,33 +111,32 @@ def check_keys(overrides: Sequence[str], conf_dir: Path = CONF_DIR) -> None:
             raise ConfigError(f"{o.input_line}: {top} is already a key; set it without '+' ({top}=...)")
 
 
-def check_values(overrides: Sequence[str]) -> None:
-    """Every value given for a checked field (all values of a sweep) against its rule."""
-    for o in parse(overrides):
-        if o.key_or_group not in RULES or o.is_delete():
-            continue
-        given = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
-        for v in given:
-            if v not in SPECIAL_VALUES.get(o.key_or_group, ()) and not RULES[o.key_or_group].ok(v):
-                raise ConfigError(field_message(o.key_or_group, v))
+def check_values(overrides: Sequence, conf_dir: Path = CONF_DIR) -> None:
+    """Every value given for a checked field (every value of a sweep) against its rule, before
+    anything is composed; the composed jobs are checked whole by ``check_jobs``."""
+    for o in parse(overrides, conf_dir):
+        rule = None if o.is_delete() else rule_for(o.key_or_group)
+        for v in (o.sweep_iterator() if o.is_sweep_override() else [o.value()]) if rule else ():
+            if not rule.ok(v):
+                raise ConfigError(field_message(o.key_or_group, v, rule))
 
 
-def check_jobs(jobs: Sequence[Sequence[str]], files: Sequence[Path] = (), conf_dir: Path = CONF_DIR) -> None:
-    """Compose one job per combination of config-group choices (the values themselves are
-    checked by ``check_values``) and check its values and knobs."""
+def check_jobs(jobs: Sequence[Sequence[str]], files: Sequence[Path] = (), conf_dir: Path = CONF_DIR) -> list:
+    """Compose every job once and check its values and knobs; the composed configs, in order.
+    ConfigError names the first bad job (when there are several)."""
     from hydra import initialize_config_dir
 
-    combos: dict[tuple[str, ...], Sequence[str]] = {}
-    for job in jobs:
-        combos.setdefault(tuple(o for o in job if o.lstrip("+~").split("=", 1)[0] in GROUPS), job)
+    out = []
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-        for job in combos.values():
+        for job in jobs:
             try:
                 cfg = _compose(job)
                 validate(cfg)
                 check_knobs(cfg, explicit_keys(job, files, conf_dir))
             except ConfigError as e:
                 raise ConfigError(f"{e}" + (f"  [job: {' '.join(job)}]" if len(jobs) > 1 else "")) from None
+            out.append(cfg)
+    return out
 
 
 def _compose(job: Sequence[str]):
@@ -151,7 +149,7 @@ def _compose(job: Sequence[str]):
         return compose("config", overrides=list(job))
     except Exception as e:
         groups_only = [o for o in job if o.lstrip("+~").split("=", 1)[0] in GROUPS]
-        try:
+        try:  # the keys next to the one that failed, for a "did you mean"
             base = compose("config", overrides=groups_only)
             keys = {"": list(base.keys())}
             for k in base.keys():
@@ -165,14 +163,16 @@ def _compose(job: Sequence[str]):
 
 def check_overrides(argv: Sequence[str], conf_dir: Path = CONF_DIR) -> None:
     """``run.py``'s command line: exit 2 with a one-line message when something is wrong."""
+    from hydra.errors import HydraException
+
     if any(a.split("=", 1)[0] in _HYDRA_ONLY for a in argv):
         return
-    overrides = [a for a in argv if not a.startswith("-")]
     try:
+        overrides = parse([a for a in argv if not a.startswith("-")], conf_dir)
         check_keys(overrides, conf_dir)
-        check_values(overrides)
+        check_values(overrides, conf_dir)
         check_jobs(expand(overrides, conf_dir), (), conf_dir)
-    except ConfigError as e:
+    except (ConfigError, HydraException) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
 

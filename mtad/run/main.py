@@ -2,7 +2,8 @@
 
 Composes ``conf/config.yaml`` and runs one point (``mtad.run.evaluate.run``) into the run
 directory (a results folder, ``mtad.run.results``); with ``-m`` it runs a Hydra multirun. The
-command line is checked first (``mtad.run.cli``).
+command line is checked first (``mtad.run.cli``: every job composed and checked before the
+first runs; Hydra then composes the job it runs).
 
 A refused run (a folder holding another point, busy or not writable) leaves the folder as it
 was: Hydra writes nothing into it (``hydra.output_subdir: null``, no log file), and
@@ -43,7 +44,7 @@ def keep_run_files(folder, cfg: DictConfig, hydra_cfg: DictConfig) -> logging.Ha
 def main(cfg: DictConfig) -> dict:
     from hydra.core.hydra_config import HydraConfig
 
-    from mtad.run.evaluate import ConfigError, run, validate
+    from mtad.run.evaluate import ConfigError, run
     from mtad.run.results import (
         FolderBusy,
         FolderNotWritable,
@@ -55,8 +56,7 @@ def main(cfg: DictConfig) -> dict:
     hc = HydraConfig.get()
     choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra/") and v}
     overrides = list(hc.overrides.task)
-    try:
-        validate(cfg)
+    try:  # cfg was checked by check_overrides, with the other jobs of a multirun
         folder, ident = PointFolder(cfg.output_dir), identity(cfg)
         folder.refuse_another(ident)  # reads only: a refused folder is left as it was
         with folder.lock(wait=bool(cfg.get("wait_lock", False))):  # re-entered by run()

@@ -8,7 +8,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from mtad.run.cli import check_overrides, group_options
-from mtad.run.config import ConfigError, decoder_knobs, validate
+from mtad.run.config import ConfigError, decoder_knobs, rule_for, validate
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -94,7 +94,7 @@ def test_good_values_pass():
 @pytest.mark.parametrize("name", group_options("decoder"))
 def test_decoders_declare_a_version_and_only_known_knobs(name):
     """Every decoder class has a version (part of a point's identity); its YAML interpolates
-    only top-level knobs (``${gamma}``), which is how it declares the knobs it uses."""
+    only top-level knobs (``${gamma}``), exactly the knobs its schema declares."""
     from hydra.utils import get_class
 
     from mtad.run.config import KNOBS
@@ -108,12 +108,10 @@ def test_decoders_declare_a_version_and_only_known_knobs(name):
 
 @pytest.mark.parametrize("name", group_options("decoder"))
 def test_every_decoder_field_has_a_rule_and_its_defaults_pass(name):
-    """A decoder's own fields are checked before anything loads (mtad.run.config.RULES)."""
-    from mtad.run.config import RULES
-
+    """A decoder's own fields are checked before anything loads (its schema's rules)."""
     cfg = _compose([f"decoder={name}"])
     fields = [k for k in cfg.decoder if k not in ("_target_", "name")]
-    assert [k for k in fields if f"decoder.{k}" not in RULES] == []
+    assert [k for k in fields if rule_for(f"decoder.{k}", cfg.decoder) is None] == []
     validate(cfg)
 
 
@@ -121,10 +119,9 @@ def test_rule_choices_are_the_codes_own():
     from mtad.decoders.bild import MODES
     from mtad.decoders.mjgd import METHODS
     from mtad.models.offline import DTYPES
-    from mtad.run.config import RULES
 
-    assert RULES["decoder.method"].choices == METHODS and RULES["decoder.mode"].choices == MODES
-    assert RULES["model.dtype"].choices == RULES["model.target.dtype"].choices == DTYPES
+    assert rule_for("decoder.method").choices == METHODS and rule_for("decoder.mode").choices == MODES
+    assert rule_for("model.dtype").choices == rule_for("model.target.dtype").choices == DTYPES
 
 
 @pytest.mark.parametrize(
