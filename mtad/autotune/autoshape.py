@@ -1,7 +1,10 @@
 """``gamma=auto`` / ``width=auto``: choose each step's draft shape from the cost model.
 
 Before every step a decoder with an ``auto`` knob asks its ``AutoShape`` for (gamma, W)
-(``choose``) and hands the step's output back (``record``). The choice maximises the
+(``choose``) and hands the step's output back (``record``); the decoder base
+(``mtad.core.decoder.Decoder.step``) makes both calls. An ``AutoShape`` is keyed by a cost
+*kind*, the pass profile of the decoder's proposer and verifier
+(``mtad.autotune.costmodel.profile_kind``), never by a decoder's name. The choice maximises the
 predicted tokens/s of ``mtad.autotune.costmodel`` over a grid (gamma 1..8, W in {1, 2, 4, 8}) with:
 
 * pass times: the prior curves of a saved cost model for this machine and pair
@@ -37,6 +40,7 @@ import torch
 
 from mtad.autotune.costmodel import (
     GAMMAS,
+    PROFILES,
     WIDTHS,
     AcceptanceModel,
     CostModel,
@@ -45,12 +49,13 @@ from mtad.autotune.costmodel import (
     load_prior,
     predict,
     prior_path,
+    profile,
 )
 
 AUTO = "auto"
-#: exponent of the prior linking widths (``AcceptanceModel``): beam trees verify W candidates
-#: per depth; chain MTAD verifies one chain whatever W is.
-RHO = {"spd": 0.0, "mtad": 0.0, "tree_mtad": 0.5}
+#: exponent of the prior linking widths (``AcceptanceModel``), per kind: a target pass over a
+#: tree verifies W candidates per depth; over a chain, one chain whatever W is.
+RHO = {kind: 0.5 if target_pass == "tree" else 0.0 for (_, target_pass), kind in PROFILES.items()}
 
 
 def check_shape_knob(name: str, value) -> int | str:
@@ -163,7 +168,9 @@ class AutoShape:
     ):
         self.kind = kind
         self.gammas = tuple(gammas) if gamma == AUTO else (int(gamma),)
-        self.widths = (1,) if kind == "spd" else (tuple(widths) if width == AUTO else (int(width),))
+        proposer, self._target_pass = profile(kind)
+        chain = proposer == "chain"  # no width
+        self.widths = (1,) if chain else (tuple(widths) if width == AUTO else (int(width),))
         self.prior = Path(prior) if prior is not None else prior_path()
         self.explore_every = explore_every
         self.prior_steps = prior_steps
@@ -249,7 +256,7 @@ class AutoShape:
             nodes = ctx.draft.num_nodes
             rows = [max(dpending, 1)] + ([nodes / (passes - 1)] * (passes - 1) if passes > 1 else [])
             self._draft.scale.add((ctx.draft.forward_time - d0) / sum(self._draft.prior(n) for n in rows))
-        if self.kind == "tree_mtad" and out.drafted > 0:
+        if self._target_pass == "tree" and out.drafted > 0:
             self._nodes.add(out.tree_size / (m["width"] * out.drafted))
         return out
 
@@ -258,5 +265,6 @@ class AutoShape:
 
 
 def auto_shape(kind: str, gamma, width=1) -> AutoShape | None:
-    """An ``AutoShape`` when a knob is ``auto`` (prior: ``$MTAD_COST_PRIOR`` or the default file)."""
+    """An ``AutoShape`` for a cost kind when a knob is ``auto`` (prior: ``$MTAD_COST_PRIOR`` or
+    the default file)."""
     return AutoShape(kind, gamma, width) if AUTO in (gamma, width) else None

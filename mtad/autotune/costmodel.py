@@ -15,18 +15,22 @@ Three parts, all plain numbers (docs/cost_model.md has the derivation):
 * ``CostModel``: the seconds of one step of a decoder at a shape (gamma, W) from the two
   pass-time curves and a per-step harness overhead; ``tokens_per_s`` and ``choose_shape``.
 
-Step time of each decoder (``t_d``/``t_t``: draft/target pass time, ``c``: overhead)::
+A step's time depends on how its draft is proposed and what the target verifies, not on
+which decoder composes them: a *kind* names a pass profile, (proposer kind, verifier target
+pass) of ``mtad.core.protocols.Proposer`` / ``Verifier`` (``PROFILES``; the kinds keep the names
+saved priors use for them). Step time of each kind (``t_d``/``t_t``: draft/target pass time,
+``c``: overhead)::
 
-    spd        g * t_d(1)                  + t_t(g + 1)        + c(g)
-    mtad       t_d(1) + (g - 1) * t_d(W)   + t_t(g + 1)        + c(g)
-    tree_mtad  t_d(1) + (g - 1) * t_d(W)   + t_t(f * W * g + 1) + c(g)
+    spd        (chain, chain)  g * t_d(1)                  + t_t(g + 1)        + c(g)
+    mtad       (beam, chain)   t_d(1) + (g - 1) * t_d(W)   + t_t(g + 1)        + c(g)
+    tree_mtad  (beam, tree)    t_d(1) + (g - 1) * t_d(W)   + t_t(f * W * g + 1) + c(g)
 
 with ``f`` the fraction of the W*g beam slots that are distinct tree nodes (1 unless
 measured). Expected tokens per step ``E = 1 + sum_{d<=g} S_W(d)`` (the correction/bonus token
 counts); predicted tokens/s = ``E / step time``. For SpD with an i.i.d. per-token acceptance
 ``alpha`` (Leviathan et al. 2023) ``E = (1 - alpha^(g+1)) / (1 - alpha)``.
 
-This module knows nothing about models or decoders beyond these formulas: no torch, no I/O
+This module knows nothing about models, proposers or decoders beyond these formulas: no torch, no I/O
 beyond loading and saving a JSON prior (``load_prior``/``save_prior``).
 """
 
@@ -41,12 +45,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-KINDS = ("spd", "mtad", "tree_mtad")
+#: pass profiles: (proposer kind, verifier target pass) -> the kind naming its numbers
+#: (saved priors' acceptance counts, overhead and node fraction are keyed by these names)
+PROFILES = {("chain", "chain"): "spd", ("beam", "chain"): "mtad", ("beam", "tree"): "tree_mtad"}
+KINDS = tuple(PROFILES.values())
+_PARTS = {kind: parts for parts, kind in PROFILES.items()}
 GAMMAS = tuple(range(1, 9))
 WIDTHS = (1, 2, 4, 8)
 #: Where ``bench/cost_model.py`` writes the prior that ``gamma=auto`` loads ($MTAD_COST_PRIOR overrides).
 DEFAULT_PRIOR = Path(__file__).resolve().parents[2] / "results" / "bench" / "cost_model_prior.json"
 PRIOR_VERSION = 1
+
+
+def profile_kind(proposer: str, target_pass: str) -> str:
+    """The kind of a (proposer kind, verifier target pass) pair; ValueError when none fits."""
+    kind = PROFILES.get((proposer, target_pass))
+    if kind is None:
+        known = ", ".join(f"{d} + {t}" for d, t in PROFILES)
+        raise ValueError(f"no cost profile for a {proposer!r} proposer with a {target_pass!r} "
+                         f"target pass (auto shapes know: {known})")
+    return kind
+
+
+def profile(kind: str) -> tuple[str, str]:
+    """(proposer kind, verifier target pass) of a kind."""
+    if kind not in _PARTS:
+        raise ValueError(f"unknown decoder kind {kind!r}; known: {', '.join(KINDS)}")
+    return _PARTS[kind]
 
 
 # ------------------------------------------------------------------------- pass time
@@ -283,21 +308,21 @@ class CostModel:
 
     target: PassTime
     draft: PassTime
-    #: per decoder kind: (c0, c1) seconds of harness work per step, c0 + c1 * gamma
+    #: per kind: (c0, c1) seconds of harness work per step, c0 + c1 * gamma
     overhead: dict[str, tuple[float, float]] = field(default_factory=dict)
     #: per kind: distinct tree nodes / (W * gamma) beam slots (tree_mtad; 1 = no duplicates)
     node_fraction: dict[str, float] = field(default_factory=dict)
 
     def passes(self, kind: str, gamma: int, width: int = 1) -> tuple[list[float], float]:
         """Row counts of the draft passes and of the target pass of one step."""
-        if kind == "spd":
-            return [1.0] * gamma, gamma + 1.0
-        if kind in ("mtad", "tree_mtad"):
+        proposer, target_pass = profile(kind)
+        if proposer == "chain":
+            draft = [1.0] * gamma
+        else:  # beam: the root, then W rows per depth
             draft = [1.0] + [float(width)] * (gamma - 1)
-            if kind == "mtad":
-                return draft, gamma + 1.0
-            return draft, self.node_fraction.get(kind, 1.0) * width * gamma + 1.0
-        raise ValueError(f"unknown decoder kind {kind!r}; known: {', '.join(KINDS)}")
+        if target_pass == "chain":
+            return draft, gamma + 1.0
+        return draft, self.node_fraction.get(kind, 1.0) * width * gamma + 1.0
 
     def step_time(self, kind: str, gamma: int, width: int = 1) -> float:
         draft_rows, target_rows = self.passes(kind, gamma, width)
@@ -336,8 +361,8 @@ def choose_shape(
     widths: Sequence[int] = WIDTHS,
 ) -> tuple[int, int, float]:
     """(gamma, W, predicted tokens/s) maximising the prediction (first of ties: smaller shapes).
-    SpD has no width: W = 1."""
-    widths = (1,) if kind == "spd" else tuple(widths)
+    A chain proposer has no width: W = 1."""
+    widths = (1,) if profile(kind)[0] == "chain" else tuple(widths)
     best = None
     for w in widths:
         for g in gammas:

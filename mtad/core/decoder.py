@@ -1,7 +1,21 @@
 """The decoder interface: one decoding step = draft, one target pass, verify.
 
 A decoder proposes and verifies; the engine (``mtad.core.engine``) owns the loop,
-commits the returned tokens and prunes both caches. A decoder never edits the
+commits the returned tokens and prunes both caches. What every decoder repeats lives in
+``Decoder.step``, the one entry point the engine calls:
+
+* the step's *shape*: a decoder declares its shape knobs (``shape_knobs``, e.g.
+  ``("gamma",)`` or ``("gamma", "width")``; the first is the draft depth). Their values are
+  the attributes of that name, or, when a knob is ``auto``, what the decoder's shape chooser
+  (``_auto``, ``mtad.autotune.autoshape.AutoShape``) picks from past steps; the chooser is
+  told every step's output (``record``);
+* the *near-end clip*: the depth is cut to ``remaining - reserve`` (``reserve = 1``: room
+  for the target's own token; 0 for a decoder whose block may fill the remaining length);
+  at depth 0 the step samples the target alone (``target_only``);
+* then ``decode(ctx, *shape)`` does the step's own work.
+
+A decoder without shape knobs implements ``decode(ctx)``; one that needs full control
+may still override ``step``. A decoder never edits the
 committed sequence or the caches directly: it adds nodes to the runners' step
 trees (``ModelRunner.forward``) and returns the tokens to commit.
 
@@ -12,7 +26,10 @@ verification; *correction* = the token the target emits after a rejection;
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+import torch
 
 from mtad.core.protocols import StepContext  # noqa: F401  (decoders import it from here)
 from mtad.core.sampling import residual, sample  # noqa: F401  (decoders import them from here)
@@ -28,18 +45,36 @@ class StepOutput:
 
 
 class Decoder:
-    """Base class. Subclasses set ``uses_draft`` and implement ``step``."""
+    """Base class. Subclasses set ``uses_draft``, ``shape_knobs`` and implement ``decode``."""
 
     name: str = "decoder"
     uses_draft: bool = True
     lossless: bool = True  # output follows the warped target distribution exactly
     stochastic: bool = True  # samples from the warped distributions (False: argmax rule)
+    shape_knobs: tuple[str, ...] = ()  # knobs setting a step's shape; the first is its depth
+    reserve: int = 1  # tokens of the remaining length kept for the target's own token
+    _auto = None  # shape chooser when a knob is auto: choose(ctx) -> values, record(ctx, out)
 
     def __init__(self, name: str | None = None):
         if name is not None:
             self.name = name
 
-    def step(self, ctx: StepContext) -> StepOutput:  # pragma: no cover - abstract
+    def step(self, ctx: StepContext) -> StepOutput:
+        """One step: its shape (knobs or ``auto``), the near-end clip, then ``decode``."""
+        if not self.shape_knobs:
+            return self.decode(ctx)
+        auto = self._auto
+        if auto is not None:
+            shape = list(auto.choose(ctx)[: len(self.shape_knobs)])  # from past steps only
+        else:
+            shape = [getattr(self, k) for k in self.shape_knobs]
+        shape[0] = min(shape[0], max(ctx.remaining - self.reserve, 0))
+        if shape[0] == 0:
+            return target_only(ctx)
+        out = self.decode(ctx, *shape)
+        return auto.record(ctx, out) if auto is not None else out
+
+    def decode(self, ctx: StepContext, *shape: int) -> StepOutput:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def config_dict(self) -> dict:
@@ -52,7 +87,31 @@ def target_only(ctx: StepContext) -> StepOutput:
     return StepOutput(tokens=[sample(p, ctx.generator, ctx.warping.support_bound)])
 
 
+def plain_probs(logits: torch.Tensor) -> torch.Tensor:  # [..., V]
+    """The model's plain softmax (temperature 1, no top-k/top-p), in float32 or float64."""
+    dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    return logits.to(dtype).softmax(-1)
+
+
 def check_positive_int(field_name: str, value, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{field_name} must be an integer >= {minimum}, got {value!r}")
     return value
+
+
+def check_bool(field_name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{field_name} must be true or false, got {value!r}")
+    return value
+
+
+def check_tau(value) -> float:
+    """tau must be a number > 0; ``inf`` is allowed (accept nothing)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or math.isnan(value)
+        or value <= 0
+    ):
+        raise ValueError(f"tau must be a number > 0 (inf allowed: accept nothing), got {value!r}")
+    return float(value)

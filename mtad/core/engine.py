@@ -2,7 +2,8 @@
 
 prefill both models, then repeat until ``max_new_tokens``, an EOS id or a stop sequence
 (``mtad.core.stopping``; a block is cut after the token that ends the generation):
-    begin step (both runners) -> decoder.step (draft, one target pass, verify)
+    begin step (both runners) -> decoder.step (shape and near-end clip, then draft, one
+    target pass, verify: ``mtad.core.decoder.Decoder.step``)
     -> commit accepted + correction/bonus tokens -> prune both caches to the committed path.
 
 The engine knows nothing about tokenization or acceptance rules: token ids in,
@@ -25,6 +26,7 @@ import torch
 
 from mtad.core.decoder import Decoder
 from mtad.core.devices import synchronize
+from mtad.core.metrics import block_efficiency
 from mtad.core.protocols import StepContext, TreeRunner
 from mtad.core.runner import ModelRunner
 from mtad.core.stopping import Stopping, StopSequences
@@ -67,8 +69,9 @@ class GenerationResult:
 
     @property
     def block_efficiency(self) -> float:
-        """Emitted tokens / steps (``mtad.core.metrics``): a cut-short last step counts what it kept."""
-        return sum(s.emitted for s in self.steps) / self.num_steps if self.steps else float("nan")
+        """Emitted tokens / steps (``mtad.core.metrics.block_efficiency``): a cut-short last step
+        counts what it kept."""
+        return block_efficiency(sum(s.emitted for s in self.steps), self.num_steps)
 
     @property
     def forward_time(self) -> float:

@@ -1,4 +1,5 @@
-"""The interfaces a decoding step programs against: ``TreeRunner`` and ``StepContext``.
+"""The interfaces a decoding step programs against: ``TreeRunner``, ``StepContext``,
+``Proposer`` and ``Verifier``.
 
 ``TreeRunner`` is what the engine and the decoders use of a model runner
 (``mtad.core.runner.ModelRunner`` is the real one; a study may plug in another, e.g. a
@@ -7,19 +8,30 @@ node ids follow the one convention of the code base, documented in ``mtad.core.r
 row 0 is the root (the committed endpoint), nodes are rows ``1..N`` in the order
 added, and a node's parent row is smaller than its own.
 
+A speculative step is a ``Proposer`` (``mtad.propose``: drafts a token tree on the draft
+model, ``mtad.core.tree.TokenTree``) and a ``Verifier`` (``mtad.verify``: one target pass over
+what it needs of the tree and an acceptance rule); a decoder composes the two
+(``mtad.decoders``). Their ``kind`` strings say what their passes look like, which is all the
+cost model (``mtad.autotune.costmodel``) needs to know of them.
+
 This module sits below the decoders and the drafting / verification maths
-(``mtad.propose.beam``, ``mtad.decoders``); of the package it imports only ``mtad.core.warping``.
+(``mtad.propose``, ``mtad.verify``, ``mtad.decoders``); of the package it imports only
+``mtad.core.warping``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from mtad.core.warping import Warping
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mtad.core.decoder import StepOutput
+    from mtad.core.tree import TokenTree
 
 ROOT = 0  # row of the root (the committed endpoint) in a step's tree; nodes are rows 1..N
 
@@ -65,3 +77,25 @@ class StepContext:
     warping: Warping
     generator: torch.Generator
     remaining: int  # new tokens still allowed; a decoder may draft fewer near the end
+
+
+class Proposer(Protocol):
+    """Drafts one step's token tree on ``ctx.draft`` (``mtad.propose``)."""
+
+    #: how its draft passes look: ``"chain"`` (one row per depth) or ``"beam"`` (the root,
+    #: then up to ``width`` rows per depth)
+    kind: str
+
+    def propose(self, ctx: StepContext, depth: int, width: int = 1) -> TokenTree:
+        """A tree of ``depth`` levels (``width``: the beam width, where the proposer has one)."""
+
+
+class Verifier(Protocol):
+    """Scores a drafted tree with the target and decides what to emit (``mtad.verify``)."""
+
+    #: what its target pass scores: ``"chain"`` (one path of the tree) or ``"tree"`` (every node)
+    target_pass: str
+    lossless: bool  # its output follows the warped target distribution for a fitting proposer
+
+    def verify(self, ctx: StepContext, tree: TokenTree) -> StepOutput:
+        """Accepted tokens and one correction/bonus token; ``drafted`` is ``tree.depth``."""

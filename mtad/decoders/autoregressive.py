@@ -1,7 +1,8 @@
 """Autoregressive baselines: multinomial sampling and greedy decoding on the target alone.
 
 The references every lossless decoder must match: ``y ~ p(.|ctx)`` (warped) or
-``y = argmax p``.
+``y = argmax p``. Not proposer + verifier compositions: there is no draft (one target token
+per step, no shape knobs).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ class Multinomial(Decoder):
     version = "1"  # bump when the behaviour changes (a point's identity includes it)
     uses_draft = False
 
-    def step(self, ctx: StepContext) -> StepOutput:
+    def decode(self, ctx: StepContext) -> StepOutput:
         p = ctx.warping(ctx.target.root_logits)
         return StepOutput(tokens=[sample(p, ctx.generator, ctx.warping.support_bound)])
 
@@ -29,5 +30,5 @@ class Greedy(Decoder):
     uses_draft = False
     stochastic = False  # ignores the warping: equals the others only at temperature 0
 
-    def step(self, ctx: StepContext) -> StepOutput:
+    def decode(self, ctx: StepContext) -> StepOutput:
         return StepOutput(tokens=[int(ctx.target.root_logits.argmax())])

@@ -48,6 +48,12 @@ Modes:
   tokens are drawn from the warped ``q`` and the target's tokens from the warped ``p``;
   the thresholds apply to those warped distributions.
 
+Composition: the little-model run is ``mtad.propose.chain.ConfidenceRun`` and the check is
+``mtad.verify.rollback.Rollback`` (a rule on the target's own likelihood of the draft tokens,
+not an acceptance rule over draft and target distributions); the run's length is the step's
+depth knob ``max_run``, clipped to the remaining length (the whole of it: a run may end the
+generation).
+
 Glossary: *accepted* = draft tokens kept; the target's token after a run (or at a
 rollback) plays the role of the correction/bonus token. A rollback step emits two
 target tokens from two target passes, and a step cut by the length limit emits draft
@@ -61,11 +67,12 @@ import math
 
 import torch
 
-from mtad.core.decoder import Decoder, StepContext, StepOutput, check_positive_int, sample
-from mtad.core.sampling import host_support, host_supports
-from mtad.decoders.spd import chain_masses
+from mtad.core.decoder import StepContext, check_positive_int
+from mtad.decoders.compose import Composition
+from mtad.propose.chain import MODES, ConfidenceRun
+from mtad.verify.rollback import Rollback, rollback_position
 
-MODES = ("greedy", "sampling")
+__all__ = ["MODES", "BiLD", "check_threshold", "rollback_position"]
 
 
 def check_threshold(field_name: str, value, allow_inf: bool = False) -> float:
@@ -78,25 +85,12 @@ def check_threshold(field_name: str, value, allow_inf: bool = False) -> float:
     return float(value)
 
 
-def rollback_position(
-    draft_tokens: list[int],  # [n]
-    p: torch.Tensor | list[float],  # [n+1, V] target distributions (row i scores draft_tokens[i]),
-    alpha_rb: float,  # or the masses p_i(x_i) [n] already on the host
-) -> int | None:
-    """First i (0-based) with -log p_i(x_i) > alpha_rb, or None."""
-    pxs = chain_masses(draft_tokens, p)[0] if isinstance(p, torch.Tensor) else p
-    for i in range(len(draft_tokens)):
-        px = pxs[i]
-        nll = math.inf if px <= 0 else -math.log(px)  # p = 0 rolls back unless alpha_rb = inf
-        if nll > alpha_rb:
-            return i
-    return None
-
-
-class BiLD(Decoder):
+class BiLD(Composition):
     name = "bild"
     version = "2"  # bump when the behaviour changes (a point's identity includes it); 2: behaviour changed since the first records
     lossless = False
+    shape_knobs = ("max_run",)
+    reserve = 0  # a run may fill the remaining length (then it ends the generation unverified)
 
     def __init__(
         self,
@@ -113,73 +107,15 @@ class BiLD(Decoder):
         self.alpha_fb = check_threshold("alpha_fb", alpha_fb)
         self.alpha_rb = check_threshold("alpha_rb", alpha_rb, allow_inf=True)
         self.max_run = check_positive_int("max_run", max_run)
+        self.compose(ConfidenceRun(self.mode, self.alpha_fb), Rollback(self.mode, self.alpha_rb))
 
-    def _probs(self, ctx: StepContext, logits: torch.Tensor) -> torch.Tensor:  # [..., V]
-        if self.mode == "greedy":
-            return logits.to(
-                torch.float64 if logits.dtype == torch.float64 else torch.float32
-            ).softmax(-1)
-        return ctx.warping(logits)
-
-    def _pick(self, ctx: StepContext, probs: torch.Tensor) -> int:  # probs [V]
-        if self.mode == "greedy":
-            return int(torch.argmax(probs))
-        return sample(probs, ctx.generator, ctx.warping.support_bound)
-
-    def _confidence_and_pick(self, ctx: StepContext, q: torch.Tensor) -> tuple[float, int | None]:
-        """(max q, the token drawn from q or None when max q < alpha_fb); one transfer."""
-        if self.mode == "greedy":
-            top, arg = torch.stack([q.max(), torch.argmax(q).to(q.dtype)]).cpu().tolist()
-            return top, int(arg)
-        s = host_support(q, ctx.warping.support_bound)
-        top = float(s.vals.max())
-        return top, (sample(s, ctx.generator) if top >= self.alpha_fb else None)
-
+    # the pieces' steps, for studies that rearrange them
     def _draft_run(self, ctx: StepContext) -> tuple[list[int], bool]:
         """Little-model run: (tokens kept, whether it ended by a fallback)."""
-        limit = min(self.max_run, ctx.remaining)
-        draft: list[int] = []
-        logits = ctx.draft.root_logits
-        while len(draft) < limit:
-            q = self._probs(ctx, logits)  # [V]
-            top, x = self._confidence_and_pick(ctx, q)
-            if top < self.alpha_fb:
-                return draft, True
-            draft.append(x)
-            if len(draft) < limit:
-                logits = ctx.draft.forward([draft[-1]], [len(draft) - 1])[0]  # chain rows
-        return draft, False
+        return self._proposer.run(ctx, min(self.max_run, ctx.remaining))
 
-    def step(self, ctx: StepContext) -> StepOutput:
-        draft, fallback = self._draft_run(ctx)
-        n = len(draft)
-        info = {"fallback": fallback, "rollback": None, "target_tokens": 0}
-        if n == ctx.remaining and not fallback:  # the run ends the generation, unverified
-            return StepOutput(tokens=draft, drafted=n, accepted=n, tree_size=0, info=info)
-        logits = ctx.target.forward(draft, list(range(n)))  # [n, V], chain rows 1..n
-        p = self._probs(ctx, torch.cat([ctx.target.root_logits[None], logits]))  # [n+1, V]
-        pxs, pick = self._verify_rows(ctx, draft, p)  # one transfer
-        rb = rollback_position(draft, pxs, self.alpha_rb)
-        if rb is not None:
-            y = pick(rb)
-            if y != draft[rb]:  # roll back to i = rb, then one more target iteration
-                tokens = draft[:rb] + [y]
-                if len(tokens) < ctx.remaining:
-                    again = ctx.target.forward([y], [rb])[0]  # [V], y under row rb
-                    tokens.append(self._pick(ctx, self._probs(ctx, again)))
-                info.update(rollback=rb, target_tokens=len(tokens) - rb)
-                return StepOutput(tokens=tokens, drafted=n, accepted=rb, tree_size=n + 1, info=info)
-        info["target_tokens"] = 1
-        return StepOutput(tokens=draft + [pick(n)], drafted=n, accepted=n, tree_size=n, info=info)
+    def _probs(self, ctx: StepContext, logits: torch.Tensor) -> torch.Tensor:  # [..., V]
+        return self._verifier.probs(ctx, logits)
 
-    def _verify_rows(self, ctx: StepContext, draft: list[int], p: torch.Tensor):
-        """p_i(x_i) for the run and a picker of the target's token at any row: one transfer."""
-        n = len(draft)
-        if self.mode == "greedy":
-            rows = torch.arange(n, device=p.device)
-            x = torch.tensor(draft, dtype=torch.long, device=p.device)
-            host = torch.cat([p[rows, x], torch.argmax(p, -1).to(p.dtype)]).cpu().tolist()
-            return host[:n], lambda i: int(host[n + i])
-        supports = host_supports(p, ctx.warping.support_bound)
-        return [supports[i].mass(x) for i, x in enumerate(draft)], (
-            lambda i: sample(supports[i], ctx.generator))
+    def _pick(self, ctx: StepContext, probs: torch.Tensor) -> int:  # probs [V]
+        return self._verifier.pick(ctx, probs)

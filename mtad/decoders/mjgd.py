@@ -24,6 +24,11 @@ Methods:
 * ``auto``: ``exact`` when ``V**g <= max_enumeration``, else ``beam``; the step's
   ``info["method"]`` says which ran.
 
+Not a proposer + verifier composition: there is no draft and nothing to accept; the
+target itself is searched (the enumeration tree is a ``mtad.core.tree.TokenTree`` fed to
+the target). The decoder base still clips the block to the remaining length
+(``shape_knobs = ("gamma",)``, ``reserve = 0``).
+
 Records: every step emits ``g`` tokens (``g = min(gamma, remaining)``); there is no
 draft, so ``accepted = drafted = g - 1`` makes block efficiency (accepted + steps) /
 steps equal to the tokens per step. ``tree_size`` = target nodes scored.
@@ -35,27 +40,21 @@ import torch
 
 from mtad.core.decoder import Decoder, StepContext, StepOutput, check_positive_int, sample
 from mtad.core.protocols import ROOT
+from mtad.core.tree import TokenTree
 
 METHODS = ("exact", "beam", "auto")
 
 
-def enumeration_tree(vocab: int, depth: int) -> tuple[list[int], list[int]]:
-    """Tokens and parent rows of every prefix of length 1..depth, breadth-first, lexicographic.
+def enumeration_tree(vocab: int, depth: int) -> TokenTree:
+    """Every prefix of length 1..depth as tree rows, breadth-first, lexicographic.
 
-    Rows as in ``mtad.core.runner`` (root = row 0, the i-th listed prefix is row i + 1).
+    Rows as in ``mtad.core.runner`` (root = row 0, the i-th listed prefix is row i).
     """
-    tokens: list[int] = []
-    parents: list[int] = []
+    tree = TokenTree(depth=depth)
     prev = [ROOT]
     for _ in range(depth):
-        cur = []
-        for par in prev:
-            for v in range(vocab):
-                cur.append(len(tokens) + 1)
-                tokens.append(v)
-                parents.append(par)
-        prev = cur
-    return tokens, parents
+        prev = [tree.add(par, v) for par in prev for v in range(vocab)]
+    return tree
 
 
 def joint_log_probs(
@@ -87,6 +86,8 @@ class JointDecoder(Decoder):
     uses_draft = False
     lossless = False
     sample_joint = False
+    shape_knobs = ("gamma",)
+    reserve = 0  # a block may fill the remaining length
 
     def __init__(
         self,
@@ -109,8 +110,7 @@ class JointDecoder(Decoder):
             return sample(ctx.warping(joint), ctx.generator, ctx.warping.support_bound)
         return int(torch.argmax(joint))  # one transfer
 
-    def step(self, ctx: StepContext) -> StepOutput:
-        g = min(self.gamma, ctx.remaining)
+    def decode(self, ctx: StepContext, g: int) -> StepOutput:
         # the vocabulary size without a forward pass: the exact method scores root and tree in one
         vocab = ctx.target.vocab_size or ctx.target.model.get_output_embeddings().weight.shape[0]
         method = self.method
@@ -135,8 +135,9 @@ class JointDecoder(Decoder):
         )
 
     def _exact(self, ctx: StepContext, g: int, vocab: int) -> tuple[list[int], int]:
-        tokens, parents = enumeration_tree(vocab, g - 1)
-        logits = ctx.target.forward(tokens, parents)  # [N, V], one pass over the enumeration tree
+        tree = enumeration_tree(vocab, g - 1)
+        tokens = tree.tokens[1:]
+        logits = ctx.target.forward(tokens, tree.parents[1:])  # [N, V], one pass over the enumeration tree
         root = ctx.target.root_logits
         node_logp = logits.double().log_softmax(-1) if logits.numel() else logits.double()
         joint = joint_log_probs(root.double().log_softmax(-1), node_logp, g)  # [V**g]

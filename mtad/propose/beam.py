@@ -1,4 +1,5 @@
-"""Beam sampling on the draft model: the proposal stage of MTAD and tree-MTAD.
+"""Beam sampling on the draft model: the proposal stage of MTAD, tree-MTAD and beam drafts
+for the multi-draft rules (``Beam``, the proposer).
 
 MTAD (Qin et al., "Optimized Multi-Token Joint Decoding with Auxiliary Model
 for LLM Inference") drafts by *beam sampling*: a beam search whose top-W
@@ -42,18 +43,31 @@ Devices: the draft's rows and the beams' cumulative log Q stay on the draft's de
 selected entries (ids and scores) cross to the host once per depth, where the draws
 happen; tokens, parents and weights are host tensors.
 
+The token tree (``mtad.core.tree.TokenTree``): one row per slot, depth by depth, slots in
+order; slots with the same path share a canonical row (the one (parent, token) merge of the
+tree type), so the draft is fed each distinct node once and ``TokenTree.dedup`` gives the beam
+tree of distinct nodes (tree-MTAD). The tree carries the beams (``tree.beams``: slots,
+ancestry, cumulative log Q and weights, what MTAD's rules read) and ``q``: the warped draft
+distribution after every row, read lazily (``mtad.core.tree.warped_rows``; at temperature > 0
+the very rows the beams were scored with), what the multi-draft rules read. Given its parent
+slot, a draw with replacement is an i.i.d. draw from the parent's ``q`` and a slot's number of
+children does not depend on the children's tokens: SpecInfer's rule is lossless on these trees
+(``mtad.verify.multidraft``); without replacement it is not (nor is MCSS's).
+
 This module knows nothing about verification: it returns beams and their
 likelihoods.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from mtad.core.decoder import plain_probs
 from mtad.core.protocols import ROOT, StepContext
 from mtad.core.sampling import host_support
+from mtad.core.tree import TokenTree, warped_rows
 from mtad.core.warping import Warping
 
 
@@ -65,6 +79,7 @@ class Beams:
     parents: list[torch.Tensor]  # per depth t: [n_t] long, slot at depth t-1 (-1 at t = 0) (host)
     cum_logq: list[torch.Tensor]  # per depth t: [n_t] raw cumulative draft log-likelihood (draft's device)
     weights: torch.Tensor  # [n_{gamma-1}] final renormalised beam weights (host)
+    rows: list[list[int]] = field(default_factory=list)  # per depth t: [n_t] tree row of each slot
 
     @property
     def gamma(self) -> int:
@@ -91,9 +106,27 @@ class Beams:
 def scoring_probs(warping: Warping, logits: torch.Tensor) -> torch.Tensor:  # [..., V]
     """The draft distribution beams are scored with: warped q, or plain softmax at temperature 0."""
     if warping.greedy:
-        dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
-        return logits.to(dtype).softmax(-1)
+        return plain_probs(logits)
     return warping(logits)
+
+
+def add_depth(tree: TokenTree, beams: Beams, t: int) -> list[int]:
+    """Add depth ``t``'s slots to ``tree`` (one row each, under their parent slot's row)."""
+    rows = [
+        tree.add(ROOT if t == 0 else beams.rows[t - 1][int(p)], int(tok))
+        for p, tok in zip(beams.parents[t], beams.tokens[t])
+    ]
+    beams.rows.append(rows)
+    return rows
+
+
+def slot_tree(beams: Beams) -> TokenTree:
+    """The token tree of a finished ``Beams`` (what ``beam_sample`` builds as it draws)."""
+    tree = TokenTree(depth=beams.gamma, beams=beams)
+    beams.rows = []
+    for t in range(beams.gamma):
+        add_depth(tree, beams, t)
+    return tree
 
 
 def select_entries(
@@ -163,20 +196,26 @@ def beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool = Tr
 
     Device-to-host transfers: one per depth (the selected entries and their scores); the
     beams' tokens, parents and weights live on the host, their cumulative log Q on the
-    draft's device.
+    draft's device. The step's token tree is ``propose``'s (``Beams`` alone: ``slot_tree``).
     """
+    return _beam_sample(ctx, gamma, width, replacement).beams
+
+
+def _beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool) -> TokenTree:
     greedy = ctx.warping.greedy
     bound = None if greedy else ctx.warping.support_bound
-    rows = scoring_probs(ctx.warping, ctx.draft.root_logits)[None]  # [1, V]
+    root = ctx.draft.root_logits
+    rows = scoring_probs(ctx.warping, root)[None]  # [1, V]
     vocab = rows.shape[-1]
     dev = rows.device
     weights = torch.ones(1, dtype=rows.dtype)  # [n] on the host: the root is one beam of weight 1
     cum_prev = torch.zeros(1, dtype=rows.dtype, device=dev)
-    nodes_prev = [ROOT]  # draft tree row per slot of the previous depth (ROOT before depth 0)
     out = Beams(tokens=[], parents=[], cum_logq=[], weights=weights)
+    tree = TokenTree(depth=gamma, beams=out)
+    fed = _Fed()
     for t in range(gamma):
         if t > 0:
-            rows, nodes_prev = _expand(ctx, out.tokens[-1], out.parents[-1], nodes_prev)  # [n, V]
+            rows = _expand(ctx, tree, out.rows[-1], fed)  # [n, V]
         scores = (weights.to(dev)[:, None] * rows).flatten()  # [n * V]
         idx, chosen = _select(scores, width, greedy, replacement, ctx.generator,
                               bound * len(weights) if bound else None)  # [k] each, host
@@ -189,29 +228,59 @@ def beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool = Tr
         out.tokens.append(token)
         out.parents.append(parent if t > 0 else torch.full_like(parent, -1))
         out.cum_logq.append(cum)
+        add_depth(tree, out, t)
         cum_prev = cum
     out.weights = weights
-    return out
+    logits = torch.cat(fed.logits) if fed.logits else root[None][:0]
+    tree.q = warped_rows(tree, ctx.warping, root, logits, fed.pos)  # read only by tree rules
+    return tree
+
+
+class _Fed:
+    """The canonical rows fed to the draft: their draft runner rows and logits."""
+
+    def __init__(self):
+        self.node = {ROOT: ROOT}  # canonical tree row -> draft runner row
+        self.pos: dict[int, int] = {}  # canonical tree row -> row of cat(logits)
+        self.logits: list[torch.Tensor] = []
+
+
+class Beam:
+    """Beam sampling as a proposer: ``depth`` levels of ``width`` beams (``beam_sample``).
+
+    ``replacement``: draws with replacement (the authors' runs; what SpecInfer's rule needs
+    for a lossless pairing) or without.
+    """
+
+    kind = "beam"
+
+    def __init__(self, replacement: bool = True):
+        self.replacement = replacement
+
+    def propose(self, ctx: StepContext, depth: int, width: int = 1) -> TokenTree:
+        return _beam_sample(ctx, depth, width, self.replacement)
 
 
 def _expand(
     ctx: StepContext,
-    tokens: torch.Tensor,  # [n] tokens of the previous depth's slots
-    parents: torch.Tensor,  # [n] their parent slots (-1 at depth 0)
-    parent_nodes: list[int],  # draft tree row of each slot one depth further up (or [ROOT])
-) -> tuple[torch.Tensor, list[int]]:
-    """Feed one depth of beams to the draft as tree nodes; scoring rows [n, V] and tree rows [n].
+    tree: TokenTree,
+    slots: list[int],  # [n] tree rows of the previous depth's slots
+    fed: _Fed,
+) -> torch.Tensor:  # [n, V] scoring rows of the slots
+    """Feed one depth of beams to the draft as tree nodes; the slots' scoring rows [n, V].
 
-    Slots with the same (parent node, token) share one node (drawn with replacement).
+    Slots with the same path share one node (their canonical row; drawn with replacement).
     """
-    keys = [
-        (parent_nodes[int(p)] if int(p) >= 0 else ROOT, int(tok)) for p, tok in zip(parents, tokens)
-    ]
-    unique: dict[tuple[int, int], int] = {}
-    for k in keys:
-        unique.setdefault(k, len(unique))
+    todo = list(dict.fromkeys(tree.canon[r] for r in slots))
     first = ctx.draft.num_nodes
-    logits = ctx.draft.forward([k[1] for k in unique], [k[0] for k in unique])  # [u, V]
+    parents = [fed.node[tree.canon[tree.parents[r]]] for r in todo]
+    logits = ctx.draft.forward([tree.tokens[r] for r in todo], parents)  # [u, V]
+    base = sum(len(x) for x in fed.logits)
+    for i, r in enumerate(todo):
+        fed.node[r] = first + 1 + i  # new draft rows first+1 ..
+        fed.pos[r] = base + i
+    fed.logits.append(logits)
     probs = scoring_probs(ctx.warping, logits)
-    which = torch.tensor([unique[k] for k in keys], device=probs.device)
-    return probs[which], [first + 1 + unique[k] for k in keys]  # new rows first+1 ..
+    index = {r: i for i, r in enumerate(todo)}
+    which = torch.tensor([index[tree.canon[r]] for r in slots], device=probs.device)
+    return probs[which]

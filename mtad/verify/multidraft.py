@@ -59,9 +59,22 @@ target distribution. A candidate with ``Q(c) = 0`` could not have been drawn; it
 is skipped (never accepted, no update of ``P`` or ``Q``), which keeps every rule
 lossless whatever it is given.
 
-This module knows nothing about models, caches or tokenizers: distributions and
-token ids in, accepted node indices and one token out. Chain speculative
-sampling (SpD) lives in ``mtad.decoders.spd``.
+The verifier ``MultiDraft(rule)`` (the ``mtad.core.protocols.Verifier`` of these rules) scores a
+drafted ``mtad.core.tree.TokenTree`` with one target pass (``score_tree``) and walks it with the
+tree's ``q``. Which proposer fits which rule: SpecInfer and SpecTr need the candidates at a node
+to be i.i.d. draws from its ``q`` given their number (``mtad.propose.tree.Tree`` with the
+``iid`` sampler, ``Chains``, and beam sampling *with replacement*, ``mtad.propose.beam.Beam``,
+whose draws given their parent slot are i.i.d. from the parent's ``q`` and whose number of
+children per slot does not depend on the children's tokens); MCSS needs siblings drawn
+sequentially without replacement from ``q`` (``Tree`` with ``without_replacement``; beam
+sampling without replacement does not qualify: a slot's number of children depends on the
+tokens drawn under it); MCNS takes any proposal. With ``merge_equal_prefixes`` the
+candidates after an accepted node are the children of every row carrying the accepted path
+(SpecTr's alive drafts; for beams, slots drawn twice), still i.i.d. given their number.
+
+This module knows nothing about models, caches or tokenizers beyond ``score_tree``'s one
+target pass: distributions and token ids in, accepted node indices and one token out. Chain
+speculative sampling (SpD) lives in ``mtad.verify.chain``.
 """
 
 from __future__ import annotations
@@ -72,19 +85,22 @@ from typing import NamedTuple
 import torch
 
 from mtad.core import sampling
+from mtad.core.decoder import StepContext, StepOutput
 from mtad.core.sampling import Rows, Support, as_support, sample
+from mtad.core.tree import TokenTree, warped_rows
 
 __all__ = [
     "Compressed",
     "PositionOutcome",
+    "MultiDraft",
     "Rows",
     "compress_support",
-    "draw_without_replacement",
     "mcns_position",
     "mcss_position",
     "specinfer_position",
     "spectr_position",
     "spectr_rho",
+    "score_tree",
     "verify_mcns",
     "verify_mcss",
     "verify_specinfer",
@@ -174,28 +190,6 @@ def specinfer_position(
 
 
 # --------------------------------------------------------------------------- MCSS
-
-
-def draw_without_replacement(
-    q: torch.Tensor | Support,  # [V] draft distribution, or its host support
-    k: int,
-    generator: torch.Generator,
-) -> torch.Tensor:  # [min(k, nnz(q))] distinct token ids, int64, on the host
-    """k sequential draws from q, each from q renormalised after removing the tokens drawn.
-
-    Returns fewer than k tokens when q has fewer than k nonzero entries; never
-    a duplicate (Yang et al., arXiv:2401.06706, candidates without replacement).
-    """
-    if k < 0:
-        raise ValueError(f"k must be >= 0, got {k}")
-    ids, vals = as_support(q)[:2]  # sequential draws on the host support (same distribution)
-    vals = vals.clone()
-    drawn: list[int] = []
-    for _ in range(min(k, int((vals > 0).sum()))):
-        j = int(torch.multinomial(vals, 1, generator=generator))
-        drawn.append(int(ids[j]))
-        vals[j] = 0
-    return torch.tensor(drawn, dtype=torch.long)
 
 
 def mcss_position(
@@ -342,8 +336,6 @@ def mcns_position(
 
 
 # --------------------------------------------------------------------------- tree walking
-
-
 
 
 class Compressed(NamedTuple):
@@ -493,7 +485,7 @@ def verify_mcss(
     """MCSS tree verification (Yang et al., arXiv:2401.06706): (accepted path, correction/bonus).
 
     Children of each node must be drawn from ``q`` of that node without
-    replacement, in index order (``draw_without_replacement``).
+    replacement, in index order (``mtad.propose.tree.draw_without_replacement``).
     """
     return _walk(parents, tokens, p, q, generator, mcss_position, compress=compress)
 
@@ -537,3 +529,53 @@ def verify_mcns(
     return _walk(
         parents, tokens, p, q, generator, lambda P, Q, cands: mcns_position(P, cands), compress=compress
     )
+
+
+def score_tree(ctx: StepContext, tree: TokenTree) -> Rows:  # [N+1] host supports of warped p
+    """One target pass over the tree's distinct nodes; warped p for every row (row 0 = root).
+
+    On the CPU a row is warped when first read (a verifier reads only the rows on its
+    path); on an accelerator the first read warps every row and brings their supports to
+    the host in one transfer (``mtad.core.tree.warped_rows``).
+    """
+    rows, tokens, parents = tree.feed_rows()  # target runner rows 1..U
+    logits = ctx.target.forward(tokens, parents)
+    pos = {r: i for i, r in enumerate(rows)}
+    return warped_rows(tree, ctx.warping, ctx.target.root_logits, logits, pos)
+
+
+def _mcns_rule(P, Q, cands):
+    return mcns_position(P, cands)
+
+
+RULES: dict[str, PositionRule] = {
+    "specinfer": specinfer_position,
+    "mcss": mcss_position,
+    "spectr": spectr_position,
+    "mcns": _mcns_rule,
+}
+
+
+class MultiDraft:
+    """A multi-draft rule as a verifier: one target pass over the tree, then the walk.
+
+    ``rule``: ``specinfer``, ``mcss``, ``spectr`` or ``mcns`` (see the module docstring for
+    the proposers each one is lossless with); ``merge_equal_prefixes``: also try the children
+    of every row carrying the accepted path (on for SpecTr's chains).
+    """
+
+    target_pass = "tree"
+    lossless = True
+
+    def __init__(self, rule: str, merge_equal_prefixes: bool | None = None):
+        if rule not in RULES:
+            raise ValueError(f"rule must be one of {tuple(RULES)}, got {rule!r}")
+        self.rule = rule
+        self.merge = (rule == "spectr") if merge_equal_prefixes is None else merge_equal_prefixes
+
+    def verify(self, ctx: StepContext, tree: TokenTree) -> StepOutput:
+        p = score_tree(ctx, tree)
+        path, y = _walk(tree.parents, tree.tokens, p, tree.q, ctx.generator, RULES[self.rule],
+                        merge_equal_prefixes=self.merge)
+        return StepOutput(tokens=tree.path_tokens(path) + [y], drafted=tree.depth,
+                          accepted=len(path), tree_size=len(tree.unique_rows))

@@ -24,6 +24,7 @@ from mtad.core.engine import Engine
 from mtad.core.sampling import sample
 from mtad.core.warping import Warping
 from mtad.propose.beam import select_entries
+from mtad.propose.tree import draw_without_replacement
 from mtad.run.cli import load_decoder
 from mtad.testing import chi_square_gof, exact_joint, sample_sequences
 
@@ -91,7 +92,7 @@ def test_position_outcome_same_on_compressed_columns(name, seed):
     p, q = p[0], q[0]
     gen = torch.Generator().manual_seed(100 + seed)
     # candidates: drawn from q (distinct for MCSS), plus one q cannot draw
-    cands = md.draw_without_replacement(q, 3, gen).tolist()
+    cands = draw_without_replacement(q, 3, gen).tolist()
     outside = [int(t) for t in pool if q[int(t)] == 0][:1]
     cands = cands + outside if name != "mcss" else cands
     comp = md.compress_support(p, q, cands)
@@ -120,7 +121,7 @@ def tree_for(name: str, q: torch.Tensor, gen: torch.Generator):
         return parents, tokens
     parents, tokens = [-1], [-1]
     for row, k in ((0, 2), (1, 2)):
-        kids = (md.draw_without_replacement(q[row], k, gen).tolist() if name == "mcss"
+        kids = (draw_without_replacement(q[row], k, gen).tolist() if name == "mcss"
                 else [sample(q[row], gen) for _ in range(k)])
         for t in kids:
             parents.append(row)

@@ -13,10 +13,11 @@ from mtad.core.engine import Engine
 from mtad.core.runner import ROOT
 from mtad.core.warping import Warping
 from mtad.decoders.autoregressive import Greedy
-from mtad.decoders.bild import BiLD, rollback_position
-from mtad.decoders.typical import Typical, entropy, typical_accept_length
+from mtad.decoders.bild import BiLD
+from mtad.decoders.typical import Typical
 from mtad.models.tiny import tiny_causal_lm
 from mtad.testing import chi_square_gof, sample_sequences
+from mtad.verify.rollback import rollback_position
 
 PROMPT = [2, 3, 4]
 INF = math.inf
@@ -208,13 +209,6 @@ def test_bild_run_reaching_the_length_limit_is_not_verified():
     assert out.tokens == [1, 1] and t.forward_calls == 0
 
 
-def test_rollback_position_hand_built():
-    p = torch.tensor([[0.9, 0.1, 0.0], [0.5, 0.3, 0.2], [0.0, 0.0, 1.0]], dtype=torch.float64)
-    assert rollback_position([0, 1], p, alpha_rb=1.5) is None  # -log 0.9, -log 0.3 = 1.20
-    assert rollback_position([0, 1], p, alpha_rb=1.0) == 1
-    assert rollback_position([2, 0], p, alpha_rb=100.0) == 0  # p = 0: -log p = inf
-
-
 @pytest.mark.parametrize(
     "alpha_fb,alpha_rb,max_run",
     [(0.0, INF, 3), (0.0, 0.5, 4), (0.3, 1.0, 10), (0.5, 2.0, 2), (0.6, 5.0, 10), (1.1, 5.0, 4)],
@@ -343,24 +337,6 @@ def test_bild_config_errors_name_the_field(kwargs, field):
 
 
 # ------------------------------------------------------------------------- typical
-def test_typical_hand_built():
-    uniform4 = torch.tensor([0.25, 0.25, 0.25, 0.25, 0.0], dtype=torch.float64)
-    peaked = torch.tensor([0.95, 0.05, 0.0, 0.0, 0.0], dtype=torch.float64)
-    assert entropy(uniform4).item() == pytest.approx(math.log(4))
-    # uniform over 4: threshold min(0.09, 0.3/4 = 0.075) = 0.075 < 0.25 -> accepted; p = 0 -> rejected
-    assert typical_accept_length([3], uniform4[None], eps=0.09, delta=0.3) == 1
-    assert typical_accept_length([4], uniform4[None], eps=0.09, delta=0.3) == 0
-    # peaked: threshold min(0.09, 0.3 * exp(-H)) = 0.09: 0.95 passes, 0.05 fails
-    p = torch.stack([peaked, peaked, uniform4, peaked])
-    assert typical_accept_length([0, 0, 1, 0], p, eps=0.09, delta=0.3) == 4
-    assert typical_accept_length([0, 1, 1, 0], p, eps=0.09, delta=0.3) == 1  # longest run from x1
-    # a high-entropy row lowers the threshold below eps: delta * exp(-H) decides
-    flat = torch.full((5,), 0.2, dtype=torch.float64)
-    thr = 0.3 * math.exp(-math.log(5))  # 0.06
-    assert thr < 0.09 and typical_accept_length([2], flat[None], eps=0.09, delta=0.3) == 1
-    assert typical_accept_length([2], flat[None], eps=0.25, delta=0.9) == 1  # min(0.25, 0.18) < 0.2
-    assert typical_accept_length([2], flat[None], eps=0.25, delta=1.5) == 0  # min(0.25, 0.30) > 0.2
-
 
 def test_typical_temperature_zero_equals_greedy(toy_pair):
     target, draft = toy_pair

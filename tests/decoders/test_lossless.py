@@ -8,10 +8,11 @@ import torch
 from mtad.core.decoder import Decoder, StepContext, StepOutput
 from mtad.core.engine import Engine
 from mtad.core.warping import Warping
-from mtad.decoders.spd import verify_chain
-from mtad.propose.tree import draft_chains, score_tree
+from mtad.propose.tree import draft_chains
 from mtad.run.cli import group_options, load_decoder
 from mtad.testing import chi_square_gof, exact_joint, sample_sequences
+from mtad.verify.chain import verify_chain
+from mtad.verify.multidraft import score_tree
 
 PROMPT = [2, 3]
 LENGTH = 3

@@ -95,7 +95,8 @@ def test_mtjd_temperature_zero_equals_mjgd(toy_pair):
 
 def test_joint_log_probs_layout():
     vocab, gamma = 3, 3
-    tokens, parents = enumeration_tree(vocab, gamma - 1)
+    tree = enumeration_tree(vocab, gamma - 1)
+    tokens, parents = tree.tokens[1:], tree.parents[1:]
     assert len(tokens) == 3 + 9 and parents[:3] == [0] * 3 and parents[3:6] == [1, 1, 1]
     gen = torch.Generator().manual_seed(0)
     root = torch.randn(vocab, generator=gen, dtype=torch.float64).log_softmax(-1)

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from mtad.core.engine import Engine
-from mtad.core.runner import ROOT, ModelRunner
+from mtad.core.runner import ModelRunner
 from mtad.core.warping import Warping
 from mtad.decoders.autoregressive import Greedy
 from mtad.decoders.mtad import MTAD
-from mtad.decoders.tree_mtad import TreeMTAD, beam_tree, tree_accept
+from mtad.decoders.tree_mtad import TreeMTAD
 from mtad.propose.beam import Beams
 
 PROMPT = [2, 3, 4]
@@ -135,36 +135,6 @@ def test_reference_follows_the_ancestry_not_the_slot():
     assert beams.ancestry(0) == [1, 0] and beams.path_tokens(0) == [2, 3]
     assert TreeMTAD().reference(beams).tolist() == [-2.0, -2.5]
     assert TreeMTAD(compat_slot_index=True).reference(beams).tolist() == [-1.0, -2.5]
-
-
-def test_beam_tree_layout_and_dedup():
-    beams = Beams(
-        tokens=[torch.tensor([1, 1, 2]), torch.tensor([3, 3, 4])],
-        parents=[torch.tensor([-1, -1, -1]), torch.tensor([0, 1, 2])],
-        cum_logq=[torch.zeros(3), torch.zeros(3)],
-        weights=torch.ones(3) / 3,
-    )
-    tokens, parents, depth, node_of = beam_tree(beams)
-    # slots 0 and 1 at depth 1 are both token 1 under the root: one node; so are their children
-    # (rows as in mtad.core.runner: row 0 is the root)
-    assert tokens == [-1, 1, 2, 3, 4] and parents == [-1, ROOT, ROOT, 1, 2]
-    assert depth == [0, 1, 1, 2, 2]
-    assert node_of == [[1, 1, 2], [3, 3, 4]]
-
-
-def test_tree_accept_rules():
-    depth = [0, 1, 1, 2, 2, 3]  # rows; row 0 is the root (log P = 0, never a candidate)
-    ref = torch.tensor([-1.0, -2.0, -3.0])
-    # row 5 (depth 3) passes although no depth-2 node does: deepest passing depth wins
-    logp = torch.tensor([0.0, -0.5, -0.2, -5.0, -6.0, -2.0])
-    assert tree_accept(logp, depth, ref, tau=1.0) == (3, 5, [True, False, True])
-    # among passing nodes at the deepest depth, the largest P is chosen
-    logp = torch.tensor([0.0, -0.5, -0.2, -1.5, -1.0, -math.inf])
-    assert tree_accept(logp, depth, ref, tau=1.0) == (2, 4, [True, True, False])
-    # nothing passes -> root; P = 0 never passes
-    none = torch.tensor([0.0] + [-math.inf] * 5)
-    assert tree_accept(none, depth, ref, tau=1e-9) == (0, ROOT, [False] * 3)
-    assert tree_accept(logp, depth, ref, tau=math.inf)[0] == 0
 
 
 @pytest.mark.parametrize(

@@ -21,9 +21,9 @@ import torch
 from scipy import stats
 
 from mtad.core.warping import warp_probs
+from mtad.propose.tree import draw_without_replacement
 from mtad.verify.multidraft import (
     PositionOutcome,
-    draw_without_replacement,
     mcns_position,
     mcss_position,
     specinfer_position,

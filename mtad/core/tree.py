@@ -1,0 +1,140 @@
+"""The token tree of one decoding step: the one type proposers build, runners are fed and
+verifiers walk.
+
+Rows follow the code base's convention (``mtad.core.runner``): row 0 (``ROOT``) is the root,
+the committed endpoint; nodes are rows ``1..N`` in the order added; a node's parent row is
+smaller than its own (``parents[r] < r``, ``parents[0] = -1``; ``tokens[0] = -1``).
+
+A tree may hold rows with equal token paths: i.i.d. siblings that drew the same token (and
+their subtrees), beam slots drawn twice. ``canon[r]`` is the first row with row ``r``'s
+path. Rows with equal paths have equal model outputs, so only canonical rows are fed to a
+model (``feed_rows``); a verifier still sees every row (for the multi-draft rules the
+multiset of candidates is what makes them lossless). The (parent, token) merge is written
+once, in ``add``: a new row's canonical row is the first row under the same canonical parent
+with the same token. ``node`` adds a row only when its path is new (a deduplicated tree:
+beam trees, enumeration trees), ``dedup`` keeps the canonical rows of a tree, renumbered.
+
+Besides the rows a tree carries what its proposer knows about it: ``q`` (the warped draft
+distribution each row's children were drawn from, as ``[N+1, V]`` rows: a tensor or
+``mtad.core.sampling.Rows``, row ``i`` for row ``i``; ``None`` when the proposer has none),
+``depth`` (the depth drafted), ``beams`` (beam sampling's slots, cumulative log-likelihoods
+and ancestry: ``mtad.propose.beam.Beams``) and ``info`` (a proposer's notes, e.g. BiLD's
+fallback).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from mtad.core.protocols import ROOT
+from mtad.core.sampling import Rows, Support, host_support, host_supports
+from mtad.core.warping import Warping
+
+
+@dataclass
+class TokenTree:
+    parents: list[int] = field(default_factory=lambda: [-1])  # [N+1], parents[0] = -1
+    tokens: list[int] = field(default_factory=lambda: [-1])  # [N+1], tokens[0] = -1 (the endpoint)
+    canon: list[int] = field(default_factory=lambda: [0])  # [N+1] first row with the same path
+    depths: list[int] = field(default_factory=lambda: [0])  # [N+1] 0 for the root
+    q: Any = None  # [N+1] rows of the warped draft distribution each row's children came from
+    depth: int = 0  # depth drafted (a chain's length)
+    beams: Any = None  # beam-specific data (mtad.propose.beam.Beams), when a beam proposer made it
+    info: dict = field(default_factory=dict)
+    _index: dict = field(default_factory=dict, repr=False)  # (canonical parent, token) -> row
+
+    # ------------------------------------------------------------------ building
+    def add(self, parent: int, token: int) -> int:
+        """Append a row under ``parent``; its canonical row is found by the (parent, token) merge."""
+        token = int(token)
+        r = len(self.tokens)
+        self.parents.append(int(parent))
+        self.tokens.append(token)
+        self.depths.append(self.depths[parent] + 1)
+        self.canon.append(self._index.setdefault((self.canon[parent], token), r))
+        return r
+
+    def node(self, parent: int, token: int) -> int:
+        """The canonical row of (parent, token), added when the path is new."""
+        r = self._index.get((self.canon[parent], int(token)))
+        return r if r is not None else self.add(parent, token)
+
+    @classmethod
+    def chain(cls, tokens: Sequence[int], q: Any = None) -> TokenTree:
+        """A chain: token ``i`` is row ``i + 1`` under row ``i``."""
+        tree = cls(q=q, depth=len(tokens))
+        for i, t in enumerate(tokens):
+            tree.add(i, t)
+        return tree
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def size(self) -> int:
+        return len(self.tokens) - 1
+
+    @property
+    def unique_rows(self) -> list[int]:
+        return [r for r in range(1, len(self.tokens)) if self.canon[r] == r]
+
+    def path(self, row: int) -> list[int]:
+        """Rows from the root's child down to ``row`` (empty for the root)."""
+        out = []
+        while row != ROOT:
+            out.append(row)
+            row = self.parents[row]
+        return out[::-1]
+
+    def path_tokens(self, path: Sequence[int]) -> list[int]:
+        return [self.tokens[r] for r in path]
+
+    def feed_rows(self) -> tuple[list[int], list[int], list[int]]:
+        """(canonical rows, their tokens, their parents' rows) for a runner fed only the
+        canonical rows: they become its rows ``1..U`` in order (``ROOT`` stays 0)."""
+        rows = self.unique_rows
+        node = {ROOT: ROOT}
+        for i, r in enumerate(rows):
+            node[r] = i + 1
+        return rows, [self.tokens[r] for r in rows], [node[self.canon[self.parents[r]]] for r in rows]
+
+    def dedup(self) -> tuple[TokenTree, list[int]]:
+        """The tree of the canonical rows, renumbered in order, and each row's row in it."""
+        out = TokenTree(depth=self.depth, beams=self.beams, info=self.info)
+        new = {ROOT: ROOT}
+        for r in self.unique_rows:
+            new[r] = out.add(new[self.canon[self.parents[r]]], self.tokens[r])
+        return out, [new[c] for c in self.canon]
+
+
+def warped_rows(
+    tree: TokenTree,
+    warping: Warping,
+    root: torch.Tensor,  # [V] logits after the root (row 0)
+    logits: torch.Tensor,  # [M, V] logits after the canonical rows in ``pos``
+    pos: dict[int, int],  # canonical row -> its row of ``logits``
+) -> Rows:  # [N+1] host supports of the warped rows; a row without logits (a leaf) is empty
+    """A model's warped distribution after every row of ``tree``, read lazily onto the host.
+
+    On the CPU a row is warped when first read (a verifier reads only the rows on its
+    path); on an accelerator the first read warps every row and brings their supports to
+    the host in one transfer. Rows with equal paths share their canonical row's support.
+    """
+    bound = warping.support_bound
+    warped: dict[int, Support] = {}  # canonical row -> host support
+
+    def row(r: int) -> Support:
+        c = tree.canon[r]
+        if c != ROOT and c not in pos:
+            return Support(torch.zeros(0, dtype=torch.long), torch.zeros(0), root.shape[-1])
+        if c not in warped:
+            if root.device.type == "cpu":
+                warped[c] = host_support(warping(root if c == ROOT else logits[pos[c]]), bound)
+            else:  # every row at once: one transfer
+                every = host_supports(warping(torch.cat([root[None], logits])), bound)
+                warped.update(zip([ROOT, *pos], every))
+        return warped[c]
+
+    return Rows(len(tree.tokens), row)

@@ -1,0 +1,93 @@
+"""Chain drafts: ``gamma`` tokens drawn autoregressively from the warped draft (SpD, typical
+acceptance), and BiLD's confidence-stopped run of the little model.
+
+Both return a chain ``mtad.core.tree.TokenTree`` (token ``i`` is row ``i + 1`` under row
+``i``). A drafted chain keeps its warped draft rows ``q`` [g, V] on the draft's device (row
+``i``: the distribution token ``i`` was drawn from); the verifier gathers what it needs there.
+
+Devices: drafting crosses to the host once per draft token (the draw).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mtad.core.decoder import StepContext, plain_probs, sample
+from mtad.core.sampling import host_support
+from mtad.core.tree import TokenTree
+
+MODES = ("greedy", "sampling")
+
+
+def draft_chain(ctx: StepContext, gamma: int) -> tuple[list[int], torch.Tensor]:
+    """Draw gamma tokens autoregressively from the warped draft; returns tokens and q [gamma, V]."""
+    tokens: list[int] = []
+    qs = []
+    logits = ctx.draft.root_logits
+    for i in range(gamma):
+        q = ctx.warping(logits)
+        x = sample(q, ctx.generator, ctx.warping.support_bound)
+        tokens.append(x)
+        qs.append(q)
+        if i < gamma - 1:
+            logits = ctx.draft.forward([x], [i])[0]
+    return tokens, torch.stack(qs) if qs else torch.empty(0)
+
+
+class Chain:
+    """``depth`` tokens drawn autoregressively from the warped draft (``draft_chain``)."""
+
+    kind = "chain"
+
+    def propose(self, ctx: StepContext, depth: int, width: int = 1) -> TokenTree:
+        tokens, q = draft_chain(ctx, depth)
+        return TokenTree.chain(tokens, q)
+
+
+def mode_probs(mode: str, ctx: StepContext, logits: torch.Tensor) -> torch.Tensor:  # [..., V]
+    """BiLD's distributions: plain softmax in ``greedy`` mode, the warped ones in ``sampling``."""
+    return plain_probs(logits) if mode == "greedy" else ctx.warping(logits)
+
+
+class ConfidenceRun:
+    """BiLD's little-model run (Kim et al., NeurIPS 2023): draft while confident.
+
+    Up to ``depth`` tokens (``max_run``, clipped to the remaining length); before keeping
+    x_i, if max q_i < alpha_fb the token is discarded and the run ends (*fallback*:
+    ``tree.info["fallback"]``). ``greedy`` mode takes argmaxes of the plain softmax,
+    ``sampling`` mode draws from the warped q (see ``mtad.decoders.bild``).
+    """
+
+    kind = "chain"
+
+    def __init__(self, mode: str, alpha_fb: float):
+        self.mode, self.alpha_fb = mode, alpha_fb
+
+    def _confidence_and_pick(self, ctx: StepContext, q: torch.Tensor) -> tuple[float, int | None]:
+        """(max q, the token drawn from q or None when max q < alpha_fb); one transfer."""
+        if self.mode == "greedy":
+            top, arg = torch.stack([q.max(), torch.argmax(q).to(q.dtype)]).cpu().tolist()
+            return top, int(arg)
+        s = host_support(q, ctx.warping.support_bound)
+        top = float(s.vals.max())
+        return top, (sample(s, ctx.generator) if top >= self.alpha_fb else None)
+
+    def run(self, ctx: StepContext, limit: int) -> tuple[list[int], bool]:
+        """Little-model run: (tokens kept, whether it ended by a fallback)."""
+        draft: list[int] = []
+        logits = ctx.draft.root_logits
+        while len(draft) < limit:
+            q = mode_probs(self.mode, ctx, logits)  # [V]
+            top, x = self._confidence_and_pick(ctx, q)
+            if top < self.alpha_fb:
+                return draft, True
+            draft.append(x)
+            if len(draft) < limit:
+                logits = ctx.draft.forward([draft[-1]], [len(draft) - 1])[0]  # chain rows
+        return draft, False
+
+    def propose(self, ctx: StepContext, depth: int, width: int = 1) -> TokenTree:
+        draft, fallback = self.run(ctx, depth)
+        tree = TokenTree.chain(draft)
+        tree.info["fallback"] = fallback
+        return tree

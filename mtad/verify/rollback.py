@@ -1,0 +1,98 @@
+"""BiLD's rollback (Kim et al., "Speculative Decoding with Big Little Decoder", NeurIPS 2023).
+Not lossless.
+
+Not an acceptance rule over draft and target distributions like the others: it reads a
+different signal, the target's own negative log-likelihood of each draft token, and may
+run the target twice in a step. It checks a chain drafted by BiLD's little-model run
+(``mtad.propose.chain.ConfidenceRun``, whose ``tree.info["fallback"]`` says how the run
+ended); ``mtad.decoders.bild`` documents the reading of the published code in full:
+
+    target   one pass over the unchecked draft tokens x_1..x_n: p_1..p_(n+1)
+    rollback first i with -log p_i(x_i) > alpha_rb; the target's token y at i is drawn from
+             p_i. If y != x_i: keep x_1..x_(i-1), y, then run the target once more and emit
+             its token z ~ p(. | ..., x_<i, y) (two target passes in this step).
+             If y == x_i nothing is rolled back.
+    else     keep x_1..x_n and emit the target's token from p_(n+1)
+    length   a run that fills the generation's remaining length ends it unverified
+
+``greedy`` mode: the target's tokens are argmaxes and ``-log p(x)`` uses the plain softmax;
+``sampling`` mode: both use the warped ``p``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from mtad.core.decoder import StepContext, StepOutput, plain_probs, sample
+from mtad.core.sampling import host_supports
+from mtad.core.tree import TokenTree
+from mtad.verify.chain import chain_masses
+
+
+def rollback_position(
+    draft_tokens: list[int],  # [n]
+    p: torch.Tensor | list[float],  # [n+1, V] target distributions (row i scores draft_tokens[i]),
+    alpha_rb: float,  # or the masses p_i(x_i) [n] already on the host
+) -> int | None:
+    """First i (0-based) with -log p_i(x_i) > alpha_rb, or None."""
+    pxs = chain_masses(draft_tokens, p)[0] if isinstance(p, torch.Tensor) else p
+    for i in range(len(draft_tokens)):
+        px = pxs[i]
+        nll = math.inf if px <= 0 else -math.log(px)  # p = 0 rolls back unless alpha_rb = inf
+        if nll > alpha_rb:
+            return i
+    return None
+
+
+class Rollback:
+    """BiLD's check of a little-model run (a chain tree with ``info["fallback"]``)."""
+
+    target_pass = "chain"
+    lossless = False
+
+    def __init__(self, mode: str, alpha_rb: float):
+        self.mode, self.alpha_rb = mode, alpha_rb
+
+    def probs(self, ctx: StepContext, logits: torch.Tensor) -> torch.Tensor:  # [..., V]
+        return plain_probs(logits) if self.mode == "greedy" else ctx.warping(logits)
+
+    def pick(self, ctx: StepContext, probs: torch.Tensor) -> int:  # probs [V]
+        if self.mode == "greedy":
+            return int(torch.argmax(probs))
+        return sample(probs, ctx.generator, ctx.warping.support_bound)
+
+    def verify(self, ctx: StepContext, tree: TokenTree) -> StepOutput:
+        draft, fallback = tree.tokens[1:], tree.info.get("fallback", False)
+        n = len(draft)
+        info = {"fallback": fallback, "rollback": None, "target_tokens": 0}
+        if n == ctx.remaining and not fallback:  # the run ends the generation, unverified
+            return StepOutput(tokens=draft, drafted=n, accepted=n, tree_size=0, info=info)
+        logits = ctx.target.forward(draft, list(range(n)))  # [n, V], chain rows 1..n
+        p = self.probs(ctx, torch.cat([ctx.target.root_logits[None], logits]))  # [n+1, V]
+        pxs, pick = self._verify_rows(ctx, draft, p)  # one transfer
+        rb = rollback_position(draft, pxs, self.alpha_rb)
+        if rb is not None:
+            y = pick(rb)
+            if y != draft[rb]:  # roll back to i = rb, then one more target iteration
+                tokens = draft[:rb] + [y]
+                if len(tokens) < ctx.remaining:
+                    again = ctx.target.forward([y], [rb])[0]  # [V], y under row rb
+                    tokens.append(self.pick(ctx, self.probs(ctx, again)))
+                info.update(rollback=rb, target_tokens=len(tokens) - rb)
+                return StepOutput(tokens=tokens, drafted=n, accepted=rb, tree_size=n + 1, info=info)
+        info["target_tokens"] = 1
+        return StepOutput(tokens=draft + [pick(n)], drafted=n, accepted=n, tree_size=n, info=info)
+
+    def _verify_rows(self, ctx: StepContext, draft: list[int], p: torch.Tensor):
+        """p_i(x_i) for the run and a picker of the target's token at any row: one transfer."""
+        n = len(draft)
+        if self.mode == "greedy":
+            rows = torch.arange(n, device=p.device)
+            x = torch.tensor(draft, dtype=torch.long, device=p.device)
+            host = torch.cat([p[rows, x], torch.argmax(p, -1).to(p.dtype)]).cpu().tolist()
+            return host[:n], lambda i: int(host[n + i])
+        supports = host_supports(p, ctx.warping.support_bound)
+        return [supports[i].mass(x) for i, x in enumerate(draft)], (
+            lambda i: sample(supports[i], ctx.generator))

@@ -1,0 +1,166 @@
+"""MTAD's acceptance: a threshold on the joint likelihood ratio, of one chain or of a whole tree.
+Not lossless, by design (Qin et al., "Optimized Multi-Token Joint Decoding with Auxiliary
+Model for LLM Inference", ICLR 2025).
+
+Both rules read the beam-sampling data of the drafted tree (``tree.beams``, made by
+``mtad.propose.beam.Beam``: the best final beam, its ancestry and the cumulative draft
+log-likelihoods ``log Q``), so they pair with the beam proposer.
+
+Chain (``JointThreshold``, MTAD)::
+
+    target  one pass over the best beam x_1..x_g: p_1..p_(g+1) (warped)
+    verify  R_d = sum_{i<=d} [log p_i(x_i) - log q_i(x_i)],  d = 1..g
+            a = max{d : R_d > log tau}  (0 if none)  -- deterministic, no uniform draw;
+            a failing shorter prefix does not block a longer passing one
+    emit    x_1..x_a, then y ~ p_(a+1)  (the plain target distribution, not a residual)
+
+Tree (``TreeThreshold``, tree-MTAD): every beam node (slots drawn twice share a node) in
+one target pass::
+
+    ref[d]  = cumulative draft log-likelihood, at depth d, of the ANCESTOR of the final
+              best beam (follow the beam-index history back from the best final slot)
+    pass_i  = log P(path to i) - ref[depth(i)] > log tau        for every tree node i
+    a       = deepest depth with a passing node (0 if none); among the passing nodes
+              at depth a, pick the one with the largest P (first on ties)
+    emit      its path (a tokens), then y ~ p(.| that node)   (the root if a = 0)
+
+``compat_slot_index`` (default off) reproduces a reading of the authors' code in which
+``ref[d]`` is taken at the best final beam's *slot number* at every depth instead of at its
+ancestor; after the beams are re-permuted by the draws that slot generally holds another
+beam. When fewer beams than that slot number exist at some depth (draws without
+replacement under top-k/top-p) the last slot is used.
+
+Glossary: ``P(x_1..x_d)`` / ``Q(x_1..x_d)``: target / draft joint likelihoods of a prefix;
+``R_d = log P - log Q``; acceptance means ``P > tau * Q``; ``tau = inf`` accepts nothing
+(plain target sampling). Numerics: ``log 0 = -inf``; a prefix with ``P = 0`` fails whatever
+``Q`` is (no NaN).
+
+Devices: the chain rule moves the draft's cumulative log Q to the target's device; R
+crosses to the host once, then the correction's support once. The tree rule keeps the
+warped tree ``p`` on the target's device; the edge probabilities ``p[parent, token]`` and
+the reference cross to the host in one transfer, where paths are summed and the acceptance
+decided; the emitted token's support crosses once more.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from mtad.core.decoder import StepContext, StepOutput, sample
+from mtad.core.protocols import ROOT
+from mtad.core.tree import TokenTree
+from mtad.verify.chain import target_chain
+
+
+def cumulative_log_ratio(
+    log_p: torch.Tensor,  # [g] log p_i(x_i), -inf where p = 0
+    cum_logq: torch.Tensor,  # [g] log Q(x_1..x_i), raw cumulative draft log-likelihood
+) -> torch.Tensor:  # [g] R_d = log P(x_1..x_d) - log Q(x_1..x_d)
+    """R_d with ``P = 0`` mapped to ``-inf`` (never NaN, even if ``Q = 0`` too)."""
+    cum_logp = torch.cumsum(log_p, 0)
+    r = cum_logp - cum_logq
+    return torch.where(torch.isneginf(cum_logp), torch.full_like(r, -math.inf), r)
+
+
+def accept_length(
+    log_ratio: torch.Tensor | list[float],  # [g]
+    tau: float,
+) -> tuple[int, list[bool]]:
+    """MTAD acceptance: (a, per-prefix pass flags) with a = max{d : R_d > log tau}, 0 if none."""
+    values = log_ratio.tolist() if isinstance(log_ratio, torch.Tensor) else log_ratio
+    passes = [bool(r > math.log(tau)) for r in values]
+    a = max((d + 1 for d, ok in enumerate(passes) if ok), default=0)
+    return a, passes
+
+
+def tree_accept(
+    log_path_p: torch.Tensor,  # [N+1] log P(path to row), -inf where P = 0 (row 0: the root)
+    depth: list[int],  # [N+1] depth of each row, 0 for the root, 1..g for nodes
+    ref: torch.Tensor,  # [g] reference log Q per depth
+    tau: float,
+) -> tuple[int, int, list[bool]]:
+    """(a, chosen row or ROOT, per-depth "some node passed" flags)."""
+    g = ref.numel()
+    d_idx = torch.tensor(depth) - 1  # -1 for the root, which never passes
+    passing = (log_path_p - ref[d_idx.clamp_min(0)]) > math.log(tau)
+    passing &= ~torch.isneginf(log_path_p) & (d_idx >= 0)
+    per_depth = [bool(passing[d_idx == d].any()) for d in range(g)]
+    a = max((d + 1 for d, ok in enumerate(per_depth) if ok), default=0)
+    if a == 0:
+        return 0, ROOT, per_depth
+    cand = torch.nonzero(passing & (d_idx == a - 1)).flatten()
+    best = int(cand[torch.argmax(log_path_p[cand])])
+    return a, best, per_depth
+
+
+class JointThreshold:
+    """MTAD's rule on the best beam of a beam tree (``tree.beams``): see the module docstring."""
+
+    target_pass = "chain"
+    lossless = False
+
+    def __init__(self, tau: float):
+        self.tau = tau
+
+    def verify(self, ctx: StepContext, tree: TokenTree) -> StepOutput:
+        beams = tree.beams
+        g = beams.gamma
+        best = beams.best()
+        draft = beams.path_tokens(best)  # [g]
+        p = target_chain(ctx, draft)  # [g+1, V] warped target distributions
+        dev = p.device
+        log_p = p[torch.arange(g, device=dev), torch.tensor(draft, device=dev)].log()  # [g]
+        cum_logq = beams.path_cum_logq(best).to(device=dev, dtype=log_p.dtype)  # draft -> target
+        r = cumulative_log_ratio(log_p, cum_logq).cpu()  # one transfer
+        a, passes = accept_length(r, self.tau)
+        y = sample(p[a], ctx.generator, ctx.warping.support_bound)
+        return StepOutput(
+            tokens=draft[:a] + [y],
+            drafted=g,
+            accepted=a,
+            tree_size=g,
+            info={"pass": passes, "log_ratio": r.tolist()},
+        )
+
+
+class TreeThreshold:
+    """Tree-MTAD's rule on every node of a beam tree: see the module docstring."""
+
+    target_pass = "tree"
+    lossless = False
+
+    def __init__(self, tau: float, compat_slot_index: bool = False):
+        self.tau = tau
+        self.compat_slot_index = compat_slot_index
+
+    def reference(self, beams) -> torch.Tensor:  # [g]
+        best = beams.best()
+        if not self.compat_slot_index:
+            return beams.path_cum_logq(best)
+        return torch.stack([c[min(best, len(c) - 1)] for c in beams.cum_logq])
+
+    def verify(self, ctx: StepContext, tree: TokenTree) -> StepOutput:
+        nodes, _ = tree.dedup()  # one row per distinct beam node
+        tokens, parents, depth = nodes.tokens, nodes.parents, nodes.depths
+        g = tree.depth
+        logits = ctx.target.forward(tokens[1:], parents[1:])  # [N, V], one pass over the whole tree
+        p = ctx.warping(torch.cat([ctx.target.root_logits[None], logits]))  # [N+1, V], row 0 = root
+        n, dev = len(tokens) - 1, p.device
+        edge_p = p[torch.tensor(parents[1:], device=dev), torch.tensor(tokens[1:], device=dev)]  # [N]
+        ref = self.reference(tree.beams).to(device=dev, dtype=p.dtype)  # [g], draft -> target
+        host = torch.cat([edge_p, ref]).cpu()  # one transfer: edge probabilities and the reference
+        edge_p, ref = host[:n], host[n:]
+        log_path_p = torch.zeros(len(tokens), dtype=p.dtype)  # [N+1] on the host, row 0: log 1
+        for r in range(1, len(tokens)):  # parents precede children
+            log_path_p[r] = log_path_p[parents[r]] + edge_p[r - 1].log()
+        a, node, per_depth = tree_accept(log_path_p, depth, ref, self.tau)
+        y = sample(p[node], ctx.generator, ctx.warping.support_bound)  # node = ROOT (0) is the root row
+        return StepOutput(
+            tokens=nodes.path_tokens(nodes.path(node)) + [y],
+            drafted=g,
+            accepted=a,
+            tree_size=len(tokens) - 1,
+            info={"pass": per_depth, "ref": ref.tolist()},
+        )

@@ -1,0 +1,62 @@
+"""Typical acceptance (Cai et al., "Medusa", 2024; from eta-sampling, Hewitt et al., 2022).
+Not lossless.
+
+A draft chain is checked against the target with an entropy-dependent threshold instead
+of speculative sampling; the rule reads only the target's distributions (any chain
+proposer fits; the draft's ``q`` is not used):
+
+    target  one pass: p_1..p_(g+1) (warped)
+    accept  x_i while p_i(x_i) > min(eps, delta * exp(-H(p_i)))   (longest run from x_1)
+    emit    x_1..x_a, then y ~ p_(a+1)   (correction, or bonus when a = g)
+
+``H(p) = -sum p log p`` in nats (0 log 0 = 0). At temperature 0 (one-hot p) the threshold
+is min(eps, delta) and only the target's argmax passes: greedy decoding.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mtad.core.decoder import StepContext, StepOutput, sample
+from mtad.core.tree import TokenTree
+from mtad.verify.chain import target_chain
+
+
+def entropy(p: torch.Tensor) -> torch.Tensor:  # [..., V] -> [...]
+    return -torch.where(p > 0, p * p.log(), torch.zeros_like(p)).sum(-1)
+
+
+def typical_accept_length(
+    draft_tokens: list[int],  # [g]
+    p: torch.Tensor,  # [>= g, V] target distributions (row i scores draft_tokens[i])
+    eps: float,
+    delta: float,
+) -> int:
+    """Longest prefix with p_i(x_i) > min(eps, delta * exp(-H(p_i))) at every position."""
+    g = len(draft_tokens)
+    if g == 0:
+        return 0
+    thresh = torch.clamp(delta * torch.exp(-entropy(p[:g])), max=eps)  # [g]
+    px = p[torch.arange(g, device=p.device), torch.tensor(draft_tokens, device=p.device)]  # [g]
+    ok = (px > thresh).tolist()  # one transfer
+    return next((i for i, v in enumerate(ok) if not v), g)
+
+
+class TypicalAcceptance:
+    """Typical acceptance of a chain tree (rows 1..g)."""
+
+    target_pass = "chain"
+    lossless = False
+
+    def __init__(self, eps: float, delta: float):
+        self.eps, self.delta = eps, delta
+
+    def verify(self, ctx: StepContext, tree: TokenTree) -> StepOutput:
+        tokens = tree.tokens[1:]
+        g = len(tokens)
+        p = target_chain(ctx, tokens)  # [g+1, V]
+        a = typical_accept_length(tokens, p, self.eps, self.delta)
+        return StepOutput(
+            tokens=tokens[:a] + [sample(p[a], ctx.generator, ctx.warping.support_bound)],
+            drafted=g, accepted=a, tree_size=g,
+        )
