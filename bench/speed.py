@@ -33,7 +33,8 @@ same number of tokens whatever their samples) and ``wall`` is decoding time only
 excluded; the prefill is in ``prefill``). HF rows are refused there (``generate`` times
 prefill and decoding together). Without it, a run stops at EOS and ``wall`` includes the
 prefill. Block efficiency is ``mtad.core.metrics.block_efficiency`` (emitted tokens / steps) for
-our decoders and tokens per decoding target pass for HF's.
+our decoders and ``mtad.core.metrics.tokens_per_target_pass`` (tokens per decoding target pass)
+for HF's, which report no steps.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from omegaconf import OmegaConf
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mtad.core.engine import Engine  # noqa: E402
-from mtad.core.metrics import block_efficiency  # noqa: E402
+from mtad.core.metrics import block_efficiency, tokens_per_target_pass  # noqa: E402
 from mtad.core.warping import Warping  # noqa: E402
 from mtad.run.cli import compose_config, load_decoder  # noqa: E402
 from mtad.run.provenance import provenance, write_json_atomic  # noqa: E402
@@ -296,7 +297,8 @@ def summarize(rows, names):
             rates[n] = _per_prompt_rate(rs)
             steps = sum(r.get("steps", 0) for r in rs)
             per[n] = dict(tokens_per_s=statistics.median(tps), spread=(min(tps), max(tps)),
-                          block_efficiency=block_efficiency(toks, steps) if steps else toks / max(passes, 1),
+                          block_efficiency=(block_efficiency(toks, steps) if steps  # HF's: no steps
+                                            else tokens_per_target_pass(toks, max(passes, 1))),
                           forward_share=sum(r["forward"] for r in rs) / sum(r["wall"] for r in rs),
                           prompts=len(rates[n]))
             if "steps" in rs[0]:

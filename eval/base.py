@@ -7,22 +7,11 @@ from typing import Any
 
 import numpy as np
 
+from mtad.core import stats
 
-def bootstrap_stderr(values, statistic=np.mean, seed: int = 0) -> float:
-    """Bootstrap standard error of ``statistic`` over per-example ``values``: the standard
-    deviation of the bootstrap distribution of ``scipy.stats.bootstrap`` run with the
-    resamples and seed of ``mtad.core.stats`` (the project's one bootstrap, whose intervals the
-    tables show)."""
-    from scipy.stats import bootstrap
-
-    from mtad.core.stats import N_RESAMPLES
-
-    values = np.asarray(values, dtype=float)
-    if values.size < 2:
-        return float("nan")
-    res = bootstrap((values,), statistic, n_resamples=N_RESAMPLES, method="percentile",
-                    rng=np.random.default_rng(seed))
-    return float(res.standard_error)
+# A scorer's ``stderr``: the standard error of the project's one bootstrap (``mtad.core.stats``:
+# the resamples, method and seed of the intervals the tables show).
+bootstrap_stderr = stats.bootstrap_stderr
 
 
 class Scorer(ABC):

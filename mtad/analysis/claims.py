@@ -1,6 +1,7 @@
 """The paper's claims, tested on paired per-example records: ``python -m mtad.analysis.claims``.
 
-    python -m mtad.analysis.claims results/claims --out results/claims --notes experiments/claims_notes.md
+    python -m mtad.analysis.claims results/claims --out results/claims --notes experiments/claims_notes.md \
+        --speed results/bench/speed_claim4_cpu.json
 
 reads every point under the records root (the sweeps of ``experiments/claims*.yaml``, through
 ``mtad.run.results``), pairs decoders by (example_id, turn) and writes ``claims.csv``, ``claims.md``
@@ -24,8 +25,8 @@ smaller / larger effect):
 3. MTAD / tree-MTAD task scores are at least SpD's and multinomial's: non-inferiority, a - b
    above the margin ``NON_INFERIORITY`` (-0.05 for EX and pass@1, -0.01 for Rouge-L).
 4. tree-MTAD is faster than SpD (paper: 1.42x) and than MCSS (paper: +21.1%): the fixed-length
-   interleaved benchmark ``results/bench/speed_claim4_cpu.json`` (``bench/speed.py``), ratio of
-   geometric-mean tokens/s above 1.
+   interleaved benchmark given with ``--speed`` (``make bench-claim4``, ``bench/speed.py``),
+   ratio of geometric-mean tokens/s above 1.
 5. SpD and multinomial are equivalent: perplexity ratio inside ``PPL_EQUIVALENCE`` and score
    differences inside +-``EQUIVALENCE``.
 6. MTAD / tree-MTAD improve the task score over multinomial (paper: +43%; Spider EX 22.0 ->
@@ -65,17 +66,30 @@ from pathlib import Path
 import numpy as np
 
 from mtad.core import stats
-from mtad.core.metrics import block_efficiency as tokens_per_step
-from mtad.core.metrics import emitted_tokens
+from mtad.core.metrics import records_block_efficiency
 from mtad.run.results.identity import _canonical  # one canonical form for identities and settings
 
-TASKS = ("spider", "humaneval", "cnn_dailymail", "chatgpt_prompts", "mt_bench")
+# ------------------------------------------------------------------------------ names
+# The tasks and decoders the claims compare, declared here once: their config-group names
+# (conf/task/, conf/decoder/), which are the names ``read_records`` gives points
+# (``mtad.analysis.names``). They are the axes of the claims' stage sweep files
+# (experiments/claims_stages.yaml); tests/analysis/test_claims.py checks that they agree.
+SPIDER, HUMANEVAL, CNN_DM, CHATGPT_PROMPTS, MT_BENCH = (
+    "spider", "humaneval", "cnn_dailymail", "chatgpt_prompts", "mt_bench")
+TASKS = (SPIDER, HUMANEVAL, CNN_DM, CHATGPT_PROMPTS, MT_BENCH)
+MULTINOMIAL, SPD, SPECINFER, MCSS = "multinomial", "spd", "specinfer", "mcss"
+MTAD, TREE_MTAD = "mtad", "tree_mtad"
+OURS = (MTAD, TREE_MTAD)  # the multi-token decoders every claim is about
+#: decoders that sample the target's distribution exactly (claim 6's group)
+LOSSLESS = (MULTINOMIAL, SPD, SPECINFER, MCSS)
+DECODERS = (*LOSSLESS, *OURS)
+
 ALL = "all"  # the pooled rows: every task with equal weight
 # task -> (metric name, kind): kind "binary" (0/1) or "rouge" (continuous in [0, 1])
 SCORED = {
-    "spider": ("EX", "binary"),
-    "humaneval": ("pass@1", "binary"),
-    "cnn_dailymail": ("Rouge-L", "rouge"),
+    SPIDER: ("EX", "binary"),
+    HUMANEVAL: ("pass@1", "binary"),
+    CNN_DM: ("Rouge-L", "rouge"),
 }
 NON_INFERIORITY = {"binary": -0.05, "rouge": -0.01}  # claim 3 margins (a - b)
 EQUIVALENCE = {"binary": 0.05, "rouge": 0.01}  # claim 5 score margins (|a - b|)
@@ -86,14 +100,11 @@ MIN_PAIRS = 10
 PAPER_PPL_EFFECT = 0.212  # claim 1: -21.2% perplexity vs single-token sampling
 PAPER_SCORE_GAIN = 0.43  # claim 6: +43% downstream performance vs single-token sampling
 PAPER_TASK_GAIN = {  # claim 6, per task (Llama-3, exact multi-token joint sampling)
-    "spider": (22.0, 52.5),
-    "humaneval": (15.9, 36.6),
+    SPIDER: (22.0, 52.5),
+    HUMANEVAL: (15.9, 36.6),
 }
 PAPER_LOSSLESS_GAIN = 0.427  # claim 6: tree-MTAD vs the lossless baselines, on average
-PAPER_SPEEDUP = {"spd": 1.42, "mcss": 1.211}  # claim 4 (GPU)
-#: decoders that sample the target's distribution exactly (claim 6's group)
-LOSSLESS = ("multinomial", "spd", "specinfer", "mcss")
-SPEED_FILE = Path("results/bench/speed_claim4_cpu.json")  # make bench-claim4
+PAPER_SPEEDUP = {SPD: 1.42, MCSS: 1.211}  # claim 4 (GPU): tree-MTAD vs each
 SPEED_MODE = "sample"
 ENERGY_UNAVAILABLE = "not measurable on this machine (no power counters)"
 ALPHA = 0.025  # one-sided level of every test: the bound of a two-sided 95% interval
@@ -277,12 +288,13 @@ def read_records(root: str | Path) -> tuple[Records, list[str]]:
     """Every point's records under ``root``, by (decoder, task); and notes on what was read.
 
     The only function that touches results folders (through ``mtad.run.results``). Every point
-    folder is read, also one its sweep no longer lists (noted). A point's
-    decoder and task are its config-group choices, else its resolved config's names. Two
+    folder is read, also one its sweep no longer lists (noted). A point's decoder and task are
+    its config-group names (``mtad.analysis.names``, as the tables name them). Two
     points of one (decoder, task) at the same settings (a sweep's point and its extension in a
     sibling sweep): the one with more records is used, the other noted; at other settings both
     are kept and a comparison takes the one whose settings its partner shares.
     """
+    from mtad.analysis.names import decoder_name, task_name
     from mtad.run.results import (
         INDEX_FILE,
         POINT_FILE,
@@ -320,14 +332,7 @@ def read_records(root: str | Path) -> tuple[Records, list[str]]:
             continue
         cfg, choices = point["config"], point["choices"]
         summary = point.get("summary") or {}
-        dec_cfg = cfg.get("decoder") or {}
-        target = str(dec_cfg.get("_target_", ""))
-        decoder = (
-            choices.get("decoder")
-            or dec_cfg.get("name")
-            or (target.rsplit(".", 2)[-2] if target.count(".") >= 2 else target)
-        )
-        task = choices.get("task") or (cfg.get("task") or {}).get("name")
+        decoder, task = decoder_name(choices, cfg, summary), task_name(choices, cfg, summary)
         notes.append(f"{decoder} on {task}: {len(records)} records, {point['status']} ({d})")
         if d.resolve() not in current:
             notes[-1] += " -- not a point of its sweep's current definition (settings changed since)"
@@ -374,9 +379,10 @@ def log_perplexity(turns: list[dict]) -> float | None:
 
 
 def block_efficiency(turns: list[dict]) -> float | None:
-    """Emitted tokens / steps over the turns (``mtad.core.metrics.block_efficiency``)."""
-    steps = sum(int(r.get("steps") or 0) for r in turns)
-    return tokens_per_step(sum(emitted_tokens(r) for r in turns), steps) if steps else None
+    """An example's block efficiency over its turns (``mtad.core.metrics.records_block_efficiency``:
+    emitted tokens / steps); None without steps."""
+    value = records_block_efficiency(turns)
+    return None if math.isnan(value) else value
 
 
 def score(turns: list[dict]) -> float | None:
@@ -464,12 +470,12 @@ def _gain(task: str, a: str, b: tuple[str, ...]) -> Spec:
     metric = "score" if task == ALL else SCORED[task][0]
     paper, size, headline = "higher", None, task == ALL
     if task == ALL:
-        gain = PAPER_SCORE_GAIN if b == ("multinomial",) else PAPER_LOSSLESS_GAIN
+        gain = PAPER_SCORE_GAIN if b == (MULTINOMIAL,) else PAPER_LOSSLESS_GAIN
         paper, size = f"{gain:+.1%} (average over tasks)", Size(gain, "above")
-    elif b == ("multinomial",) and task in PAPER_TASK_GAIN:
+    elif b == (MULTINOMIAL,) and task in PAPER_TASK_GAIN:
         lo, hi = PAPER_TASK_GAIN[task]
         paper = f"{hi / lo - 1:+.0%} ({metric} {lo} -> {hi}; Llama-3, exact joint sampling)"
-        size, headline = Size(hi / lo - 1, "above"), a == "mtad"
+        size, headline = Size(hi / lo - 1, "above"), a == MTAD
     return Spec(6, task, a, b, f"{metric} relative change", paper, score, stats.relative_change,
                 stats.stratified_relative_change, ABOVE_0, size, tuple(SCORED), headline)
 
@@ -480,33 +486,33 @@ def specs() -> list[Spec]:
     out = []
     paper_ratio = 1 - PAPER_PPL_EFFECT
     for t in (*TASKS, ALL):
-        for a in ("mtad", "tree_mtad"):
-            for b in ("multinomial", "spd"):
-                if b == "multinomial":
+        for a in OURS:
+            for b in (MULTINOMIAL, SPD):
+                if b == MULTINOMIAL:
                     out.append(_ppl(1, t, a, b, f"-21.2% (ratio {paper_ratio:.3f})", BELOW_1,
                                     Size(paper_ratio, "below"), headline=t == ALL))
                 else:
                     out.append(_ppl(1, t, a, b, "lower", BELOW_1))
-        for b in ("spd", "specinfer", "mcss"):
-            out.append(Spec(2, t, "tree_mtad", (b,), "block efficiency difference", "higher",
+        for b in (SPD, SPECINFER, MCSS):
+            out.append(Spec(2, t, TREE_MTAD, (b,), "block efficiency difference", "higher",
                             block_efficiency, stats.mean_difference,
                             stats.stratified_mean_difference, ABOVE_0, headline=t == ALL))
     for t in SCORED:
         m = NON_INFERIORITY[SCORED[t][1]]
-        for b in ("spd", "multinomial"):
-            for a in ("mtad", "tree_mtad"):
+        for b in (SPD, MULTINOMIAL):
+            for a in OURS:
                 out.append(_score(3, t, a, b, f">= {b} (margin {m:+g})", NonInferiority(m)))
     lo_eq, hi_eq = PPL_EQUIVALENCE
     for t in (*TASKS, ALL):
-        out.append(_ppl(5, t, "spd", "multinomial", f"equal (ratio in [{lo_eq}, {hi_eq}])",
+        out.append(_ppl(5, t, SPD, MULTINOMIAL, f"equal (ratio in [{lo_eq}, {hi_eq}])",
                         Equivalence(lo_eq, hi_eq)))
     for t in SCORED:
         e = EQUIVALENCE[SCORED[t][1]]
-        out.append(_score(5, t, "spd", "multinomial", f"equal (+-{e:g})", Equivalence(-e, e)))
+        out.append(_score(5, t, SPD, MULTINOMIAL, f"equal (+-{e:g})", Equivalence(-e, e)))
     for t in (*SCORED, ALL):
-        for a in ("mtad", "tree_mtad"):
-            out.append(_gain(t, a, ("multinomial",)))
-        out.append(_gain(t, "tree_mtad", LOSSLESS))
+        for a in OURS:
+            out.append(_gain(t, a, (MULTINOMIAL,)))
+        out.append(_gain(t, TREE_MTAD, LOSSLESS))
     return out
 
 
@@ -645,13 +651,13 @@ def speed_rows(path: Path, seed: int) -> list[Row]:
     data = json.loads(path.read_text()) if path.is_file() else None
     rows = []
     for b, speedup in PAPER_SPEEDUP.items():
-        comparison = f"tree_mtad vs {b}"
-        paper = f"{speedup:.2f}x (GPU)" if b == "spd" else f"+{speedup - 1:.1%} (GPU)"
+        comparison = f"{TREE_MTAD} vs {b}"
+        paper = f"{speedup:.2f}x (GPU)" if b == SPD else f"+{speedup - 1:.1%} (GPU)"
         size = Size(speedup, "above")
         test = Direction(1.0, "above")
         sums: dict[tuple, dict[str, list[float]]] = defaultdict(dict)
         for r in (data or {}).get("rows", []):
-            if r.get("mode") == SPEED_MODE and r.get("decoder") in ("tree_mtad", b) and r.get("wall"):
+            if r.get("mode") == SPEED_MODE and r.get("decoder") in (TREE_MTAD, b) and r.get("wall"):
                 tok, wall = sums[(r["task"], r["prompt"])].get(r["decoder"], [0.0, 0.0])
                 sums[(r["task"], r["prompt"])][r["decoder"]] = [tok + r["tokens"], wall + r["wall"]]
         pairs = {k: {d: (t, w) for d, (t, w) in v.items()} for k, v in sums.items() if len(v) == 2}
@@ -664,7 +670,7 @@ def speed_rows(path: Path, seed: int) -> list[Row]:
         by_task: dict[str, tuple[list, list]] = {}
         for (task, _), v in sorted(pairs.items()):
             xs, ys = by_task.setdefault(task, ([], []))
-            xs.append(v["tree_mtad"][0] / v["tree_mtad"][1])
+            xs.append(v[TREE_MTAD][0] / v[TREE_MTAD][1])
             ys.append(v[b][0] / v[b][1])
         for task, (xs, ys) in by_task.items():
             iv = stats.ratio_of_geometric_means(xs, ys, seed=seed)
@@ -684,15 +690,15 @@ def speed_rows(path: Path, seed: int) -> list[Row]:
 def energy_rows(records: Records) -> list[Row]:
     """Claim 7 (energy): measured only where the records carry energy; this machine has none."""
     rows = []
-    for b, paper in (("spd", "1.54x less (another summary: 23.6% less)"), ("mcss", "23.4% less")):
-        points = [p for d in ("tree_mtad", b) for t in TASKS for p in records.get((d, t), [])]
+    for b, paper in ((SPD, "1.54x less (another summary: 23.6% less)"), (MCSS, "23.4% less")):
+        points = [p for d in (TREE_MTAD, b) for t in TASKS for p in records.get((d, t), [])]
         metered = sum(1 for p in points for r in p.records.values() if r.get("energy_j") is not None)
         reasons = sorted({p.energy_reason for p in points if p.energy_reason})
         if metered:
             detail = f"{metered} records carry energy_j; this report does not test energy"
         else:
             detail = ENERGY_UNAVAILABLE + (f": {reasons[0]}" if reasons else "")
-        rows.append(Row(7, ALL, f"tree_mtad vs {b}", "energy (J/token) ratio", paper, size=OPEN,
+        rows.append(Row(7, ALL, f"{TREE_MTAD} vs {b}", "energy (J/token) ratio", paper, size=OPEN,
                         detail=detail, headline=True))
     return rows
 
@@ -708,7 +714,9 @@ def adjust(rows: Sequence[Row]) -> None:
             r.holm_verdict = r.verdict
 
 
-def evaluate_claims(records: Records, speed_file: Path = SPEED_FILE, seed: int = 0) -> list[Row]:
+def evaluate_claims(records: Records, speed_file: str | Path, seed: int = 0) -> list[Row]:
+    """Every row of the report: the claims on ``records``, claim 4 from the speed benchmark
+    ``speed_file`` (``make bench-claim4``; a missing file gives rows "no records"), claim 7."""
     rows = [compare(records, spec, seed) for spec in specs()]
     rows += speed_rows(Path(speed_file), seed) + energy_rows(records)
     adjust(rows)
@@ -730,7 +738,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mtad.analysis.claims", description=__doc__.split("\n")[0])
     ap.add_argument("root", help="records root (e.g. results/claims: the sweeps of claims*.yaml)")
     ap.add_argument("--out", required=True, help="output folder for claims.md/.csv and the figure")
-    ap.add_argument("--speed", default=str(SPEED_FILE), help="interleaved speed benchmark (claim 4)")
+    ap.add_argument("--speed", default="results/bench/speed_claim4_cpu.json",
+                    help="interleaved speed benchmark of claim 4 (make bench-claim4; default: %(default)s)")
     ap.add_argument("--notes", help="a markdown file appended to claims.md (e.g. the pilot's N reasoning)")
     ap.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     args = ap.parse_args(argv)

@@ -41,6 +41,7 @@ from typing import Any
 import pandas as pd
 
 from mtad.analysis.figures import LOG2_KNOBS, pareto_front, plot_ablation, plot_pareto  # noqa: F401
+from mtad.analysis.names import decoder_name, pair_name, task_name
 from mtad.analysis.tables import (  # noqa: F401  (the public names of the tables, used by the notebook)
     BASELINE_KEYS,
     COLUMNS,
@@ -106,11 +107,11 @@ def score_interval(point_dir: Path) -> tuple[float, float] | None:
     For summaries that carry a standard error only; the same bootstrap as every other interval.
     """
     from mtad.core.io import read_jsonl
-    from mtad.core.metrics import bootstrap_ci
+    from mtad.core.stats import bootstrap_ci, present
 
     path = Path(point_dir) / "samples.jsonl"
     scores = [r["score"] for r in read_jsonl(path) if isinstance(r.get("score"), (int, float))]
-    return _interval(bootstrap_ci(scores)) if len(scores) > 1 else None
+    return _interval(bootstrap_ci(present(scores))) if len(scores) > 1 else None
 
 
 def point_dirs(sweep_dir: Path, only_current: bool = True) -> list[Path]:
@@ -160,10 +161,9 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
         summary, ident, choices = pt["summary"], pt["config"], pt["choices"]
         row: dict[str, Any] = {
             "hash": pt["dir"].name,
-            "pair": choices.get("model") or (ident.get("model") or {}).get("name"),
-            "task": choices.get("task") or (ident.get("task") or {}).get("name"),
-            "decoder": choices.get("decoder")
-            or str((ident.get("decoder") or {}).get("_target_", "?")).rsplit(".", 1)[-1].lower(),
+            "pair": pair_name(choices, ident, summary),
+            "task": task_name(choices, ident, summary),
+            "decoder": decoder_name(choices, ident, summary) or "?",
             "status": pt["status"],
             "reason": pt["reason"],
             **{k: ident.get(k) for k in KNOBS},
@@ -174,9 +174,6 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
             score = summary.get("score") or {}
             row.update(
                 status="done",
-                pair=row["pair"] or (summary.get("model") or {}).get("pair"),
-                task=row["task"] or summary.get("task"),
-                decoder=choices.get("decoder") or summary.get("decoder"),
                 score=_num(score.get("value")),
                 score_metric=score.get("metric"),
                 score_stderr=_num(score.get("stderr")),

@@ -40,6 +40,7 @@ from mtad.run.results import (
     rewrite_jsonl,
     write_json_atomic,
 )
+from mtad.run.results.identity import migrate
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def _read_point(path: Path) -> tuple[dict, dict, list[dict]]:
     config = read_json(path / CONFIG_FILE) or summary.get("config")
     if not config:
         raise FileNotFoundError(f"{path} holds no resolved config ({CONFIG_FILE} or summary)")
-    return config, summary, read_jsonl(path / SAMPLES_FILE)
+    return migrate(config), summary, read_jsonl(path / SAMPLES_FILE)
 
 
 def _write_point(path: Path, summary: dict, records: list[dict]) -> None:

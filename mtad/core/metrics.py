@@ -8,11 +8,13 @@
 - block efficiency: emitted tokens / steps, i.e. mean tokens committed per decoding step
   (accepted draft tokens plus the correction/bonus token, as emitted: a last step cut short
   by ``max_new_tokens`` or EOS counts the tokens it kept, not accepted + 1); autoregressive
-  = 1.0. From records: ``sum(emitted_per_step) / steps`` = ``new_tokens / steps``. The one
+  = 1.0. From records: ``sum(emitted_per_step) / steps`` = ``new_tokens / steps``
+  (``records_block_efficiency``: over a run's examples, or over one example's turns). The one
   definition for the engine (``GenerationResult.block_efficiency``), summaries, the claims
-  report and ``bench/speed.py``.
+  report (per example) and ``bench/speed.py``.
 - tokens per target pass: new tokens / target forward passes while decoding. Equals block
-  efficiency except for decoders that sometimes emit without calling the target (BiLD).
+  efficiency except for decoders that sometimes emit without calling the target (BiLD);
+  ``bench/speed.py`` shows it for HF's decoders, which report no steps.
 - acceptance rate (chain drafts): accepted / drafted.
 - per-depth acceptance: share of steps whose accepted length is >= d, for d = 1..max.
 - perplexity: exp(-mean log p_target(generated token | context)) under the unwarped
@@ -20,7 +22,8 @@
   summary reports the mean of per-example perplexities and the token-weighted
   (pooled) perplexity.
 - speedup: tokens/s of a run / tokens/s of the baseline run in the same sweep.
-Confidence intervals: bootstrap over examples (``bootstrap_ci``: ``mtad.core.stats``, the one bootstrap).
+Confidence intervals: bootstrap over the examples that have the metric (``mtad.core.stats``:
+``bootstrap_ci`` of ``present`` values, the one bootstrap).
 """
 
 from __future__ import annotations
@@ -31,13 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-
-def bootstrap_ci(values: Sequence[float], statistic=np.mean, level: float = 0.95,
-                 seed: int = 0) -> tuple[float, float]:
-    """``mtad.core.stats.bootstrap_ci`` over the values that are present (None and NaN dropped)."""
-    from mtad.core import stats
-    vals = [float(v) for v in values if v is not None and not math.isnan(v)]
-    return stats.bootstrap_ci(vals, statistic=statistic, level=level, seed=seed)
+from mtad.core import stats
 
 
 def block_efficiency(emitted: int, steps: int) -> float:
@@ -50,6 +47,18 @@ def emitted_tokens(record: dict) -> int:
     if record.get("emitted_per_step") is not None:
         return int(sum(record["emitted_per_step"]))
     return int(record.get("new_tokens") or 0)
+
+
+def records_block_efficiency(records: Sequence[dict]) -> float:
+    """``block_efficiency`` of records taken together (a run's examples, an example's turns):
+    their emitted tokens / their steps; NaN without steps."""
+    steps = sum(int(r.get("steps") or 0) for r in records)
+    return block_efficiency(sum(emitted_tokens(r) for r in records), steps)
+
+
+def tokens_per_target_pass(tokens: int, passes: int) -> float:
+    """New tokens per target forward pass while decoding; NaN without passes."""
+    return tokens / passes if passes else float("nan")
 
 
 def acceptance_rate(accepted: int, drafted: int) -> float:
@@ -104,21 +113,20 @@ def summarize(records: list[dict]) -> dict:
         "tokens_per_s": tokens_per_second(tokens, wall),
         "ms_per_token": 1000 * wall / tokens if tokens else float("nan"),
         "steps": steps,
-        "block_efficiency": block_efficiency(sum(emitted_tokens(r) for r in records), steps),
+        "block_efficiency": records_block_efficiency(records),
         "acceptance_rate": acceptance_rate(accepted, drafted),
-        "tokens_per_target_pass": (tokens / passes if (passes := sum(r.get("target_passes", 0) for r in records))
-                                   else float("nan")),
+        "tokens_per_target_pass": tokens_per_target_pass(tokens, sum(r.get("target_passes", 0) for r in records)),
         "per_depth_acceptance": per_depth_acceptance([a for r in records for a in r["accepted_per_step"]]),
         "target_forward_seconds": sum(r["target_forward_time"] for r in records),
         "draft_forward_seconds": sum(r["draft_forward_time"] for r in records),
         "overhead_share": 1 - fwd / wall if wall > 0 else float("nan"),
     }
     per_ex_tps = [tokens_per_second(r["new_tokens"], r["wall_time"]) for r in records]
-    out["tokens_per_s_ci"] = bootstrap_ci(per_ex_tps)
+    out["tokens_per_s_ci"] = stats.bootstrap_ci(stats.present(per_ex_tps))
     ppl = [r.get("perplexity") for r in records if r.get("perplexity") is not None]
     if ppl:
         out["perplexity"] = float(np.mean(ppl))
-        out["perplexity_ci"] = bootstrap_ci(ppl)
+        out["perplexity_ci"] = stats.bootstrap_ci(stats.present(ppl))
         nll = sum(r["nll_sum"] for r in records if r.get("nll_sum") is not None)
         ntok = sum(r["new_tokens"] for r in records if r.get("nll_sum") is not None)
         out["perplexity_pooled"] = math.exp(nll / ntok) if ntok else float("nan")

@@ -6,7 +6,9 @@ so a report is reproducible; 95% by default). Comparisons are paired: two decode
 the same examples with the same seeds, and the bootstrap resamples examples, keeping each
 example's pair together (``paired=True``).
 
-* ``bootstrap_ci``: interval of one statistic of one sample;
+* ``bootstrap_ci``: interval of one statistic of one sample (``present`` drops the missing
+  values of a metric first: None and NaN); ``bootstrap_stderr``: the standard error of the same
+  bootstrap (the scorers' ``stderr``, ``eval.base``);
 * ``paired_bootstrap``: a statistic of two paired samples (default: mean of ``a - b``);
 * ``perplexity_ratio``: ratio of geometric-mean perplexities from per-example
   log-perplexities, ``exp(mean(log ppl_a - log ppl_b))``, interval = exp of the paired
@@ -102,11 +104,26 @@ def bootstrap_ci(
     return _scipy_interval((arr,), statistic, False, level, method, n_resamples, seed)[:2]
 
 
-def _scipy_interval(samples: tuple, statistic: Callable, paired: bool, level: float, method: str,
-                    n_resamples: int, seed: int) -> tuple[float, float, np.ndarray]:
-    """(low, high, bootstrap distribution) of ``scipy.stats.bootstrap`` over ``samples`` with
-    the project's settings."""
-    res = stats.bootstrap(
+def present(values: Sequence[float | None]) -> list[float]:
+    """The values of a metric that are present: None and NaN dropped (an example without the
+    metric), as floats."""
+    return [float(v) for v in values if v is not None and not math.isnan(v)]
+
+
+def bootstrap_stderr(values: Sequence[float], statistic: Callable = np.mean, seed: int = 0) -> float:
+    """Bootstrap standard error of ``statistic(values)``: the standard deviation of the bootstrap
+    distribution of the resampling ``bootstrap_ci`` makes (same resamples, method and seed); NaN
+    below two values. Values are taken as they are (a NaN gives a NaN)."""
+    arr = np.asarray(values, dtype=float)
+    if arr.size < 2:
+        return math.nan
+    return float(_resample((arr,), statistic, False, LEVEL, "percentile", N_RESAMPLES, seed).standard_error)
+
+
+def _resample(samples: tuple, statistic: Callable, paired: bool, level: float, method: str,
+              n_resamples: int, seed: int):
+    """``scipy.stats.bootstrap`` over ``samples`` with the project's settings: the one call to it."""
+    return stats.bootstrap(
         samples,
         statistic,
         n_resamples=n_resamples,
@@ -115,6 +132,13 @@ def _scipy_interval(samples: tuple, statistic: Callable, paired: bool, level: fl
         paired=paired,
         rng=np.random.default_rng(seed),
     )
+
+
+def _scipy_interval(samples: tuple, statistic: Callable, paired: bool, level: float, method: str,
+                    n_resamples: int, seed: int) -> tuple[float, float, np.ndarray]:
+    """(low, high, bootstrap distribution) of ``scipy.stats.bootstrap`` over ``samples`` with
+    the project's settings."""
+    res = _resample(samples, statistic, paired, level, method, n_resamples, seed)
     ci = res.confidence_interval
     return float(ci.low), float(ci.high), np.asarray(res.bootstrap_distribution, dtype=float)
 

@@ -115,7 +115,8 @@ def all_sequences(vocab: int, length: int):
 def regenerate(folder, n: int = 1) -> list[tuple[list[int], list[int]]]:
     """Re-run the first ``n`` first-turn generations of a results folder with today's code.
 
-    Reads the folder's resolved ``config.json``, builds its pair, decoder and task as the run
+    Reads the folder's resolved ``config.json`` (class paths that moved since: their new place,
+    ``mtad.run.results.identity.migrate``), builds its pair, decoder and task as the run
     did (``mtad.run.evaluate.build``) and generates each example's first turn with the record's
     seed. Returns (recorded, regenerated) ``output_ids`` per record: equal when the code
     still produces what is committed (on a CPU whose float kernels match the recording one).
@@ -126,9 +127,10 @@ def regenerate(folder, n: int = 1) -> list[tuple[list[int], list[int]]]:
     from omegaconf import OmegaConf
 
     from mtad.run.evaluate import build
+    from mtad.run.results.identity import migrate
 
     folder = Path(folder)
-    cfg = OmegaConf.create(json.loads((folder / "config.json").read_text()))
+    cfg = OmegaConf.create(migrate(json.loads((folder / "config.json").read_text())))
     records = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines() if line]
     records = sorted((r for r in records if r.get("turn", 0) == 0), key=lambda r: r["index"])[:n]
     pair, _, task, _, engine, _ = build(cfg)

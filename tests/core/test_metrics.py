@@ -11,13 +11,13 @@ import torch
 from mtad.core.metrics import (
     acceptance_rate,
     block_efficiency,
-    bootstrap_ci,
     per_depth_acceptance,
     perplexity,
     summarize,
     token_logprobs,
     tokens_per_second,
 )
+from mtad.core.stats import bootstrap_ci, present
 
 
 def test_block_efficiency_conventions():
@@ -96,7 +96,8 @@ def test_bootstrap_ci_sanity():
     assert bootstrap_ci(vals) == bootstrap_ci(vals)  # seeded
     assert bootstrap_ci([3.0] * 10) == (3.0, 3.0)
     assert all(math.isnan(x) for x in bootstrap_ci([1.0]))
-    assert bootstrap_ci([1.0, None, float("nan"), 1.0]) == (1.0, 1.0)  # None/NaN dropped
+    assert present([1.0, None, float("nan"), 1.0]) == [1.0, 1.0]  # a metric's missing values
+    assert bootstrap_ci(present([1.0, None, float("nan"), 1.0])) == (1.0, 1.0)
     wide = bootstrap_ci(vals, level=0.99)
     assert wide[0] <= lo and wide[1] >= hi
 
@@ -142,6 +143,42 @@ def test_one_bootstrap_for_metrics_and_scores():
     from mtad.core import stats
     rng = np.random.default_rng(2)
     vals = list(rng.normal(5.0, 1.0, size=100))
-    assert bootstrap_ci(vals + [None, float("nan")]) == stats.bootstrap_ci(vals)
+    assert bootstrap_ci(present(vals + [None, float("nan")])) == stats.bootstrap_ci(vals)
     lo, hi = stats.bootstrap_ci(vals)
     assert bootstrap_stderr(vals) == pytest.approx((hi - lo) / (2 * 1.96), rel=0.1)
+    assert bootstrap_stderr is stats.bootstrap_stderr  # one implementation
+    # summaries' intervals are that bootstrap over the examples that have the metric
+    recs = [_record(5 + i, 1.0 + 0.1 * i, [1], [2], ppl=2.0 + i) for i in range(6)]
+    recs.append(_record(4, 0.0, [1], [2]))  # no decoding time: no tokens/s, no perplexity
+    s = summarize(recs)
+    tps = [r["new_tokens"] / r["wall_time"] for r in recs[:6]]
+    assert s["tokens_per_s_ci"] == stats.bootstrap_ci(tps)
+    assert s["perplexity_ci"] == stats.bootstrap_ci([2.0 + i for i in range(6)])
+
+
+def test_scorer_stderr_is_the_bootstrap_it_always_was():
+    """The scorers' stderr did not change with the move into mtad.core.stats: scipy's bootstrap,
+    9999 percentile resamples, seed 0, its standard error, exactly."""
+    from scipy.stats import bootstrap
+
+    from eval.base import bootstrap_stderr
+
+    rng = np.random.default_rng(3)
+    vals = rng.integers(0, 2, size=40).astype(float)
+    ref = bootstrap((vals,), np.mean, n_resamples=9999, method="percentile", rng=np.random.default_rng(0))
+    assert bootstrap_stderr(vals) == float(ref.standard_error)
+    assert bootstrap_stderr(list(vals), seed=5) == float(
+        bootstrap((vals,), np.mean, n_resamples=9999, method="percentile",
+                  rng=np.random.default_rng(5)).standard_error)
+    assert math.isnan(bootstrap_stderr([1.0]))
+
+
+def test_one_block_efficiency():
+    """records_block_efficiency (a run's examples, an example's turns) is block_efficiency of the
+    records' emitted tokens and steps; tokens per target pass is its own metric."""
+    from mtad.core.metrics import records_block_efficiency, tokens_per_target_pass
+
+    recs = [{"steps": 2, "emitted_per_step": [3, 1], "new_tokens": 4}, {"steps": 3, "new_tokens": 3}]
+    assert records_block_efficiency(recs) == block_efficiency(7, 5)
+    assert math.isnan(records_block_efficiency([{"steps": 0, "new_tokens": 0}]))
+    assert tokens_per_target_pass(10, 4) == 2.5 and math.isnan(tokens_per_target_pass(3, 0))

@@ -318,3 +318,62 @@ def test_reasons_carry_no_machine_paths(tmp_path):
     folder.write_reason("skipped.json", "abc", f"none at {REPO_ROOT}/data/x.json or {Path.home()}/.cache/x")
     reason = json.loads((folder.path / "skipped.json").read_text())["reason"]
     assert reason == "none at ./data/x.json or ~/.cache/x"
+
+
+# ----------------------------------------------------------------------------- moved class paths
+def _committed_configs() -> list[Path]:
+    return sorted((ROOT / "results").glob("**/config.json"))
+
+
+def test_moved_class_paths_are_read_at_their_new_place():
+    """A stored config names the class paths of when it was written (the loggers were
+    ``mtad.tracking.*``); ``migrate`` gives each moved ``_target_`` its new path, which imports."""
+    from hydra.utils import get_class, instantiate
+
+    from mtad.run.results.identity import MOVED_TARGETS, migrate
+    from mtad.run.tracking import NullLogger, WandbLogger
+
+    assert MOVED_TARGETS["mtad.tracking.NullLogger"] == "mtad.run.tracking.NullLogger"
+    assert MOVED_TARGETS["mtad.tracking.WandbLogger"] == "mtad.run.tracking.WandbLogger"
+    for new in MOVED_TARGETS.values():
+        assert get_class(new) in (NullLogger, WandbLogger)
+    stored = {"logger": {"_target_": "mtad.tracking.NullLogger"}, "decoder": {"_target_": "x.Y", "k": [1]},
+              "task": {"stop": ["\n"], "scorer": {"_target_": "eval.a.B"}}, "seed": 42}
+    migrated = migrate(stored)
+    assert migrated["logger"] == {"_target_": "mtad.run.tracking.NullLogger"}
+    assert {k: v for k, v in migrated.items() if k != "logger"} == {k: v for k, v in stored.items() if k != "logger"}
+    assert stored["logger"]["_target_"] == "mtad.tracking.NullLogger"  # a copy: the stored one unchanged
+    assert isinstance(instantiate(migrated["logger"]), NullLogger)
+
+
+def test_no_identity_path_moves():
+    """Decoders, models and tasks did not move: their ``_target_`` is part of committed identities."""
+    from mtad.run.results.identity import MOVED_TARGETS
+
+    for old in MOVED_TARGETS:
+        assert not old.startswith(("mtad.decoders.", "mtad.models.", "mtad.tasks.", "eval.")), old
+
+
+def test_committed_configs_load_and_keep_their_identity():
+    """Every committed ``config.json`` instantiates its logger at its new place once migrated,
+    with the same identity hash as stored, and readers (``load_point``) see the new paths."""
+    from hydra.utils import instantiate
+
+    from mtad.run.results import LEGACY_DECODER_VERSION, load_point
+    from mtad.run.results.identity import MOVED_TARGETS, migrate
+
+    configs = _committed_configs()
+    assert configs, "no committed config.json"
+    old_paths = 0
+    for path in configs:
+        stored = json.loads(path.read_text())
+        migrated = migrate(stored)
+        old_paths += (stored.get("logger") or {}).get("_target_") in MOVED_TARGETS
+        point = json.loads((path.parent / "point.json").read_text())
+        version = point["identity"]["decoder_version"] if point.get("format") else LEGACY_DECODER_VERSION
+        assert identity_hash(identity(migrated, version)) == identity_hash(identity(stored, version)), path
+        if migrated.get("logger"):
+            instantiate(migrated["logger"])
+        text = json.dumps(load_point(path.parent)["config"])
+        assert not any(f'"{old}"' in text for old in MOVED_TARGETS), path
+    assert old_paths, "no committed config names a moved path: the migration is untested"

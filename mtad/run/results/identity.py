@@ -40,6 +40,14 @@ TASK_NOT_IDENTITY = ("scorer", "limit")
 STOP_KEYS = (("model", "eos_token_ids"), ("task", "stop"))
 #: The version every decoder had before decoders carried one (records written until then).
 LEGACY_DECODER_VERSION = "1"
+#: Class paths that moved (old -> new). A stored config (``config.json``, a summary's
+#: ``config``) keeps the path it was written with; ``migrate`` rewrites it wherever a stored
+#: config is instantiated or compared. Only paths outside the identity may move: the ``_target_``
+#: of a decoder, model or task is part of committed identities and stays valid where it is.
+MOVED_TARGETS = {
+    "mtad.tracking.NullLogger": "mtad.run.tracking.NullLogger",
+    "mtad.tracking.WandbLogger": "mtad.run.tracking.WandbLogger",
+}
 
 
 def _node(cfg: Any, key: str) -> Any:
@@ -61,6 +69,17 @@ def _canonical(value: Any) -> Any:
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return int(value)
     return value
+
+
+def migrate(config: Any) -> Any:
+    """A copy of a stored config with every ``_target_`` that moved (``MOVED_TARGETS``) under its
+    new path; everything else as it was (plain dicts and lists; other values untouched)."""
+    if isinstance(config, Mapping):
+        return {k: (MOVED_TARGETS.get(v, v) if k == "_target_" and isinstance(v, str) else migrate(v))
+                for k, v in config.items()}
+    if isinstance(config, list):
+        return [migrate(v) for v in config]
+    return config
 
 
 def decoder_version(target: str) -> str:

@@ -27,6 +27,7 @@ from mtad.run.results.folder import (
     IdentityMismatch,
     PointFolder,
 )
+from mtad.run.results.identity import migrate
 
 
 def is_point_folder(path: Path) -> bool:
@@ -159,6 +160,7 @@ def load_point(path: str | Path) -> dict[str, Any]:
     summary = read_json(path / SUMMARY_FILE)
     legacy_config = point.get("identity") if not point.get("format") else None
     config = (summary or {}).get("config") or read_json(path / CONFIG_FILE) or legacy_config or {}
+    config = migrate(config)  # class paths that moved since it was written
     status, reason = "pending", None
     if summary is not None:
         status = "done"

@@ -1,0 +1,52 @@
+"""A point's names as the tables and the claims report show them: config-group names.
+
+A point folder stores the config-group choices it was composed with (``point.json``:
+``decoder: tree_mtad``, ``task: humaneval``, ``model: qwen_coder_offline``), and those are its
+names. A folder written without them (a single run of another entry point, an old layout) is
+named from its stored config the same way, so ``mtad.analysis.render`` and
+``mtad.analysis.claims`` agree: the decoder config's ``name`` (``bild_sampling`` sets one), else
+the ``name`` of its class, which is its config-group name (``TreeMTAD.name == "tree_mtad"``);
+the task's and the model pair's ``name`` fields; last, what the summary says (``decoder``,
+``task``, ``model.pair``: the names the run gave them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def decoder_name(choices: Mapping[str, Any], config: Mapping[str, Any],
+                 summary: Mapping[str, Any] | None = None) -> str | None:
+    """The decoder's config-group name: the stored choice, else from the resolved config."""
+    if choices.get("decoder"):
+        return str(choices["decoder"])
+    decoder = config.get("decoder") or {}
+    if decoder.get("name"):
+        return str(decoder["name"])
+    target = str(decoder.get("_target_") or "")
+    if not target:
+        return (summary or {}).get("decoder")
+    try:
+        from hydra.utils import get_class
+
+        name = getattr(get_class(target), "name", None)
+    except Exception:  # a class that no longer exists: its module's name (mtad.decoders.<name>.X)
+        name = None
+    if isinstance(name, str) and name:
+        return name
+    parts = target.split(".")
+    return parts[-2] if len(parts) >= 3 else target
+
+
+def task_name(choices: Mapping[str, Any], config: Mapping[str, Any],
+              summary: Mapping[str, Any] | None = None) -> str | None:
+    """The task's config-group name: the stored choice, else the resolved task's ``name``."""
+    return choices.get("task") or (config.get("task") or {}).get("name") or (summary or {}).get("task")
+
+
+def pair_name(choices: Mapping[str, Any], config: Mapping[str, Any],
+              summary: Mapping[str, Any] | None = None) -> str | None:
+    """The model pair's config-group name: the stored choice, else the resolved pair's ``name``."""
+    return (choices.get("model") or (config.get("model") or {}).get("name")
+            or ((summary or {}).get("model") or {}).get("pair"))
