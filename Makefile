@@ -72,16 +72,17 @@ lint: install ## ruff check + format check
 .PHONY: help install bubblewrap models run debug test test-slow lint
 
 # ---- Table 2 and ablations: resumable sweeps (mtad/run/sweep/) + rendering (mtad/analysis/render.py) ----
-# PROFILE=smoke (tiny random pair, ~1 min; experiments/table2_smoke.yaml) | cpu (offline pair,
-# experiments/table2.yaml --profile cpu: the claims' points read where they are, the rest
-# generated, `--dry-run` says which) | paper (experiments/table2.yaml, hub pairs, GPUs).
+# Sweep files: experiments/<name>.yaml (Hydra presets for a single run are conf/experiment/).
+# PROFILE: the sweep file's profile (sweep.profiles in the file; --profile), one mechanism for
+# Table 2 and the ablations: paper (no profile: hub pairs, GPUs; results/sweeps/<name>) | cpu
+# (the offline pair: the claims' points read where they are, the rest generated, `--dry-run`
+# says which; results/sweeps/<name>_cpu) | smoke (tiny random pair, ~1 min; <name>_smoke).
 # LAUNCHER=mtad_slurm|mtad_joblib runs the points through a Hydra launcher (docs/cluster.md).
-TABLE2_smoke := table2_smoke
-TABLE2_cpu := table2_cpu
-TABLE2_paper := table2
-TABLE2 = $(TABLE2_$(PROFILE))
-TABLE2_FILE = $(if $(filter smoke,$(PROFILE)),table2_smoke,table2)
-TABLE2_PROFILE = $(if $(filter cpu,$(PROFILE)),--profile cpu,)
+PROFILES := paper cpu smoke
+SWEEP_PROFILE = $(if $(filter paper,$(PROFILE)),,--profile $(PROFILE))
+# the results folder of a sweep file's profile: <name> (paper), <name>_<profile>
+PROFILED = $(1)$(if $(filter paper,$(PROFILE)),,_$(PROFILE))
+TABLE2 = $(call PROFILED,table2)
 # Notes a rendering cannot read from the records (experiments/<sweep>_notes.md, when there is one)
 NOTES = $(if $(wildcard experiments/$(1)_notes.md),--notes experiments/$(1)_notes.md,)
 SWEEPS ?= results/sweeps
@@ -92,21 +93,21 @@ RENDER_ARGS ?=
 SWEEP_ENV = $(if $(filter paper,$(PROFILE)),,HF_HUB_OFFLINE=1)
 SWEEP_DEPS = $(if $(filter cpu,$(PROFILE)),models,install)
 SWEEP_LAUNCH = $(if $(LAUNCHER),--launcher $(LAUNCHER),)
-ABLATION_PROFILE = $(if $(filter paper,$(PROFILE)),,--profile $(PROFILE))
 
-reproduce-table2: $(SWEEP_DEPS) bubblewrap ## Table 2: sweep (resumes, never recomputes) + render; PROFILE=smoke|cpu|paper
-	@test -n "$(TABLE2)" || { echo "PROFILE must be smoke, cpu or paper, not '$(PROFILE)'"; exit 2; }
-	$(SWEEP_ENV) $(BIN)mtad-sweep experiments/$(TABLE2_FILE).yaml $(TABLE2_PROFILE) --root $(SWEEPS) --search results $(SWEEP_LAUNCH) $(SWEEP_ARGS); rc=$$?; \
+reproduce-table2: $(SWEEP_DEPS) bubblewrap ## Table 2 (experiments/table2.yaml): sweep (resumes, never recomputes) + render; PROFILE=smoke|cpu|paper
+	@test -n "$(filter $(PROFILE),$(PROFILES))" || { echo "PROFILE must be one of $(PROFILES), not '$(PROFILE)'"; exit 2; }
+	$(SWEEP_ENV) $(BIN)mtad-sweep experiments/table2.yaml $(SWEEP_PROFILE) --root $(SWEEPS) --search results $(SWEEP_LAUNCH) $(SWEEP_ARGS); rc=$$?; \
 	  $(BIN)mtad-render $(SWEEPS)/$(TABLE2) --out results/$(TABLE2) $(call NOTES,$(TABLE2)) $(RENDER_ARGS) && exit $$rc
 
 render: install ## Tables + figures of one sweep: SWEEP=table2_smoke (default: the PROFILE's table2); RENDER_ARGS=--wandb
 	$(BIN)mtad-render $(SWEEPS)/$(SWEEP) --out results/$(SWEEP) $(call NOTES,$(SWEEP)) $(RENDER_ARGS)
 
 ablations: $(SWEEP_DEPS) bubblewrap ## gamma / tau / width / draft-size ablations (experiments/ablation_*.yaml) at PROFILE, rendered
+	@test -n "$(filter $(PROFILE),$(PROFILES))" || { echo "PROFILE must be one of $(PROFILES), not '$(PROFILE)'"; exit 2; }
 	@rc=0; for f in experiments/ablation_*.yaml; do \
 	  name=$$(basename $$f .yaml)$(if $(filter paper,$(PROFILE)),,_$(PROFILE)); \
 	  if [ "$(PROFILE)" != paper ] && ! grep -qE "^    $(PROFILE):" $$f; then echo "$$f: no $(PROFILE) profile, skipped"; continue; fi; \
-	  $(SWEEP_ENV) $(BIN)mtad-sweep $$f --root $(SWEEPS) --search results $(ABLATION_PROFILE) $(SWEEP_LAUNCH) $(SWEEP_ARGS) || rc=1; \
+	  $(SWEEP_ENV) $(BIN)mtad-sweep $$f --root $(SWEEPS) --search results $(SWEEP_PROFILE) $(SWEEP_LAUNCH) $(SWEEP_ARGS) || rc=1; \
 	  notes=$$( [ -f experiments/ablations_$(PROFILE)_notes.md ] && echo --notes experiments/ablations_$(PROFILE)_notes.md ); \
 	  $(BIN)mtad-render $(SWEEPS)/$$name --out results/$$name $$notes $(RENDER_ARGS) || rc=1; \
 	done; exit $$rc
@@ -114,15 +115,17 @@ ablations: $(SWEEP_DEPS) bubblewrap ## gamma / tau / width / draft-size ablation
 .PHONY: reproduce-table2 render ablations
 
 # ---- The paper's claims: paired records (experiments/claims*.yaml) + verdicts (mtad/analysis/claims.py) ----
-# CLAIMS_SWEEPS: the generation stages, in order: claims (4 decoders x 5 tasks x 30), claims_tree
-# (SpecInfer, BiLD x 5 x 15), claims_spider (the four on Spider's first 100, from claims' 30),
-# claims_specinfer (SpecInfer on 30 of each task, from claims_tree's 15), claims_mcss (MCSS on
-# 30 of each task; until it has run, the report's MCSS rows say "no records").
-CLAIMS_SWEEPS ?= claims claims_tree claims_spider claims_specinfer claims_mcss
-reproduce-claims: models bubblewrap ## Claims report: the sweeps of CLAIMS_SWEEPS (resumable), then mtad.analysis.claims -> results/claims
-	@rc=0; for s in $(CLAIMS_SWEEPS); do \
+# The generation stages and their order: experiments/claims_stages.yaml (`stages:`).
+# CLAIMS_SWEEPS (default: every stage of that file) runs some of them, e.g. CLAIMS_SWEEPS="claims claims_tree".
+CLAIMS_STAGES := experiments/claims_stages.yaml
+CLAIMS_SWEEPS ?=
+# Claim 4 reads the fixed-length speed benchmark (make bench-claim4 writes it)
+CLAIM4_SPEED ?= results/bench/speed_claim4_cpu.json
+reproduce-claims: models bubblewrap ## Claims report: the stages of experiments/claims_stages.yaml (resumable), then mtad-claims -> results/claims
+	@stages="$(CLAIMS_SWEEPS)"; [ -n "$$stages" ] || stages=$$($(PY) -c 'import sys, yaml; print(*yaml.safe_load(open(sys.argv[1]))["stages"])' $(CLAIMS_STAGES)) || exit 2; \
+	  rc=0; for s in $$stages; do \
 	  HF_HUB_OFFLINE=1 $(BIN)mtad-sweep experiments/$$s.yaml $(SWEEP_ARGS) || rc=1; done; \
-	  HF_HUB_OFFLINE=1 $(BIN)mtad-claims results/claims --out results/claims --notes experiments/claims_notes.md && exit $$rc
+	  HF_HUB_OFFLINE=1 $(BIN)mtad-claims results/claims --out results/claims --notes experiments/claims_notes.md --speed $(CLAIM4_SPEED) && exit $$rc
 
 .PHONY: reproduce-claims
 
@@ -151,7 +154,7 @@ CLAIM4_TASKS ?= humaneval:20-29,cnn_dailymail:10-19,spider:0-9,chatgpt_prompts:0
 bench-claim4: models ## Tree-MTAD vs SpD and MCSS at T=1, fixed 128 tokens, 50 prompts of five tasks (~1.5 h, quiet CPU) -> results/bench/speed_claim4_cpu.json
 	HF_HUB_OFFLINE=1 $(BIN)mtad-bench speed --tasks $(CLAIM4_TASKS) --modes sample --max-new-tokens 128 --repeats 1 \
 	  --fixed-length --decoders spd,mcss,tree_mtad --compare 'tree_mtad:spd,tree_mtad:mcss' \
-	  --out results/bench/speed_claim4_cpu.json $(ARGS)
+	  --out $(CLAIM4_SPEED) $(ARGS)
 
 bench-overhead: models ## Harness overhead of every tree decoder, hooks vs py-spy (~6 min) -> results/bench/profile_share_cpu.json
 	HF_HUB_OFFLINE=1 $(BIN)mtad-bench profile_share --decoders spd,specinfer,mcss,spectr,mtad,tree_mtad \

@@ -28,7 +28,7 @@ TINY = ["model=tiny_random", "task=smoke", "limit=1", "max_new_tokens=4", "warmu
 #: CPU make commands that run for minutes: the file that exercises each, and what it must contain.
 MAKE_EXERCISED = {
     "make test": (".ci/run", "make test"),
-    "make reproduce-table2 PROFILE=smoke": ("tests/run/test_reproduce_smoke.py", "table2_smoke.yaml"),
+    "make reproduce-table2 PROFILE=smoke": ("tests/run/test_reproduce_smoke.py", '"--profile", "smoke"'),
     "make run": ("tests/test_readme.py", "test_make_run_config_composes"),
     "make reproduce-claims": ("tests/analysis/test_claims.py", "test_reproduce_claims_plans_the_committed_points"),
 }
@@ -92,7 +92,8 @@ def test_every_long_cpu_make_command_is_exercised():
 
 
 def test_make_run_config_composes():
-    """``make run`` = ``run.py`` with the defaults: the offline pair, SpD, the smoke task."""
+    """``make run`` = ``run.py``'s entry point (the ``mtad-run`` console script) with the defaults:
+    the offline pair, SpD, the smoke task."""
     res = subprocess.run(
         ["make", "-n", "-W", "pyproject.toml", "run"],
         cwd=ROOT,
@@ -100,7 +101,7 @@ def test_make_run_config_composes():
         text=True,
         timeout=60,
     )
-    assert res.returncode == 0 and re.search(r"python run\.py\s*$", res.stdout, re.M), res.stdout
+    assert res.returncode == 0 and re.search(r"(python run\.py|bin/mtad-run)\s*$", res.stdout, re.M), res.stdout
     cfg = compose_config([])
     assert cfg.model.name in ("qwen_coder_offline", "qwen_coder_offline_avx2") and cfg.task.name == "smoke"
 

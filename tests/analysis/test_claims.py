@@ -108,6 +108,12 @@ def test_pairing_uses_the_common_turns_only():
         ]
     )
     assert be == pytest.approx(8 / 3)
+    # the one definition, mtad.core.metrics, over the example's turns; None without steps
+    from mtad.core.metrics import records_block_efficiency
+
+    turns = [{"steps": 2, "emitted_per_step": [4, 2], "new_tokens": 6}, {"steps": 1, "new_tokens": 2}]
+    assert claims.block_efficiency(turns) == records_block_efficiency(turns) == pytest.approx(8 / 3)
+    assert claims.block_efficiency([{"steps": 0, "new_tokens": 0}]) is None
 
 
 # ------------------------------------------------------------------------------ end to end
@@ -440,6 +446,8 @@ def test_reproduce_claims_plans_the_committed_points():
     command resumes the committed records instead of generating them again; claims_spider's
     points are claims.yaml's and claims_specinfer's are claims_tree.yaml's (same identity), so
     they start from their records. claims_mcss's points are new, at claims.yaml's settings."""
+    import yaml
+
     from mtad.run import sweep as sw
     from mtad.run.results import PointFolder, identity
     from mtad.run.results.identity import without_stop
@@ -448,6 +456,9 @@ def test_reproduce_claims_plans_the_committed_points():
     hashes = {}
     stages = (("claims", 20), ("claims_tree", 10), ("claims_spider", 4), ("claims_specinfer", 5),
               ("claims_mcss", 5))
+    # the order make reproduce-claims runs them in: declared once, in the stages file
+    declared = yaml.safe_load((root / "experiments" / "claims_stages.yaml").read_text())["stages"]
+    assert declared == [name for name, _ in stages]
     not_yet_run = {"claims_mcss"}
     for name, n in stages:
         s = sw.load(root / "experiments" / f"{name}.yaml", root=root / "results" / "claims")
@@ -473,7 +484,9 @@ def test_reproduce_claims_plans_the_committed_points():
         for key in ("seed", "max_new_tokens", "temperature", "top_k", "top_p", "limit", "model", "task"):
             assert p.cfg[key] == twin.cfg[key], key
     makefile = (root / "Makefile").read_text()
-    assert f"CLAIMS_SWEEPS ?= {' '.join(name for name, _ in stages)}" in makefile
+    assert "CLAIMS_STAGES := experiments/claims_stages.yaml" in makefile
+    assert "$(CLAIMS_STAGES)" in makefile.split("reproduce-claims:", 1)[1].split("\n\n", 1)[0]
+    assert "claims_tree claims_spider" not in makefile  # the stages are listed in one place only
 
 
 def test_points_no_longer_in_the_sweep_index_are_still_read(tmp_path):
@@ -490,3 +503,45 @@ def test_points_no_longer_in_the_sweep_index_are_still_read(tmp_path):
     spec = next(s for s in claims.specs() if s.claim == 1 and s.task == "humaneval"
                 and s.comparison == "mtad vs multinomial")
     assert claims.compare(records, spec).n == N
+
+
+def test_the_speed_file_is_given_not_assumed():
+    """Claim 4's benchmark file comes from the command line (make: CLAIM4_SPEED), not from a
+    path inside the library."""
+    import inspect
+
+    assert not hasattr(claims, "SPEED_FILE")
+    param = inspect.signature(claims.evaluate_claims).parameters["speed_file"]
+    assert param.default is inspect.Parameter.empty
+    makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
+    recipe = makefile.split("reproduce-claims:", 1)[1].split("\n\n", 1)[0]
+    assert "--speed $(CLAIM4_SPEED)" in recipe
+
+
+def test_the_claims_names_are_the_stages_axes():
+    """The tasks and decoders the claims compare (declared once in mtad.analysis.claims) are
+    config-group names and the axes of the claims' stage sweep files."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    from mtad.run.cli import CONF_DIR
+
+    root = Path(__file__).resolve().parents[2]
+    stages = yaml.safe_load((root / "experiments" / "claims_stages.yaml").read_text())["stages"]
+    tasks, decoders = set(), set()
+    for stage in stages:
+        params = OmegaConf.load(root / "experiments" / f"{stage}.yaml").hydra.sweeper.params
+        tasks |= set(str(params.task).split(","))
+        decoders |= set(str(params.decoder).split(","))
+    assert set(claims.TASKS) == tasks
+    assert tuple(OmegaConf.load(root / "experiments" / "claims.yaml").hydra.sweeper.params.task.split(",")) \
+        == claims.TASKS  # claims.yaml, the first stage, runs every task
+    assert set(claims.DECODERS) <= decoders and set(claims.OURS) | set(claims.LOSSLESS) == set(claims.DECODERS)
+    assert set(claims.SCORED) <= set(claims.TASKS) and set(claims.PAPER_SPEEDUP) <= set(claims.DECODERS)
+    for name in claims.DECODERS:
+        assert (CONF_DIR / "decoder" / f"{name}.yaml").exists(), name
+    for name in claims.TASKS:
+        assert (CONF_DIR / "task" / f"{name}.yaml").exists(), name
+    names = {s.a for s in claims.specs()} | {b for s in claims.specs() for b in s.b}
+    assert names <= set(claims.DECODERS)
+    assert {s.task for s in claims.specs()} <= {*claims.TASKS, claims.ALL}

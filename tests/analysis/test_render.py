@@ -333,8 +333,9 @@ def smoke_results(tmp_path_factory) -> Path:
     from mtad.run import sweep as sw
     root = tmp_path_factory.mktemp("sweeps")
     s = sw.load(
-        ROOT / "experiments" / "table2_smoke.yaml",
+        ROOT / "experiments" / "table2.yaml",
         ["decoder=multinomial,spd", "limit=1", "max_new_tokens=4"],
+        profile="smoke",
         root=root,
     )
     assert sw.run(s, progress=False).ok
@@ -416,7 +417,7 @@ def test_speedup_cells_that_cannot_be_computed_say_why(sweep_dir):
 
 
 def test_cells_show_intervals_and_n(tmp_path):
-    from mtad.core.metrics import bootstrap_ci
+    from mtad.core.stats import bootstrap_ci
     from mtad.run.provenance import append_jsonl
 
     s = tmp_path / "ci"

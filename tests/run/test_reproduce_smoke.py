@@ -1,4 +1,5 @@
-"""The Table 2 pipeline end to end on the tiny pair: sweep (every decoder of table2_smoke) -> render."""
+"""The Table 2 pipeline end to end on the tiny pair: sweep (every decoder of experiments/table2.yaml's
+smoke profile, what `make reproduce-table2 PROFILE=smoke` runs) -> render."""
 
 from pathlib import Path
 
@@ -9,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_table2_smoke_sweep_and_render(tmp_path):
-    rc = sweep.main([str(ROOT / "experiments/table2_smoke.yaml"), "--root", str(tmp_path),
+    rc = sweep.main([str(ROOT / "experiments/table2.yaml"), "--profile", "smoke", "--root", str(tmp_path),
                      "limit=1", "max_new_tokens=4"])
     assert rc == 0
     points = [p for p in (tmp_path / "table2_smoke").iterdir() if (p / "summary.json").exists()]

@@ -34,7 +34,15 @@ def _is_sweep_file(path: Path) -> bool:
 
 
 EXPERIMENTS = sorted(p for p in (ROOT / "experiments").glob("*.yaml") if _is_sweep_file(p))
-SMOKE = ROOT / "experiments" / "table2_smoke.yaml"
+TABLE2 = ROOT / "experiments" / "table2.yaml"
+SMOKE = TABLE2  # with --profile smoke: the tiny random pair, 2 prompts, 16 new tokens, 8 decoders
+
+
+def load_smoke(overrides=(), **kw) -> sw.Sweep:
+    """Table 2's smoke profile (results/sweeps/table2_smoke)."""
+    return sw.load(TABLE2, overrides, profile="smoke", **kw)
+
+
 # the smallest real run: tiny random pair, 2 prompts, 4 new tokens
 TINY = ["limit=2", "max_new_tokens=4", "warmup=0", "perplexity=true"]
 
@@ -75,7 +83,7 @@ def test_sweep_definitions_expand_and_report_unknown_names(path):
 
 
 def test_smoke_definition_loads_every_point():
-    s = sw.load(SMOKE, root="/nonexistent")
+    s = load_smoke(root="/nonexistent")
     assert len(s.points) == len(s.jobs) == 8
     assert {p.hash for p in s.known()} and None not in {p.hash for p in s.known()}
     for group, names in sw.unknown_names(s).items():
@@ -90,29 +98,32 @@ def test_ablation_profiles_compose(path):
 
 
 def test_grid_expands_like_hydra_and_command_line_replaces_an_axis():
-    s = sw.load(SMOKE, ["decoder=mtad,spd", "gamma=2,3", "limit=1"], root="/x")
+    # the file's axes, then its profile's settings, then the command line's: a later value of a
+    # key replaces the earlier one in its place (limit=1 the profile's limit=2)
+    s = load_smoke(["decoder=mtad,spd", "gamma=2,3", "limit=1"], root="/x")
+    profile = ["limit=1", "max_new_tokens=16", "warmup=0"]
     assert [p.overrides for p in s.points][:2] == [
-        ["model=tiny_random", "task=smoke", "decoder=mtad", "gamma=2", "limit=1"],
-        ["model=tiny_random", "task=smoke", "decoder=mtad", "gamma=3", "limit=1"],
+        ["model=tiny_random", "task=smoke", "decoder=mtad", *profile, "gamma=2"],
+        ["model=tiny_random", "task=smoke", "decoder=mtad", *profile, "gamma=3"],
     ]
     assert len(s.points) == 4 and len({p.hash for p in s.points}) == 4
     assert all(p.cfg.limit == 1 for p in s.points)
 
 
 def test_unknown_decoder_did_you_mean():
-    s = sw.load(SMOKE, ["decoder=sdp,spd"], root="/x")
+    s = load_smoke(["decoder=sdp,spd"], root="/x")
     bad = [p for p in s.points if p.hash is None]
     assert len(bad) == 1 and "did you mean 'spd'" in bad[0].problem
     assert sw.unknown_names(s) == {"decoder": ["sdp"]}
-    assert sw.main([str(SMOKE), "decoder=sdp,spd", "--root", "/x", "--strict", "--dry-run"]) == 2
+    assert sw.main([str(SMOKE), "--profile", "smoke", "decoder=sdp,spd", "--root", "/x", "--strict", "--dry-run"]) == 2
 
 
 def test_identity_excludes_output_paths_tracking_and_the_number_of_examples():
-    a = sw.load(SMOKE, ["decoder=spd"], root="/x").points[0]
-    b = sw.load(SMOKE, ["decoder=spd", "logger=wandb", "resume=false", "sweep.name=other", "limit=1",
+    a = load_smoke(["decoder=spd"], root="/x").points[0]
+    b = load_smoke(["decoder=spd", "logger=wandb", "resume=false", "sweep.name=other", "limit=1",
                         "warmup=3", "perplexity=false"], root="/y").points[0]
-    c = sw.load(SMOKE, ["decoder=spd", "gamma=5"], root="/x").points[0]
-    d = sw.load(SMOKE, ["decoder=spd", "model.dtype=bfloat16"], root="/x").points[0]
+    c = load_smoke(["decoder=spd", "gamma=5"], root="/x").points[0]
+    d = load_smoke(["decoder=spd", "model.dtype=bfloat16"], root="/x").points[0]
     assert a.hash == b.hash and len({a.hash, c.hash, d.hash}) == 3
     cfg = a.cfg.copy()
     cfg.output_dir = "/somewhere/else"
@@ -122,19 +133,19 @@ def test_identity_excludes_output_paths_tracking_and_the_number_of_examples():
 
 
 def test_a_knob_the_decoder_ignores_is_not_identity_and_not_accepted():
-    m4 = sw.load(SMOKE, ["decoder=multinomial"], root="/x").points[0]
+    m4 = load_smoke(["decoder=multinomial"], root="/x").points[0]
     cfg = m4.cfg.copy()
     cfg.gamma = 6  # a config default changed: multinomial does not use it
     assert identity_hash(identity(cfg)) == m4.hash
-    s = sw.load(SMOKE, ["decoder=specinfer,spd", "gamma=6"], root="/x")
+    s = load_smoke(["decoder=specinfer,spd", "gamma=6"], root="/x")
     bad, good = s.points
     assert bad.hash is None and "specinfer uses k_config, not gamma" in bad.problem
     assert good.hash is not None and good.cfg.decoder.gamma == 6
-    assert sw.main([str(SMOKE), "decoder=specinfer", "gamma=6", "--root", "/x", "--strict", "--dry-run"]) == 2
+    assert sw.main([str(SMOKE), "--profile", "smoke", "decoder=specinfer", "gamma=6", "--root", "/x", "--strict", "--dry-run"]) == 2
 
 
 def test_finished_needs_matching_identity_limit_and_a_clean_record_file(tmp_path):
-    p = sw.load(SMOKE, ["decoder=spd", *TINY], root=tmp_path).points[0]
+    p = load_smoke(["decoder=spd", *TINY], root=tmp_path).points[0]
     folder = PointFolder(tmp_path / p.hash)
     folder.path.mkdir()
     assert not folder.finished(p.hash, p.limit)
@@ -168,7 +179,7 @@ def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     """2-point smoke sweep, killed in the middle of the second point, then rerun."""
     import mtad.run.results.folder
 
-    s = sw.load(SMOKE, ["decoder=multinomial,spd", *TINY], root=tmp_path)
+    s = load_smoke(["decoder=multinomial,spd", *TINY], root=tmp_path)
     first, second = s.points
     generated = count_generations(monkeypatch)
     real_append = mtad.run.results.folder.append_jsonl
@@ -192,7 +203,7 @@ def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     monkeypatch.setattr(mtad.run.results.folder, "append_jsonl", real_append)
     summary_before = (tmp_path / s.name / first.hash / "summary.json").stat().st_mtime_ns
     generated.clear()
-    report = sw.run(sw.load(SMOKE, ["decoder=multinomial,spd", *TINY], root=tmp_path), progress=False)
+    report = sw.run(load_smoke(["decoder=multinomial,spd", *TINY], root=tmp_path), progress=False)
     assert report.statuses == {first.label: CACHED, second.label: DONE}
     assert len(generated) == 1  # only the second point's missing example
     assert (tmp_path / s.name / first.hash / "summary.json").stat().st_mtime_ns == summary_before
@@ -216,7 +227,7 @@ def test_a_point_held_elsewhere_is_read_and_resumed_in_place(tmp_path, monkeypat
     generated = count_generations(monkeypatch)
     tiny = [o for o in TINY if not o.startswith("limit=")]
     base = ["decoder=multinomial", *tiny]
-    first = sw.load(SMOKE, [*base, "limit=2"], root=tmp_path / "a", name="first")
+    first = load_smoke([*base, "limit=2"], root=tmp_path / "a", name="first")
     assert sw.run(first, progress=False).ok
     (p,) = first.points
     src = tmp_path / "a" / "first" / p.hash
@@ -224,12 +235,12 @@ def test_a_point_held_elsewhere_is_read_and_resumed_in_place(tmp_path, monkeypat
     # a folder under the same hash name that holds another point is never used
     decoy = tmp_path / "b" / "decoy" / p.hash
     decoy.mkdir(parents=True)
-    other = sw.load(SMOKE, ["decoder=spd", *tiny, "limit=2"], root=tmp_path / "x").points[0]
+    other = load_smoke(["decoder=spd", *tiny, "limit=2"], root=tmp_path / "x").points[0]
     assert other.hash != p.hash
     PointFolder(decoy).claim(identity(other.cfg))
     (decoy / "samples.jsonl").write_text((src / "samples.jsonl").read_text() * 2)
 
-    fewer = sw.load(SMOKE, [*base, "limit=1"], root=tmp_path / "b", name="fewer", search=[tmp_path])
+    fewer = load_smoke([*base, "limit=1"], root=tmp_path / "b", name="fewer", search=[tmp_path])
     assert fewer.folder(fewer.points[0]).path == src  # 2 examples cover 1: read in place
     generated.clear()
     assert sw.run(fewer, progress=False).statuses == {fewer.points[0].label: CACHED} and not generated
@@ -237,7 +248,7 @@ def test_a_point_held_elsewhere_is_read_and_resumed_in_place(tmp_path, monkeypat
     index = json.loads((tmp_path / "b" / "fewer" / "sweep.json").read_text())
     assert (tmp_path / "b" / "fewer" / index["points"][0]["dir"]).resolve() == src.resolve()
 
-    second = sw.load(SMOKE, [*base, "limit=3"], root=tmp_path / "b", name="second", search=[tmp_path])
+    second = load_smoke([*base, "limit=3"], root=tmp_path / "b", name="second", search=[tmp_path])
     assert second.points[0].hash == p.hash  # limit is not part of the identity
     listing = io.StringIO()
     dry_run(second, 10, 10, out=listing)
@@ -259,11 +270,11 @@ def test_a_point_held_elsewhere_is_read_and_resumed_in_place(tmp_path, monkeypat
     assert lines[:2] == before.decode().splitlines() and len(lines) == 3
     assert PointFolder(src).finished(p.hash, 3) and PointFolder(src).finished(p.hash, 2)
     generated.clear()
-    assert set(sw.run(sw.load(SMOKE, [*base, "limit=2"], root=tmp_path / "a", name="first"),
+    assert set(sw.run(load_smoke([*base, "limit=2"], root=tmp_path / "a", name="first"),
                       progress=False).statuses.values()) == {CACHED}
     assert not generated
 
-    fresh = sw.load(SMOKE, [*base, "limit=3"], root=tmp_path / "fresh", name="second")
+    fresh = load_smoke([*base, "limit=3"], root=tmp_path / "fresh", name="second")
     assert sw.run(fresh, progress=False).ok
     strip = ("wall_time", "prefill_time", "target_forward_time", "draft_forward_time", "tokens_per_s")
 
@@ -292,7 +303,7 @@ def test_unavailable_task_and_model_are_skipped_and_the_sweep_goes_on(tmp_path, 
         return real_run(cfg, out, *args)
 
     monkeypatch.setattr(mtad.run.evaluate, "run", counting_run)
-    s = sw.load(SMOKE, ["task=chatalpaca,smoke", "model=llama31_8b__llama32_1b", "decoder=spd", *TINY],
+    s = load_smoke(["task=chatalpaca,smoke", "model=llama31_8b__llama32_1b", "decoder=spd", *TINY],
                 root=tmp_path)
     report = sw.run(s, progress=False)
     assert list(report.statuses.values()) == [SKIPPED, SKIPPED]
@@ -304,8 +315,8 @@ def test_unavailable_task_and_model_are_skipped_and_the_sweep_goes_on(tmp_path, 
 
 
 def test_a_folder_with_another_point_is_not_resumed(tmp_path):
-    s = sw.load(SMOKE, ["decoder=spd", *TINY], root=tmp_path)
-    other = sw.load(SMOKE, ["decoder=spd", "gamma=3", *TINY], root=tmp_path).points[0]
+    s = load_smoke(["decoder=spd", *TINY], root=tmp_path)
+    other = load_smoke(["decoder=spd", "gamma=3", *TINY], root=tmp_path).points[0]
     d = s.dir / s.points[0].hash
     d.mkdir(parents=True)
     (d / "point.json").write_text(json.dumps({"format": 2, "identity_hash": other.hash,
@@ -320,7 +331,7 @@ def test_other_errors_are_recorded_and_the_sweep_goes_on(tmp_path):
     def broken(cfg, out):
         raise ValueError("decoder bug")
 
-    s = sw.load(SMOKE, ["decoder=multinomial,spd", *TINY], root=tmp_path)
+    s = load_smoke(["decoder=multinomial,spd", *TINY], root=tmp_path)
     report = sw.run(s, progress=False, evaluate=broken)
     assert report.count(FAILED) == 2 and not report.ok
     err = json.loads((tmp_path / s.name / s.points[0].hash / "error.json").read_text())
@@ -337,7 +348,7 @@ def test_a_file_that_is_not_a_sweep_is_refused(tmp_path):
 
 
 def test_dry_run_lists_points_and_estimate(tmp_path, capsys):
-    assert sw.main([str(SMOKE), "--dry-run", "--root", str(tmp_path), "decoder=spd,nodecoder"]) == 0
+    assert sw.main([str(SMOKE), "--profile", "smoke", "--dry-run", "--root", str(tmp_path), "decoder=spd,nodecoder"]) == 0
     out = capsys.readouterr().out
     assert "pending" in out and "unknown" in out and "estimate:" in out and "nodecoder" in out
     assert not (tmp_path / "table2_smoke").exists()
@@ -362,7 +373,7 @@ def test_launch_one_job_per_model_pair(tmp_path, monkeypatch):
 
 
 def test_pair_job_runs_only_its_pair_and_shard(tmp_path, monkeypatch):
-    s = sw.load(SMOKE, ["decoder=multinomial,spd,mtad", *TINY], root=tmp_path)
+    s = load_smoke(["decoder=multinomial,spd,mtad", *TINY], root=tmp_path)
     sw.write_index(s)
     ran = []
     monkeypatch.setattr(sw.launcher, "run", lambda sweep, points, progress: ran.append(points) or sw.Report())
@@ -402,7 +413,8 @@ def test_slurm_launcher_composes_with_gpus_from_the_model(model, gpus):
 
 def test_joblib_launcher_composes():
     pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
-    cfg = _compose_launcher(SMOKE, ["hydra/launcher=mtad_joblib"])
+    # as launch() composes it: the sweep's name (here its smoke profile's) is given
+    cfg = _compose_launcher(SMOKE, ["hydra/launcher=mtad_joblib", "sweep.name=table2_smoke"])
     assert cfg.hydra.launcher.n_jobs == 1
     assert type(instantiate(cfg.hydra.launcher)).__name__ == "JoblibLauncher"
     assert str(cfg.hydra.sweep.dir).startswith("results/sweeps/table2_smoke/.hydra/")
@@ -438,7 +450,7 @@ def test_legacy_sweep_folder_is_adopted(tmp_path, monkeypatch):
     real_generate = mtad.core.engine.Engine.generate
     monkeypatch.setattr(mtad.core.engine.Engine, "generate",
                         lambda self, *a, **k: generated.append(1) or real_generate(self, *a, **k))
-    s = sw.load(SMOKE, LEGACY_GRID, root=tmp_path)
+    s = load_smoke(LEGACY_GRID, root=tmp_path)
     report = sw.run(s, progress=False)
     mn, spd, bild = s.points
     assert [report.statuses[p.label] for p in s.points] == [CACHED, DONE, DONE]
@@ -456,7 +468,7 @@ def test_legacy_sweep_folder_is_adopted(tmp_path, monkeypatch):
     assert [row["dir"] for row in index["points"]] == [by_decoder["multinomial"].name,
                                                       by_decoder["spd"].name, bild.hash]
     generated.clear()
-    assert set(sw.run(sw.load(SMOKE, LEGACY_GRID, root=tmp_path), progress=False).statuses.values()) == {CACHED}
+    assert set(sw.run(load_smoke(LEGACY_GRID, root=tmp_path), progress=False).statuses.values()) == {CACHED}
     assert not generated
 
 
@@ -465,7 +477,7 @@ def test_legacy_sweep_folder_is_adopted(tmp_path, monkeypatch):
 def _sweep_cmd(root: Path, *extra: str) -> list[str]:
     import sys
 
-    return [sys.executable, "-m", "mtad.run.sweep", str(SMOKE), "decoder=multinomial,spd", "limit=2",
+    return [sys.executable, "-m", "mtad.run.sweep", str(SMOKE), "--profile", "smoke", "decoder=multinomial,spd", "limit=2",
             "max_new_tokens=4", "warmup=0", "perplexity=false", "--root", str(root), *extra]
 
 
@@ -487,7 +499,7 @@ def test_two_sweeps_at_once_write_each_record_once(tmp_path):
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert procs[1].returncode == 0, outs[1]
     assert procs[0].returncode == 0 or "busy 1" in outs[0], outs[0]
-    s = sw.load(SMOKE, ["decoder=spd", "limit=2", "max_new_tokens=4", "warmup=0", "perplexity=false"],
+    s = load_smoke(["decoder=spd", "limit=2", "max_new_tokens=4", "warmup=0", "perplexity=false"],
                 root=tmp_path)
     for p in s.points:
         lines = (s.dir / p.hash / "samples.jsonl").read_text().splitlines()
@@ -501,7 +513,7 @@ TIMING = {"wall_time", "target_forward_time", "draft_forward_time", "prefill_tim
 
 def _content(root: Path) -> dict:
     """Every point's records and summary metrics without the timing fields."""
-    s = sw.load(SMOKE, ["decoder=multinomial,spd", "limit=2", "max_new_tokens=4", "warmup=0",
+    s = load_smoke(["decoder=multinomial,spd", "limit=2", "max_new_tokens=4", "warmup=0",
                         "perplexity=false"], root=root)
     out = {}
     for p in s.points:
