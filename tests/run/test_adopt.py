@@ -13,7 +13,12 @@ from mtad.run.sweep.adopt import ADOPTED, CURRENT, REGENERATE, adopt
 from mtad.run.sweep.cli import dry_run
 
 ROOT = Path(__file__).resolve().parents[2]
-SMOKE = ROOT / "experiments" / "table2_smoke.yaml"
+SMOKE = ROOT / "experiments" / "table2.yaml"  # with its smoke profile (results/sweeps/table2_smoke)
+
+
+def load_smoke(overrides=(), **kw) -> sw.Sweep:
+    return sw.load(SMOKE, overrides, profile="smoke", **kw)
+
 GRID = ["decoder=multinomial,spd", "limit=2", "max_new_tokens=12", "warmup=0", "perplexity=false"]
 
 
@@ -26,12 +31,12 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 
 def test_the_stop_set_is_identity_and_an_empty_one_is_left_out():
-    s = sw.load(SMOKE, ["decoder=spd"])
+    s = load_smoke(["decoder=spd"])
     cfg = s.points[0].cfg
     ident = identity(cfg)
     assert ident["task"]["stop"] == ["\nclass", "\ndef", "\n#", "\nif", "\nprint"]
-    none = sw.load(SMOKE, ["decoder=spd", "task.stop=[]"]).points[0].cfg
-    eos = sw.load(SMOKE, ["decoder=spd", "+model.eos_token_ids=[1]"]).points[0].cfg
+    none = load_smoke(["decoder=spd", "task.stop=[]"]).points[0].cfg
+    eos = load_smoke(["decoder=spd", "+model.eos_token_ids=[1]"]).points[0].cfg
     hashes = {identity_hash(identity(c)) for c in (cfg, none, eos)}
     assert len(hashes) == 3
     assert "stop" not in identity(none)["task"] and identity(eos)["model"]["eos_token_ids"] == [1]
@@ -41,12 +46,12 @@ def test_the_stop_set_is_identity_and_an_empty_one_is_left_out():
 
 
 def test_records_no_new_stop_would_cut_are_adopted_and_equal_a_fresh_run(tmp_path, monkeypatch):
-    old = sw.load(SMOKE, [*GRID, "task.stop=[]"], root=tmp_path)
+    old = load_smoke([*GRID, "task.stop=[]"], root=tmp_path)
     sw.run(old, progress=False)
     before = {p.hash: _files(tmp_path / old.name / p.hash) for p in old.points}
 
     # a stop set that occurs in no record: every point is adopted, nothing is generated again
-    new = sw.load(SMOKE, [*GRID, "task.stop=[never]"], root=tmp_path)
+    new = load_smoke([*GRID, "task.stop=[never]"], root=tmp_path)
     assert {p.hash for p in new.points}.isdisjoint(before)
     assert [o.status for o in adopt(new, check=True)] == [ADOPTED] * 2
     assert {h: _files(tmp_path / old.name / h) for h in before} == before  # --check writes nothing
@@ -59,15 +64,15 @@ def test_records_no_new_stop_would_cut_are_adopted_and_equal_a_fresh_run(tmp_pat
         assert point["adopted"]["stop"] == {"eos_token_ids": [], "stop": ["never"]}
         assert (folder / "samples.jsonl").read_bytes() == before[p.hash]["samples.jsonl"]
         assert PointFolder(folder).finished(o.point.hash, o.point.limit)
-    assert [o.status for o in adopt(sw.load(SMOKE, [*GRID, "task.stop=[never]"], root=tmp_path))] == [CURRENT] * 2
+    assert [o.status for o in adopt(load_smoke([*GRID, "task.stop=[never]"], root=tmp_path))] == [CURRENT] * 2
 
-    import tests.test_sweep as ts
+    import tests.run.test_sweep as ts
 
     generated = ts.count_generations(monkeypatch)
-    report = sw.run(sw.load(SMOKE, [*GRID, "task.stop=[never]"], root=tmp_path), progress=False)
+    report = sw.run(load_smoke([*GRID, "task.stop=[never]"], root=tmp_path), progress=False)
     assert set(report.statuses.values()) == {CACHED} and not generated
     # what the new code writes from scratch is what was adopted
-    fresh = sw.load(SMOKE, [*GRID, "task.stop=[never]"], root=tmp_path / "fresh")
+    fresh = load_smoke([*GRID, "task.stop=[never]"], root=tmp_path / "fresh")
     sw.run(fresh, progress=False)
     for p, o in zip(old.points, outcomes):
         got = [(r["output_ids"], r["emitted_per_step"], r["stop_reason"]) for r in _records(tmp_path / old.name / p.hash)]
@@ -77,13 +82,13 @@ def test_records_no_new_stop_would_cut_are_adopted_and_equal_a_fresh_run(tmp_pat
 
 
 def test_a_point_the_new_stop_set_cuts_is_regenerated_apart(tmp_path, capsys):
-    old = sw.load(SMOKE, [*GRID, "task.stop=[]"], root=tmp_path)
+    old = load_smoke([*GRID, "task.stop=[]"], root=tmp_path)
     sw.run(old, progress=False)
     spd = old.points[1]
     ids = _records(tmp_path / old.name / spd.hash)[1]["output_ids"]
     before = _files(tmp_path / old.name / spd.hash)
     for extra in ([f"task.stop=['t{ids[3]} t{ids[4]}']"], ["task.stop=[]", f"+model.eos_token_ids=[{ids[5]}]"]):
-        new = sw.load(SMOKE, [*GRID, *extra], root=tmp_path)
+        new = load_smoke([*GRID, *extra], root=tmp_path)
         outcome = adopt(new)[1]
         assert outcome.status == REGENERATE and outcome.old_hash == spd.hash
         assert any(c.startswith("HumanEval/1/0: ") for c in outcome.cut)

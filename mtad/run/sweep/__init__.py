@@ -10,7 +10,7 @@ expanded as Hydra's basic sweeper expands it (first key outermost), so the same 
   here, point after point;
 - ``python -m mtad.run.sweep experiments/table2.yaml --launcher mtad_slurm [--jobs-per-pair N]``:
   one job per model pair (or N), each loading its pair once (``mtad.run.sweep.launcher``);
-- ``python -m mtad.run.sweep hydra -m -cd experiments -cn table2_smoke``: a plain Hydra
+- ``mtad-sweep hydra -m -cd experiments -cn table2 ...`` (the smoke profile's overrides): a plain Hydra
   multirun whose jobs are single points.
 
 Points are stored by ``mtad.run.results`` (identity, folders, locks, self-check; format in

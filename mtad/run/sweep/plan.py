@@ -151,7 +151,7 @@ def load(
     if "sweep" not in OmegaConf.load(sweep_file):
         raise ValueError(
             f"{sweep_file} is not a sweep file: it has no `sweep:` block (name, root) "
-            "and grid in hydra.sweeper.params; see experiments/table2_smoke.yaml"
+            "and grid in hydra.sweeper.params; see experiments/table2.yaml"
         )
     with Composer(sweep_file, conf_dir) as composer:
         base_cfg = composer([])
