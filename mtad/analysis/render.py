@@ -114,6 +114,21 @@ def score_interval(point_dir: Path) -> tuple[float, float] | None:
     return _interval(bootstrap_ci(present(scores))) if len(scores) > 1 else None
 
 
+def rate_interval(point_dir: Path) -> tuple[float, float] | None:
+    """95% bootstrap interval of tokens/s over a point's examples, for the estimate the summary
+    gives (total tokens / total time: ``mtad.core.metrics.tokens_per_s_interval``), recomputed
+    from ``samples.jsonl`` (summaries written before it held an interval of the mean
+    per-example rate, a different statistic that need not contain the estimate)."""
+    from mtad.core.io import read_jsonl
+    from mtad.core.metrics import tokens_per_s_interval
+
+    path = Path(point_dir) / "samples.jsonl"
+    if not path.is_file():
+        return None
+    ci = tokens_per_s_interval(list(read_jsonl(path)))
+    return None if any(math.isnan(v) for v in ci) else _interval(ci)
+
+
 def point_dirs(sweep_dir: Path, only_current: bool = True) -> list[Path]:
     """Point folders (``mtad.run.results.point_dirs``): a sweep's current points, a multirun's
     jobs, or a single run folder."""
@@ -181,7 +196,7 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
                 perplexity=_num(m.get("perplexity")),
                 perplexity_ci=_interval(m.get("perplexity_ci")),
                 tokens_per_s=_num(m.get("tokens_per_s")),
-                tokens_per_s_ci=_interval(m.get("tokens_per_s_ci")),
+                tokens_per_s_ci=rate_interval(pt["dir"]) or _interval(m.get("tokens_per_s_ci")),
                 lossless=summary.get("lossless"),
                 ms_per_token=_num(m.get("ms_per_token")),
                 j_per_token=_num(m.get("j_per_token")),

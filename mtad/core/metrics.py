@@ -96,6 +96,14 @@ def perplexity(logprobs: torch.Tensor) -> float:
     return float(torch.exp(-logprobs.mean())) if logprobs.numel() else float("nan")
 
 
+def tokens_per_s_interval(records: list[dict]) -> tuple[float, float]:
+    """95% bootstrap interval of tokens/s as ``summarize`` estimates it (total new tokens / total
+    decoding time), resampling examples: the interval of the estimate's own statistic."""
+    pairs = [(r["new_tokens"], r["wall_time"]) for r in records
+             if r.get("new_tokens") is not None and r.get("wall_time")]
+    return stats.ratio_ci([t for t, _ in pairs], [w for _, w in pairs])
+
+
 def summarize(records: list[dict]) -> dict:
     """Aggregate per-example records of one run into the run's summary metrics."""
     if not records:
@@ -121,8 +129,7 @@ def summarize(records: list[dict]) -> dict:
         "draft_forward_seconds": sum(r["draft_forward_time"] for r in records),
         "overhead_share": 1 - fwd / wall if wall > 0 else float("nan"),
     }
-    per_ex_tps = [tokens_per_second(r["new_tokens"], r["wall_time"]) for r in records]
-    out["tokens_per_s_ci"] = stats.bootstrap_ci(stats.present(per_ex_tps))
+    out["tokens_per_s_ci"] = tokens_per_s_interval(records)
     ppl = [r.get("perplexity") for r in records if r.get("perplexity") is not None]
     if ppl:
         out["perplexity"] = float(np.mean(ppl))

@@ -104,6 +104,28 @@ def bootstrap_ci(
     return _scipy_interval((arr,), statistic, False, level, method, n_resamples, seed)[:2]
 
 
+def ratio_of_totals(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.sum(a, axis=axis) / np.sum(b, axis=axis)
+
+
+def ratio_ci(
+    numerators: Sequence[float],
+    denominators: Sequence[float],
+    level: float = LEVEL,
+    method: str = "percentile",
+    n_resamples: int = N_RESAMPLES,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """(low, high) bootstrap interval of ``sum(numerators) / sum(denominators)``, resampling the
+    pairs (examples): the interval of a rate pooled over examples, such as tokens/s = total
+    tokens / total time, so that the estimate and its interval are the same statistic."""
+    _check_method(method)
+    x, y = _array(numerators), _array(denominators)
+    if x.size < 2 or x.size != y.size:
+        return math.nan, math.nan
+    return _scipy_interval((x, y), ratio_of_totals, True, level, method, n_resamples, seed)[:2]
+
+
 def present(values: Sequence[float | None]) -> list[float]:
     """The values of a metric that are present: None and NaN dropped (an example without the
     metric), as floats."""

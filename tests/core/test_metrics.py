@@ -151,8 +151,11 @@ def test_one_bootstrap_for_metrics_and_scores():
     recs = [_record(5 + i, 1.0 + 0.1 * i, [1], [2], ppl=2.0 + i) for i in range(6)]
     recs.append(_record(4, 0.0, [1], [2]))  # no decoding time: no tokens/s, no perplexity
     s = summarize(recs)
-    tps = [r["new_tokens"] / r["wall_time"] for r in recs[:6]]
-    assert s["tokens_per_s_ci"] == stats.bootstrap_ci(tps)
+    # tokens/s is total tokens / total time; its interval resamples examples for that same
+    # ratio (not the mean of per-example rates, which need not contain the estimate)
+    toks, walls = [r["new_tokens"] for r in recs[:6]], [r["wall_time"] for r in recs[:6]]
+    assert s["tokens_per_s_ci"] == stats.ratio_ci(toks, walls)
+    assert s["tokens_per_s_ci"] != stats.bootstrap_ci([a / b for a, b in zip(toks, walls)])
     assert s["perplexity_ci"] == stats.bootstrap_ci([2.0 + i for i in range(6)])
 
 

@@ -205,3 +205,21 @@ def test_holm_and_benjamini_hochberg_hand_computed():
     assert math.isnan(holm(p)[3])
     bh = benjamini_hochberg(p)
     assert bh[:3] == pytest.approx([0.02, 0.04, 0.04]) and bh[4] == pytest.approx(0.02)
+
+
+def test_ratio_ci_is_the_interval_of_the_pooled_ratio():
+    """A rate pooled over examples (sum of numerators / sum of denominators) lies inside its
+    interval even when slow examples pull the mean of per-example rates away from it."""
+    import numpy as np
+
+    from mtad.core import stats
+
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(20, 128, size=40).astype(float)
+    seconds = tokens / rng.choice([1.0, 8.0], size=40)  # half the examples 8x slower
+    pooled = tokens.sum() / seconds.sum()
+    lo, hi = stats.ratio_ci(tokens, seconds)
+    assert lo < pooled < hi
+    mlo, mhi = stats.bootstrap_ci(tokens / seconds)
+    assert not (mlo <= pooled <= mhi)  # the old interval missed its own estimate here
+    assert all(map(np.isnan, stats.ratio_ci([1.0], [2.0])))
