@@ -2,18 +2,12 @@
 with Auxiliary Model for LLM Inference", ICLR 2025). Not lossless, by design.
 
 MTAD approximates multi-token joint decoding (sampling the next gamma tokens from
-the target's joint distribution) with a draft model:
-
-    draft   x_1..x_g = the best beam of beam sampling on the draft (``mtad.propose.beam.Beam``)
-    target  one pass over the draft: p_1..p_(g+1) (warped)
-    verify  R_d = sum_{i<=d} [log p_i(x_i) - log q_i(x_i)],  d = 1..g
-            a = max{d : R_d > log tau}  (0 if none)  -- deterministic, no uniform draw;
-            a failing shorter prefix does not block a longer passing one
-    emit    x_1..x_a, then y ~ p_(a+1)  (the plain target distribution, not a residual)
-
-(the rule: ``mtad.verify.threshold.JointThreshold``, whose docstring has the glossary and
-the numerics). At temperature 0 the draft is an ordinary top-W beam search scored with the
-draft's plain softmax (see ``mtad.propose.beam``) and ``p`` is one-hot, so a prefix passes
+the target's joint distribution) with a draft model: the best beam of beam sampling on the
+draft (``mtad.propose.beam.Beam``), one target pass over it, and the longest prefix whose
+joint likelihood ratio passes tau, then one token from the target (the rule, with its
+pseudo-code, glossary and numerics: ``mtad.verify.threshold.JointThreshold``).
+At temperature 0 the draft is an ordinary top-W beam search scored with the draft's plain
+softmax (see ``mtad.propose.beam``) and ``p`` is one-hot, so a prefix passes
 only if it is the target's greedy continuation: MTAD then equals greedy decoding.
 ``gamma=auto`` / ``width=auto``: the shape is chosen before each step
 (``mtad.autotune.autoshape``, through the decoder base).

@@ -1,16 +1,10 @@
 """Tree-MTAD (multi-candidate MTAD): verify every beam node of beam sampling in one target pass.
 
 Same beam sampling as MTAD (``mtad.propose.beam.Beam``), but all W x gamma beam nodes form one
-token tree (a node attends to its ancestors) that the target scores in ONE pass:
-
-    ref[d]  = cumulative draft log-likelihood, at depth d, of the ANCESTOR of the final
-              best beam (follow the beam-index history back from the best final slot)
-    pass_i  = log P(path to i) - ref[depth(i)] > log tau        for every tree node i
-    a       = deepest depth with a passing node (0 if none); among the passing nodes
-              at depth a, pick the one with the largest P (first on ties)
-    emit      its path (a tokens), then y ~ p(.| that node)   (the root if a = 0)
-
-(the rule: ``mtad.verify.threshold.TreeThreshold``). Glossary: *node*: one (parent, token)
+token tree (a node attends to its ancestors) that the target scores in ONE pass; the deepest
+node whose joint likelihood ratio against the best final beam's ancestor passes tau is kept,
+then one token from the target after it (the rule, with its pseudo-code:
+``mtad.verify.threshold.TreeThreshold``). Glossary: *node*: one (parent, token)
 of the beam tree; slots drawn twice with replacement share a node, which does not change
 any decision (equal P). *accepted*: ``a``; the tree is pruned to the kept path by the
 runners' ``end``.
