@@ -220,6 +220,9 @@ def main(argv=None):
                         tcalls = timers["target"].snapshot()[1] - f0["target"][1]
                         rows.append(dict(task=task, mode=mname, decoder=n, prompt=first_index[task] + pi,
                                          repeat=rep, tokens=len(out), wall=wall, forward=fwd,
+                                         # the span the forward timers cover: they also time the
+                                         # prefill, which --fixed-length leaves out of wall
+                                         timed=wall + (extra.get("prefill", 0.0) if args.fixed_length else 0.0),
                                          target_calls=tcalls, ids=out, **extra))
                     print(f"[{task}/{mname}] prompt {pi} repeat {rep} done", file=sys.stderr, flush=True)
 
@@ -299,7 +302,7 @@ def summarize(rows, names):
             per[n] = dict(tokens_per_s=statistics.median(tps), spread=(min(tps), max(tps)),
                           block_efficiency=(block_efficiency(toks, steps) if steps  # HF's: no steps
                                             else tokens_per_target_pass(toks, max(passes, 1))),
-                          forward_share=sum(r["forward"] for r in rs) / sum(r["wall"] for r in rs),
+                          forward_share=sum(r["forward"] for r in rs) / sum(r.get("timed", r["wall"]) for r in rs),
                           prompts=len(rates[n]))
             if "steps" in rs[0]:
                 per[n]["mean_drafted"] = sum(r["mean_drafted"] * r["steps"] for r in rs) / max(steps, 1)
@@ -364,7 +367,9 @@ def print_report(report, rows):
           " HF's (forward hooks; HF's first pass counts); nodes = mean target tree nodes per step; tok/s"
           " include prefill except with --fixed-length (median over repeats, spread = min-max); paired"
           " = ratio of geometric means of per-prompt tokens/s with a"
-          " 95% bootstrap interval over prompts; fwd share = wall time inside the models' top-level forward")
+          " 95% bootstrap interval over prompts; fwd share = time inside the models' top-level forward over"
+          " the time they were timed in (prefill + decoding: the share's span includes the prefill also"
+          " with --fixed-length)")
     print(json.dumps({"runs": len(rows)}))
 
 

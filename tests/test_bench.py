@@ -83,6 +83,10 @@ def test_speed_fixed_length_times_decoding_on_equal_token_counts(tmp_path):
     assert {r["tokens"] for r in data["rows"]} == {9} and len(data["rows"]) == 4
     assert all(r["prefill"] > 0 and 0 < r["wall"] for r in data["rows"])
     assert all(r["block_efficiency"] == pytest.approx(9 / r["steps"]) for r in data["rows"])
+    # the forward timers also time the prefill, which wall leaves out: the share's span has it
+    assert all(r["timed"] == pytest.approx(r["wall"] + r["prefill"]) for r in data["rows"])
+    shares = [d["forward_share"] for per in data["report"].values() for d in per.values()]
+    assert shares and all(0 < s <= 1 for s in shares), shares
     rows = claims.speed_rows(out, seed=0)
     row = next(r for r in rows if r.task == "humaneval" and r.comparison == "tree_mtad vs spd")
     assert row.n == 2 and "fixed length 9 tokens" in row.detail

@@ -237,11 +237,20 @@ def notes(df: pd.DataFrame) -> list[str]:
     return out
 
 
+def _setting_text(value) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
 def settings_line(df: pd.DataFrame) -> str:
-    """The settings every point shares (``SETTINGS``), e.g. "T=1.0, top-k 10, ..."."""
+    """The settings every point shares (``SETTINGS``), e.g. "T=1, top-k 10, top-p 0.9, ...".
+
+    A column of numbers with missing values is float in pandas (10 -> 10.0): integral values
+    print as integers."""
     parts = []
     for key, name in SETTINGS.items():
-        values = df[key].dropna().astype(str).unique() if key in df else []
+        values = df[key].dropna().map(_setting_text).unique() if key in df else []
         if len(values) == 1:
             parts.append(f"{name}={values[0]}" if len(name) <= 2 else f"{name} {values[0]}")
     return ", ".join(parts)
