@@ -114,19 +114,26 @@ def score_interval(point_dir: Path) -> tuple[float, float] | None:
     return _interval(bootstrap_ci(present(scores))) if len(scores) > 1 else None
 
 
-def rate_interval(point_dir: Path) -> tuple[float, float] | None:
-    """95% bootstrap interval of tokens/s over a point's examples, for the estimate the summary
-    gives (total tokens / total time: ``mtad.core.metrics.tokens_per_s_interval``), recomputed
-    from ``samples.jsonl`` (summaries written before it held an interval of the mean
-    per-example rate, a different statistic that need not contain the estimate)."""
+def sample_intervals(point_dir: Path) -> dict[str, tuple[float, float] | None]:
+    """95% bootstrap intervals recomputed from a point's ``samples.jsonl``, each for the estimate
+    the summary gives, resampling examples: tokens/s (total tokens / total time:
+    ``mtad.core.metrics.tokens_per_s_interval``; summaries written before it held an interval of
+    the mean per-example rate, a different statistic that need not contain the estimate) and
+    block efficiency (emitted tokens / steps: ``block_efficiency_interval``; older summaries have
+    none). ``{}`` without samples."""
     from mtad.core.io import read_jsonl
-    from mtad.core.metrics import tokens_per_s_interval
+    from mtad.core.metrics import block_efficiency_interval, tokens_per_s_interval
 
     path = Path(point_dir) / "samples.jsonl"
     if not path.is_file():
-        return None
-    ci = tokens_per_s_interval(list(read_jsonl(path)))
-    return None if any(math.isnan(v) for v in ci) else _interval(ci)
+        return {}
+    records = list(read_jsonl(path))
+    out = {}
+    for key, fn in (("tokens_per_s_ci", tokens_per_s_interval),
+                    ("block_efficiency_ci", block_efficiency_interval)):
+        ci = fn(records)
+        out[key] = None if any(math.isnan(v) for v in ci) else _interval(ci)
+    return out
 
 
 def point_dirs(sweep_dir: Path, only_current: bool = True) -> list[Path]:
@@ -186,6 +193,7 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
         }
         if summary is not None:
             m = summary.get("metrics") or {}
+            cis = sample_intervals(pt["dir"])
             score = summary.get("score") or {}
             row.update(
                 status="done",
@@ -196,11 +204,12 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
                 perplexity=_num(m.get("perplexity")),
                 perplexity_ci=_interval(m.get("perplexity_ci")),
                 tokens_per_s=_num(m.get("tokens_per_s")),
-                tokens_per_s_ci=rate_interval(pt["dir"]) or _interval(m.get("tokens_per_s_ci")),
+                tokens_per_s_ci=cis.get("tokens_per_s_ci") or _interval(m.get("tokens_per_s_ci")),
                 lossless=summary.get("lossless"),
                 ms_per_token=_num(m.get("ms_per_token")),
                 j_per_token=_num(m.get("j_per_token")),
                 block_efficiency=_block_efficiency(m),
+                block_efficiency_ci=cis.get("block_efficiency_ci") or _interval(m.get("block_efficiency_ci")),
                 acceptance_rate=_num(m.get("acceptance_rate")),
                 examples=m.get("examples"),
                 new_tokens=m.get("new_tokens"),

@@ -50,7 +50,8 @@ COLUMNS = (
     ("speedup_spd", "×SpD", "{:.2f}×"),
 )
 #: Columns shown with their 95% bootstrap interval over examples: column -> interval column.
-INTERVALS = {"score": "score_ci", "perplexity": "perplexity_ci", "tokens_per_s": "tokens_per_s_ci"}
+INTERVALS = {"score": "score_ci", "perplexity": "perplexity_ci", "tokens_per_s": "tokens_per_s_ci",
+             "block_efficiency": "block_efficiency_ci"}
 #: Speedup columns: column -> (baseline decoder, header).
 SPEEDUPS = {"speedup_multinomial": ("multinomial", "×MN"), "speedup_spd": ("spd", "×SpD")}
 #: Settings shared by every point of a table, shown under its title: key -> label.

@@ -104,6 +104,13 @@ def tokens_per_s_interval(records: list[dict]) -> tuple[float, float]:
     return stats.ratio_ci([t for t, _ in pairs], [w for _, w in pairs])
 
 
+def block_efficiency_interval(records: list[dict]) -> tuple[float, float]:
+    """95% bootstrap interval of block efficiency as ``summarize`` estimates it (emitted tokens /
+    steps over all records, ``records_block_efficiency``), resampling examples."""
+    pairs = [(emitted_tokens(r), int(r["steps"])) for r in records if r.get("steps")]
+    return stats.ratio_ci([e for e, _ in pairs], [s for _, s in pairs])
+
+
 def summarize(records: list[dict]) -> dict:
     """Aggregate per-example records of one run into the run's summary metrics."""
     if not records:
@@ -130,6 +137,7 @@ def summarize(records: list[dict]) -> dict:
         "overhead_share": 1 - fwd / wall if wall > 0 else float("nan"),
     }
     out["tokens_per_s_ci"] = tokens_per_s_interval(records)
+    out["block_efficiency_ci"] = block_efficiency_interval(records)
     ppl = [r.get("perplexity") for r in records if r.get("perplexity") is not None]
     if ppl:
         out["perplexity"] = float(np.mean(ppl))

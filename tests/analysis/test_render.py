@@ -427,6 +427,7 @@ def test_cells_show_intervals_and_n(tmp_path):
         "tokens_per_s": 30.0,
         "tokens_per_s_ci": [25.0, 35.0],
         "block_efficiency": 2.0,
+        "block_efficiency_ci": [1.8, 2.2],
     }
     write_point(s, "a", "p", "humaneval", "spd", metrics=m, score=0.5)
     scores = [1.0, 0.0, 1.0, 0.0]
@@ -440,9 +441,27 @@ def test_cells_show_intervals_and_n(tmp_path):
     assert text.loc["spd", ("humaneval", "score")] == f"0.500 [{lo:.3f}, {hi:.3f}]"
     assert text.loc["spd", ("humaneval", "PPL")] == "2.50 [2.00, 3.00]"
     assert text.loc["spd", ("humaneval", "tok/s")] == "30.00 [25.00, 35.00]"
+    assert text.loc["spd", ("humaneval", "BE")] == "2.00 [1.80, 2.20]"
     assert text.loc["spd", ("humaneval", "n")] == "2"
     md = render.to_markdown(text, title="p", metrics={"humaneval": "pass@1"})
     assert "### humaneval (score: pass@1)" in md and re.search(r"\|\s*PPL \[95% CI\]\s*\|", md)
+
+
+def test_sample_intervals_recompute_rates_from_the_records(tmp_path):
+    """tok/s and BE intervals come from samples.jsonl (the estimates' own statistics) when the
+    records carry the counts; a point without samples has none."""
+    from mtad.core.metrics import block_efficiency_interval, tokens_per_s_interval
+    from mtad.run.provenance import append_jsonl
+
+    recs = [{"new_tokens": 10 + i, "wall_time": 1.0 + 0.3 * i, "steps": 3 + i % 3,
+             "emitted_per_step": [2] * (3 + i % 3)} for i in range(8)]
+    for r in recs:
+        append_jsonl(tmp_path / "samples.jsonl", r)
+    cis = render.sample_intervals(tmp_path)
+    assert cis["tokens_per_s_ci"] == pytest.approx(tokens_per_s_interval(recs))
+    assert cis["block_efficiency_ci"] == pytest.approx((2.0, 2.0))  # every step emitted 2
+    assert cis["block_efficiency_ci"] == pytest.approx(block_efficiency_interval(recs))
+    assert render.sample_intervals(tmp_path / "none") == {}
 
 
 def test_one_block_per_task_and_distinct_figures(sweep_dir, tmp_path):

@@ -185,3 +185,24 @@ def test_one_block_efficiency():
     assert records_block_efficiency(recs) == block_efficiency(7, 5)
     assert math.isnan(records_block_efficiency([{"steps": 0, "new_tokens": 0}]))
     assert tokens_per_target_pass(10, 4) == 2.5 and math.isnan(tokens_per_target_pass(3, 0))
+
+
+def test_block_efficiency_interval_is_the_estimates_own_statistic():
+    """Block efficiency's interval resamples examples for emitted tokens / steps over all of
+    them (the estimate), so it contains the estimate; a decoder that emits one token per step
+    everywhere has the zero-width interval [1, 1]."""
+    from mtad.core import stats
+    from mtad.core.metrics import block_efficiency_interval
+    rng = np.random.default_rng(3)
+    recs = []
+    for _ in range(20):
+        emitted = [int(x) for x in rng.integers(1, 6, size=int(rng.integers(2, 9)))]
+        r = _record(sum(emitted), 1.0, [e - 1 for e in emitted], [4] * len(emitted))
+        r["emitted_per_step"] = emitted
+        recs.append(r)
+    s = summarize(recs)
+    lo, hi = s["block_efficiency_ci"]
+    assert lo < s["block_efficiency"] < hi
+    assert (lo, hi) == stats.ratio_ci([sum(r["emitted_per_step"]) for r in recs], [r["steps"] for r in recs])
+    ar = [dict(_record(5, 1.0, [0] * 5, [0] * 5), emitted_per_step=[1] * 5) for _ in range(4)]
+    assert block_efficiency_interval(ar) == pytest.approx((1.0, 1.0))
