@@ -170,7 +170,8 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
     points = [load_point(d) for d in point_dirs(sweep_dir, only_current)]
     listed = _index_points(sweep_dir)
     for pt in points:  # a point not run yet has no folder: its names and knobs come from sweep.json
-        choices, knobs = listed.get(Path(pt["dir"]).resolve(), ({}, {}))
+        choices, knobs, indexed = listed.get(Path(pt["dir"]).resolve(), ({}, {}, None))
+        pt["indexed_status"] = indexed
         pt["choices"] = {**choices, **pt["choices"]}
         pt["config"] = pt["config"] or knobs
     points.sort(key=lambda p: p["status"] != "done")
@@ -188,6 +189,8 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
             "decoder": decoder_name(choices, ident, summary) or "?",
             "status": pt["status"],
             "reason": pt["reason"],
+            # the index's word: "partial" = fewer examples than the sweep's point asks for
+            "indexed_status": pt["indexed_status"],
             **{k: ident.get(k) for k in KNOBS},
             "_identity": _flatten(ident),
         }
@@ -229,8 +232,8 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
     return add_speedups(df)
 
 
-def _index_points(sweep_dir: Path) -> dict[Path, tuple[dict[str, str], dict[str, Any]]]:
-    """{point folder: (config choices, knobs set by its overrides)} from a sweep's
+def _index_points(sweep_dir: Path) -> dict[Path, tuple[dict[str, str], dict[str, Any], str | None]]:
+    """{point folder: (config choices, knobs set by its overrides, status)} from a sweep's
     ``sweep.json`` (empty without one)."""
     import yaml
 
@@ -243,7 +246,8 @@ def _index_points(sweep_dir: Path) -> dict[Path, tuple[dict[str, str], dict[str,
             continue
         pairs = [o.split("=", 1) for o in p.get("overrides") or [] if "=" in o]
         knobs = {k: yaml.safe_load(v) for k, v in pairs if k in KNOBS and k != "limit"}  # not identity
-        out[(sweep_dir / (p.get("dir") or p["hash"])).resolve()] = (p.get("choices") or {}, knobs)
+        out[(sweep_dir / (p.get("dir") or p["hash"])).resolve()] = (p.get("choices") or {}, knobs,
+                                                                     p.get("status"))
     return out
 
 

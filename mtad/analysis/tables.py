@@ -226,6 +226,11 @@ def notes(df: pd.DataFrame) -> list[str]:
         bad["_why"] = [scrub_paths(r) if isinstance(r, str) and r else "" for r in bad["reason"]]
         for (status, why), g in bad.groupby(["status", "_why"], sort=False):
             out.append(f"{status} ({_where(g, df)})" + (f": {why}" if why else ""))
+    if "indexed_status" in df:
+        part = df[(df["status"] == "done") & (df["indexed_status"] == "partial")]
+        if not part.empty:
+            out.append(f"partial ({_where(part, df)}): fewer examples than the point asks for (n "
+                       "shows how many); the next run of the sweep completes them in place")
     out += speedup_notes(df)
     if "data_substitute" in df:
         subs = sorted({str(t) for t, s in zip(df["task"], df["data_substitute"]) if s is True})
