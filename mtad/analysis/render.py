@@ -35,6 +35,7 @@ import argparse
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -101,39 +102,64 @@ def _interval(v) -> tuple[float, float] | None:
     return None if math.isnan(lo) or math.isnan(hi) else (lo, hi)
 
 
-def score_interval(point_dir: Path) -> tuple[float, float] | None:
-    """95% bootstrap interval of the mean score over a point's examples (``samples.jsonl``).
+def _samples(point_dir: Path) -> list[dict] | None:
+    """The records of a point's ``samples.jsonl``; None without one."""
+    from mtad.core.io import read_jsonl
+
+    path = Path(point_dir) / "samples.jsonl"
+    return list(read_jsonl(path)) if path.is_file() else None
+
+
+def score_interval(point_dir: Path, records: list[dict] | None = None) -> tuple[float, float] | None:
+    """95% bootstrap interval of the mean score over a point's examples (``samples.jsonl``, or
+    ``records``).
 
     For summaries that carry a standard error only; the same bootstrap as every other interval.
     """
-    from mtad.core.io import read_jsonl
     from mtad.core.stats import bootstrap_ci, present
 
-    path = Path(point_dir) / "samples.jsonl"
-    scores = [r["score"] for r in read_jsonl(path) if isinstance(r.get("score"), (int, float))]
+    records = _samples(point_dir) if records is None else records
+    scores = [r["score"] for r in records or () if isinstance(r.get("score"), (int, float))]
     return _interval(bootstrap_ci(present(scores))) if len(scores) > 1 else None
 
 
-def sample_intervals(point_dir: Path) -> dict[str, tuple[float, float] | None]:
-    """95% bootstrap intervals recomputed from a point's ``samples.jsonl``, each for the estimate
-    the summary gives, resampling examples: tokens/s (total tokens / total time:
-    ``mtad.core.metrics.tokens_per_s_interval``; summaries written before it held an interval of
-    the mean per-example rate, a different statistic that need not contain the estimate) and
-    block efficiency (emitted tokens / steps: ``block_efficiency_interval``; older summaries have
-    none). ``{}`` without samples."""
-    from mtad.core.io import read_jsonl
+def sample_intervals(point_dir: Path, records: list[dict] | None = None
+                     ) -> dict[str, tuple[float, float] | None]:
+    """95% bootstrap intervals recomputed from a point's ``samples.jsonl`` (or ``records``),
+    each for the estimate the summary gives, resampling examples: tokens/s (total tokens / total
+    time: ``mtad.core.metrics.tokens_per_s_interval``; summaries written before it held an
+    interval of the mean per-example rate, a different statistic that need not contain the
+    estimate) and block efficiency (emitted tokens / steps: ``block_efficiency_interval``; older
+    summaries have none). ``{}`` without samples."""
     from mtad.core.metrics import block_efficiency_interval, tokens_per_s_interval
 
-    path = Path(point_dir) / "samples.jsonl"
-    if not path.is_file():
+    records = _samples(point_dir) if records is None else records
+    if records is None:
         return {}
-    records = list(read_jsonl(path))
     out = {}
     for key, fn in (("tokens_per_s_ci", tokens_per_s_interval),
                     ("block_efficiency_ci", block_efficiency_interval)):
         ci = fn(records)
         out[key] = None if any(math.isnan(v) for v in ci) else _interval(ci)
     return out
+
+
+def at_limit(summary: dict, records: list[dict], limit: int) -> tuple[dict, list[dict]]:
+    """``summary`` and ``records`` of a point restricted to its first ``limit`` examples
+    (records with ``index < limit``; an example's turns stay together): the metrics recomputed
+    with ``mtad.core.metrics.summarize`` and the score as the mean of the kept examples' scores
+    (every task's score is that mean), its interval and standard error from the same bootstrap."""
+    from mtad.core.metrics import summarize
+    from mtad.core.stats import bootstrap_ci, bootstrap_stderr, present
+
+    kept = [r for r in records if int(r.get("index", 0)) < limit]
+    out = dict(summary, metrics={**(summary.get("metrics") or {}), **summarize(kept)}, limit=limit)
+    scores = present([r["score"] for r in kept if isinstance(r.get("score"), (int, float))])
+    if summary.get("score") and scores:
+        out["score"] = dict(summary["score"], value=float(sum(scores) / len(scores)),
+                            ci=list(bootstrap_ci(scores)) if len(scores) > 1 else None,
+                            stderr=bootstrap_stderr(scores), n=len(scores))
+    return out, kept
 
 
 def point_dirs(sweep_dir: Path, only_current: bool = True) -> list[Path]:
@@ -168,12 +194,12 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
         raise FileNotFoundError(f"no sweep folder {sweep_dir}")
     rows = []
     points = [load_point(d) for d in point_dirs(sweep_dir, only_current)]
-    listed = _index_points(sweep_dir)
+    policy, listed = _index_points(sweep_dir)
     for pt in points:  # a point not run yet has no folder: its names and knobs come from sweep.json
-        choices, knobs, indexed = listed.get(Path(pt["dir"]).resolve(), ({}, {}, None))
-        pt["indexed_status"] = indexed
-        pt["choices"] = {**choices, **pt["choices"]}
-        pt["config"] = pt["config"] or knobs
+        entry = listed.get(Path(pt["dir"]).resolve(), IndexEntry())
+        pt["indexed_status"], pt["requested"] = entry.status, entry.limit
+        pt["choices"] = {**entry.choices, **pt["choices"]}
+        pt["config"] = pt["config"] or entry.knobs
     points.sort(key=lambda p: p["status"] != "done")
     seen: set[str] = set()
     for pt in points:
@@ -195,15 +221,20 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
             "_identity": _flatten(ident),
         }
         if summary is not None:
+            records = _samples(pt["dir"])
+            limit = pt["requested"]
+            if (policy == "requested" and records is not None and isinstance(limit, int)
+                    and any(int(r.get("index", 0)) >= limit for r in records)):
+                summary, records = at_limit(summary, records, limit)  # the examples it asks for
             m = summary.get("metrics") or {}
-            cis = sample_intervals(pt["dir"])
+            cis = sample_intervals(pt["dir"], records)
             score = summary.get("score") or {}
             row.update(
                 status="done",
                 score=_num(score.get("value")),
                 score_metric=score.get("metric"),
                 score_stderr=_num(score.get("stderr")),
-                score_ci=_interval(score.get("ci")) or score_interval(pt["dir"]),
+                score_ci=_interval(score.get("ci")) or score_interval(pt["dir"], records),
                 perplexity=_num(m.get("perplexity")),
                 perplexity_ci=_interval(m.get("perplexity_ci")),
                 tokens_per_s=_num(m.get("tokens_per_s")),
@@ -232,9 +263,21 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
     return add_speedups(df)
 
 
-def _index_points(sweep_dir: Path) -> dict[Path, tuple[dict[str, str], dict[str, Any], str | None]]:
-    """{point folder: (config choices, knobs set by its overrides, status)} from a sweep's
-    ``sweep.json`` (empty without one)."""
+@dataclass(frozen=True)
+class IndexEntry:
+    """What a sweep's ``sweep.json`` says of one point folder."""
+
+    choices: dict = field(default_factory=dict)  # config group choices
+    knobs: dict = field(default_factory=dict)  # knobs set by its overrides
+    status: str | None = None  # the index's status ("partial": fewer examples than asked for)
+    limit: int | None = None  # the examples the point asks for
+
+
+def _index_points(sweep_dir: Path) -> tuple[str, dict[Path, IndexEntry]]:
+    """(examples policy, {point folder: IndexEntry}) from a sweep's ``sweep.json`` ("all" and
+    ``{}`` without one). The policy (``sweep.examples`` of the sweep file,
+    ``mtad.run.sweep.plan.EXAMPLES_POLICIES``): "requested" shows a point found in a bigger folder
+    at the examples it asks for."""
     import yaml
 
     from mtad.run.results import INDEX_FILE, read_json
@@ -246,9 +289,10 @@ def _index_points(sweep_dir: Path) -> dict[Path, tuple[dict[str, str], dict[str,
             continue
         pairs = [o.split("=", 1) for o in p.get("overrides") or [] if "=" in o]
         knobs = {k: yaml.safe_load(v) for k, v in pairs if k in KNOBS and k != "limit"}  # not identity
-        out[(sweep_dir / (p.get("dir") or p["hash"])).resolve()] = (p.get("choices") or {}, knobs,
-                                                                     p.get("status"))
-    return out
+        limit = p.get("limit")
+        out[(sweep_dir / (p.get("dir") or p["hash"])).resolve()] = IndexEntry(
+            p.get("choices") or {}, knobs, p.get("status"), int(limit) if limit is not None else None)
+    return index.get("examples") or "all", out
 
 
 def variant_labels(df: pd.DataFrame) -> pd.Series:

@@ -464,6 +464,38 @@ def test_sample_intervals_recompute_rates_from_the_records(tmp_path):
     assert render.sample_intervals(tmp_path / "none") == {}
 
 
+@pytest.mark.parametrize("policy", ["requested", "all"])
+def test_requested_examples_policy_shows_a_bigger_folder_at_the_points_limit(tmp_path, policy):
+    """An ablation's default point is read from a folder of more examples; with
+    ``sweep.examples: requested`` the rendering shows the first ``limit`` (every metric, score
+    and interval recomputed from those records), with ``all`` every example."""
+    from mtad.run.provenance import append_jsonl
+
+    s = tmp_path / "abl"
+    recs = [{"example_id": str(i), "index": i, "turn": 0, "score": float(i % 2 == 0),
+             "perplexity": 1.0 + i, "new_tokens": 10, "wall_time": 1.0 + i, "steps": 5,
+             "emitted_per_step": [2] * 5, "accepted_per_step": [1] * 5, "drafted_per_step": [3] * 5,
+             "target_forward_time": 0.5, "draft_forward_time": 0.2} for i in range(6)]
+    write_point(s, "a", "p", "humaneval", "mtad", metrics={"perplexity": 3.5, "block_efficiency": 2.0},
+                score=0.5)
+    for r in recs:
+        append_jsonl(s / "a" / "samples.jsonl", r)
+    summary = json.loads((s / "a" / "summary.json").read_text())
+    summary["metrics"]["examples"] = 6
+    (s / "a" / "summary.json").write_text(json.dumps(summary))
+    (s / "sweep.json").write_text(json.dumps({"examples": policy, "points": [
+        {"hash": "a", "dir": "a", "limit": 3, "status": "done", "overrides": ["tau=0.5"],
+         "choices": {}}]}))
+    row = render.load_points(s, only_current=False).iloc[0]
+    if policy == "requested":
+        assert row["examples"] == 3 and row["perplexity"] == pytest.approx(2.0)  # (1 + 2 + 3) / 3
+        assert row["score"] == pytest.approx(2 / 3)  # examples 0 and 2 of 0..2
+        assert row["tokens_per_s"] == pytest.approx(30 / 6)
+    else:
+        assert row["examples"] == 6 and row["perplexity"] == pytest.approx(3.5)
+        assert row["score"] == pytest.approx(0.5)
+
+
 def test_one_block_per_task_and_distinct_figures(sweep_dir, tmp_path):
     import hashlib
 

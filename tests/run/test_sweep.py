@@ -4,6 +4,7 @@ recorded, folders written by the old sweep layout are adopted, two sweeps never 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -345,6 +346,24 @@ def test_a_file_that_is_not_a_sweep_is_refused(tmp_path):
     f.write_text("seed: 0\n")
     with pytest.raises(ValueError, match="not a sweep file"):
         sw.load(f)
+
+
+def test_examples_policy_is_checked_and_written_to_the_index(tmp_path):
+    """``sweep.examples`` (all | requested) names what a rendering shows; a bad value is refused
+    naming the field, and the index carries the policy and each point's limit."""
+    from mtad.run.sweep.execute import write_index
+    text = (ROOT / "experiments" / "table2.yaml").read_text()
+    shutil.copytree(ROOT / "experiments" / "shared", tmp_path / "shared")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("  name: table2\n", "  name: table2\n  examples: first\n"))
+    with pytest.raises(ValueError, match=r"sweep.examples='first'.*all, requested"):
+        sw.load(bad, profile="smoke", root=tmp_path)
+    assert all(sw.load(ROOT / f"experiments/ablation_{k}.yaml").meta["examples"] == "requested"
+               for k in ("tau", "gamma", "width", "draft"))
+    sweep = load_smoke(root=tmp_path)
+    write_index(sweep)
+    index = json.loads((sweep.dir / "sweep.json").read_text())
+    assert index["examples"] == "all" and {p["limit"] for p in index["points"]} == {2}
 
 
 def test_dry_run_lists_points_and_estimate(tmp_path, capsys):

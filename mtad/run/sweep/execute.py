@@ -134,7 +134,8 @@ def write_index(sweep: Sweep) -> None:
     store = sweep.store()
     rows = []
     for p in sweep.points:
-        row: dict[str, Any] = {"overrides": p.overrides, "hash": p.hash, "choices": p.choices}
+        row: dict[str, Any] = {"overrides": p.overrides, "hash": p.hash, "choices": p.choices,
+                               "limit": p.limit}
         if p.hash is None:
             row.update(status=UNKNOWN, reason=p.problem)
         else:
@@ -148,6 +149,7 @@ def write_index(sweep: Sweep) -> None:
             "name": sweep.name,
             "file": shown_path(sweep.path),
             "overrides": sweep.base_overrides,
+            "examples": sweep.meta.get("examples", "all"),  # what a rendering shows (plan.EXAMPLES_POLICIES)
             "updated_utc": now_utc(),
             "points": rows,
         },

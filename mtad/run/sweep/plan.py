@@ -35,6 +35,12 @@ class Point:
         return " ".join(self.overrides)
 
 
+#: ``sweep.examples``: which examples a rendering of the sweep shows for a point whose folder
+#: holds more than the point asks for (a point found in another sweep's folder): ``all`` of
+#: them, or the ``requested`` first ``limit`` (an ablation: every point on the same examples).
+EXAMPLES_POLICIES = ("all", "requested")
+
+
 @dataclass
 class Sweep:
     path: Path
@@ -171,6 +177,13 @@ def load(
         grid = [f"{k}={v}" for k, v in params.items()] + base_overrides
         jobs = expand(grid, conf_dir)
         points = [_point(composer, job, sweep_file, conf_dir) for job in jobs]
+    if meta.get("examples", "all") not in EXAMPLES_POLICIES:
+        raise ValueError(
+            f"{sweep_file}: sweep.examples={meta.get('examples')!r} is not one of "
+            f"{', '.join(EXAMPLES_POLICIES)} (all: a table shows every example a point's folder "
+            "holds; requested: only the first `limit`, so that the points of an ablation share "
+            "their examples)"
+        )
     root = Path(root if root is not None else meta.get("root") or "results/sweeps")
     if search is None:
         search = [root] if explicit_root or not meta.get("search") else list(meta["search"])
