@@ -220,6 +220,9 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
             **{k: ident.get(k) for k in KNOBS},
             "_identity": _flatten(ident),
         }
+        if policy == "requested" and pt["requested"] is not None:
+            # what is shown (at_limit below), found or not: not a knob that varies
+            row["limit"] = row["_identity"]["limit"] = pt["requested"]
         if summary is not None:
             records = _samples(pt["dir"])
             limit = pt["requested"]

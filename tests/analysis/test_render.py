@@ -489,6 +489,7 @@ def test_requested_examples_policy_shows_a_bigger_folder_at_the_points_limit(tmp
     row = render.load_points(s, only_current=False).iloc[0]
     if policy == "requested":
         assert row["examples"] == 3 and row["perplexity"] == pytest.approx(2.0)  # (1 + 2 + 3) / 3
+        assert row["limit"] == 3 and row["label"] == "mtad"  # the limit shown is no ablation axis
         assert row["score"] == pytest.approx(2 / 3)  # examples 0 and 2 of 0..2
         assert row["tokens_per_s"] == pytest.approx(30 / 6)
     else:
