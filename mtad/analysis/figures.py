@@ -109,47 +109,80 @@ def plot_pareto(df: pd.DataFrame, task: str, ax=None):
 
 
 def _knob_axis(ax, knob: str, values: Sequence[float]) -> None:
-    """Integer ticks at the values swept; log2 scale for ``LOG2_KNOBS`` with positive values."""
+    """A tick at each value swept, the axis padded around them; log2 scale for ``LOG2_KNOBS``
+    with positive values."""
     vals = sorted(set(values))
-    if knob in LOG2_KNOBS and vals and min(vals) > 0:
+    if not vals:
+        return
+    log2 = knob in LOG2_KNOBS and min(vals) > 0
+    if log2:
         ax.set_xscale("log", base=2)
-    if all(float(v).is_integer() for v in vals):
-        ax.set_xticks(vals)
-        ax.set_xticklabels([str(int(v)) for v in vals])
-        ax.minorticks_off()
+        ax.set_xlim(vals[0] / 2 ** 0.3, vals[-1] * 2 ** 0.3)
+    else:
+        pad = 0.08 * (vals[-1] - vals[0]) or 0.5
+        ax.set_xlim(vals[0] - pad, vals[-1] + pad)
+    ax.set_xticks(vals)
+    ax.set_xticklabels([str(int(v)) if float(v).is_integer() else f"{v:g}" for v in vals])
+    ax.minorticks_off()
+
+
+#: Ablation panels, in the paper's order (quality, then tokens per target pass), then the
+#: wall-clock rate: (column, axis label).
+ABLATION_PANELS = (("perplexity", "perplexity"), ("block_efficiency", "block efficiency"),
+                   ("tokens_per_s", "tokens/s (shared machine)"))
+
+
+def _dodge(knob: str, values: Sequence[float], k: int, n: int, grid: Sequence[float]) -> list[float]:
+    """x positions of the k-th of n lines at ``values``, moved apart so that equal knob values
+    do not hide each other's intervals: by a fraction of the smallest spacing of ``grid`` (the
+    values swept), multiplicative on a log2 axis."""
+    if n < 2:
+        return list(values)
+    off = (k - (n - 1) / 2) * 0.12  # in units of the smallest spacing (log2 units on a log axis)
+    if knob in LOG2_KNOBS and min(values, default=0) > 0:
+        return [v * 2 ** off for v in values]
+    vals = sorted(set(grid))
+    step = min((b - a for a, b in zip(vals, vals[1:])), default=1.0)
+    return [v + off * step for v in values]
 
 
 def plot_ablation(df: pd.DataFrame, knob: str):
-    """Ablation over ``knob``: tokens/s, block efficiency and perplexity (with intervals) vs the
-    knob, a line per (pair, task, decoder); lossless decoders solid, lossy dashed."""
+    """Ablation over ``knob``: a row per task (tasks differ in scale), columns perplexity, block
+    efficiency and tokens/s vs the knob with 95% intervals, a line per (pair, decoder), decoders
+    moved apart slightly on x; lossless decoders solid, lossy dashed."""
     import matplotlib.pyplot as plt
 
     sub = df[df["status"] == "done"].copy()
     sub["_x"] = [_num(ident.get(knob)) for ident in sub["_identity"]]
     sub = sub.dropna(subset=["_x"])
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
-    for (pair, task, dec), g in sub.groupby(["pair", "task", "decoder"], sort=False):
-        g = g.sort_values("_x")
-        lossless = bool(g["lossless"].eq(True).all())
-        name = f"{dec} / {task}" + (f" / {pair}" if sub["pair"].nunique() > 1 else "")
-        for ax, col in zip(axes, ("tokens_per_s", "block_efficiency", "perplexity")):
-            ax.errorbar(
-                g["_x"],
-                g[col],
-                yerr=_errors(g, col),
-                marker="o",
-                capsize=2,
-                linestyle="-" if lossless else "--",
-                label=name,
-            )
-    for ax, col in zip(axes, ("tokens/s", "block efficiency", "perplexity")):
-        ax.set_xlabel(knob)
-        ax.set_ylabel(col)
-        ax.grid(alpha=0.3)
-        _knob_axis(ax, knob, list(sub["_x"]))
-    if len(sub):
-        axes[0].legend(fontsize=7, title="solid = lossless", title_fontsize=7)
-    tasks = ", ".join(str(t) for t in dict.fromkeys((sub if len(sub) else df)["task"]))
-    fig.suptitle(_title(sub if len(sub) else df, f"Ablation over {knob} on {tasks}"), fontsize=10)
+    # every value the sweep asks for, finished or not: the same x axis in every panel
+    grid = sorted({x for x in (_num(i.get(knob)) for i in df["_identity"]) if not math.isnan(x)}
+                  | set(sub["_x"]))
+    tasks = list(dict.fromkeys((sub if len(sub) else df)["task"]))
+    fig, axes = plt.subplots(max(len(tasks), 1), len(ABLATION_PANELS), squeeze=False, sharex=True,
+                             figsize=(13, 0.6 + 3.3 * max(len(tasks), 1)))
+    many_pairs = sub["pair"].nunique() > 1
+    colors = {}
+    for r, task in enumerate(tasks):
+        lines = list(sub[sub["task"] == task].groupby(["pair", "decoder"], sort=False))
+        for k, ((pair, dec), g) in enumerate(lines):
+            g = g.sort_values("_x")
+            lossless = bool(g["lossless"].eq(True).all())
+            name = f"{dec}" + (f" / {pair}" if many_pairs else "")
+            color = colors.setdefault(name, f"C{len(colors)}")
+            xs = _dodge(knob, list(g["_x"]), k, len(lines), grid)
+            for ax, (col, _) in zip(axes[r], ABLATION_PANELS):
+                ax.errorbar(xs, g[col], yerr=_errors(g, col), marker="o", capsize=2, color=color,
+                            linestyle="-" if lossless else "--", label=name)
+        for c, (ax, (_, label)) in enumerate(zip(axes[r], ABLATION_PANELS)):
+            ax.set_xlabel(knob)
+            ax.set_ylabel(label)
+            ax.set_title(str(task), fontsize=9)
+            ax.grid(alpha=0.3)
+            _knob_axis(ax, knob, grid)
+            if c == 0 and lines:
+                ax.legend(fontsize=7, title="solid = lossless", title_fontsize=7)
+    head = f"Ablation over {knob} on {', '.join(str(t) for t in tasks)}"
+    fig.suptitle(_title(sub if len(sub) else df, head), fontsize=10)
     fig.tight_layout()
     return fig

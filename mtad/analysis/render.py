@@ -17,7 +17,8 @@ Writes to ``--out``:
 - ``points.csv``: one numeric row per point (status and reason included);
 - ``pareto_<task>.png`` (and ``pareto.png`` when there are several tasks): perplexity vs
   tokens/s with interval error bars, lossless decoders filled, lossy hollow, Pareto front;
-- ``ablation_<knob>.png``: tokens/s, block efficiency and perplexity vs each knob that varies
+- ``ablation_<knob>.png``: perplexity, block efficiency and tokens/s vs each knob that varies
+  (a row per task)
   among a decoder's points (log2 axis for gamma and width).
 
 This module loads the points and writes the files; the tables are made by ``mtad.analysis.tables``,

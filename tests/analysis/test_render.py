@@ -573,6 +573,11 @@ def test_ablation_titled_and_on_a_log2_axis(tmp_path):
         "8",
     ]
     assert fig._suptitle.get_text().startswith("Ablation over gamma")
+    # a row per task, the paper's quantities first; each line's markers at the values swept
+    assert [a.get_ylabel() for a in fig.axes] == ["perplexity", "block efficiency",
+                                                  "tokens/s (shared machine)"]
+    line = fig.axes[1].get_lines()[0]
+    assert list(line.get_xdata()) == [2, 4, 8] and list(line.get_ydata()) == [1.5, 2.0, 3.0]
 
 
 def _committed_renderings() -> list[tuple[str, Path | None]]:
