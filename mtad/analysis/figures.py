@@ -126,10 +126,11 @@ def _knob_axis(ax, knob: str, values: Sequence[float]) -> None:
     ax.minorticks_off()
 
 
-#: Ablation panels, in the paper's order (quality, then tokens per target pass), then the
-#: wall-clock rate: (column, axis label).
-ABLATION_PANELS = (("perplexity", "perplexity"), ("block_efficiency", "block efficiency"),
-                   ("tokens_per_s", "tokens/s (shared machine)"))
+#: Ablation panels, the paper's (quality, then tokens per target pass): (column, axis label).
+#: No wall-clock panel: a curve's points may come from runs under different loads and thread
+#: counts (the default point is the claims'), so their tokens/s are not comparable; the table
+#: keeps them with that caveat, and speed is the interleaved benchmark's.
+ABLATION_PANELS = (("perplexity", "perplexity"), ("block_efficiency", "block efficiency"))
 
 
 def _dodge(knob: str, values: Sequence[float], k: int, n: int, grid: Sequence[float]) -> list[float]:
@@ -146,10 +147,12 @@ def _dodge(knob: str, values: Sequence[float], k: int, n: int, grid: Sequence[fl
     return [v + off * step for v in values]
 
 
-def plot_ablation(df: pd.DataFrame, knob: str):
-    """Ablation over ``knob``: a row per task (tasks differ in scale), columns perplexity, block
-    efficiency and tokens/s vs the knob with 95% intervals, a line per (pair, decoder), decoders
-    moved apart slightly on x; lossless decoders solid, lossy dashed."""
+def plot_ablation(df: pd.DataFrame, knob: str, paired: pd.DataFrame | None = None, default=None):
+    """Ablation over ``knob``: a row per task (tasks differ in scale), columns perplexity and
+    block efficiency vs the knob with 95% intervals, a line per (pair, decoder), decoders
+    moved apart slightly on x; lossless decoders solid, lossy dashed. With ``paired`` (the
+    frame of ``mtad.analysis.render.paired_vs_default``), a last column: perplexity over that
+    at the knob's ``default``, paired over examples."""
     import matplotlib.pyplot as plt
 
     sub = df[df["status"] == "done"].copy()
@@ -159,8 +162,10 @@ def plot_ablation(df: pd.DataFrame, knob: str):
     grid = sorted({x for x in (_num(i.get(knob)) for i in df["_identity"]) if not math.isnan(x)}
                   | set(sub["_x"]))
     tasks = list(dict.fromkeys((sub if len(sub) else df)["task"]))
-    fig, axes = plt.subplots(max(len(tasks), 1), len(ABLATION_PANELS), squeeze=False, sharex=True,
-                             figsize=(13, 0.6 + 3.3 * max(len(tasks), 1)))
+    has_paired = paired is not None and not paired.empty
+    ncol = len(ABLATION_PANELS) + has_paired
+    fig, axes = plt.subplots(max(len(tasks), 1), ncol, squeeze=False, sharex=True,
+                             figsize=(4.4 * ncol, 0.6 + 3.3 * max(len(tasks), 1)))
     many_pairs = sub["pair"].nunique() > 1
     colors = {}
     for r, task in enumerate(tasks):
@@ -174,7 +179,19 @@ def plot_ablation(df: pd.DataFrame, knob: str):
             for ax, (col, _) in zip(axes[r], ABLATION_PANELS):
                 ax.errorbar(xs, g[col], yerr=_errors(g, col), marker="o", capsize=2, color=color,
                             linestyle="-" if lossless else "--", label=name)
-        for c, (ax, (_, label)) in enumerate(zip(axes[r], ABLATION_PANELS)):
+            if has_paired:
+                q = paired[(paired["pair"] == pair) & (paired["task"] == task) & (paired["decoder"] == dec)]
+                q = q.sort_values(knob)
+                lo = [max(v - a, 0.0) if not math.isnan(a) else 0.0 for v, a in zip(q["ratio"], q["low"])]
+                hi = [max(h - v, 0.0) if not math.isnan(h) else 0.0 for v, h in zip(q["ratio"], q["high"])]
+                axes[r][-1].errorbar(_dodge(knob, list(q[knob]), k, len(lines), grid), q["ratio"],
+                                     yerr=[lo, hi], marker="o", capsize=2, color=color,
+                                     linestyle="-" if lossless else "--", label=name)
+        labels = [label for _, label in ABLATION_PANELS]
+        if has_paired:
+            labels.append(f"PPL ÷ PPL at {knob}={default} (paired)")
+            axes[r][-1].axhline(1.0, color="0.5", lw=0.8, zorder=0)
+        for c, (ax, label) in enumerate(zip(axes[r], labels)):
             ax.set_xlabel(knob)
             ax.set_ylabel(label)
             ax.set_title(str(task), fontsize=9)

@@ -17,9 +17,9 @@ Writes to ``--out``:
 - ``points.csv``: one numeric row per point (status and reason included);
 - ``pareto_<task>.png`` (and ``pareto.png`` when there are several tasks): perplexity vs
   tokens/s with interval error bars, lossless decoders filled, lossy hollow, Pareto front;
-- ``ablation_<knob>.png``: perplexity, block efficiency and tokens/s vs each knob that varies
-  (a row per task)
-  among a decoder's points (log2 axis for gamma and width).
+- ``ablation_<knob>.png``: perplexity, block efficiency and the perplexity ratio to the
+  default (paired over examples) vs each knob that varies among a decoder's points, a row per
+  task (log2 axis for gamma and width); the table gets the paired ratios too.
 
 This module loads the points and writes the files; the tables are made by ``mtad.analysis.tables``,
 the figures by ``mtad.analysis.figures``. Conventions: a value that is missing (point not run,
@@ -145,6 +145,76 @@ def sample_intervals(point_dir: Path, records: list[dict] | None = None
     return out
 
 
+def example_log_ppl(records: list[dict]) -> dict[tuple[str, int], float]:
+    """{(example id, turn): log perplexity} of the records that have a perplexity: what a paired
+    comparison of two points over the same examples needs."""
+    out = {}
+    for r in records:
+        ppl = r.get("perplexity")
+        if isinstance(ppl, (int, float)) and ppl > 0 and math.isfinite(ppl):
+            out[(str(r.get("example_id", r.get("index"))), int(r.get("turn", 0)))] = math.log(ppl)
+    return out
+
+
+def knob_defaults() -> dict[str, Any]:
+    """The authors' default of each ablation knob (``conf/config.yaml``: gamma, tau, width)."""
+    from omegaconf import OmegaConf
+
+    from mtad.run.config import CONF_DIR
+
+    cfg = OmegaConf.load(CONF_DIR / "config.yaml")
+    return {k: cfg.get(k) for k in ("gamma", "tau", "width") if cfg.get(k) is not None}
+
+
+def paired_vs_default(df: pd.DataFrame, knob: str, default: Any) -> pd.DataFrame:
+    """Perplexity of each finished point over that of the point at the knob's ``default`` with
+    the same pair, task and decoder, paired over the examples (and turns) both have: the ratio
+    of geometric-mean perplexities with a 95% bootstrap interval that resamples examples
+    (``mtad.core.stats.perplexity_ratio``). Points of one curve share prompts and seeds, so
+    the pairing removes the between-prompt spread that dominates the unpaired intervals."""
+    from mtad.core.stats import perplexity_ratio
+
+    cols = ["pair", "task", "decoder", knob, "n", "ratio", "low", "high", "detail"]
+    rows = []
+    done = df[(df["status"] == "done")] if "_log_ppl" in df else df.iloc[0:0]
+    for (pair, task, dec), g in done.groupby(["pair", "task", "decoder"], sort=False):
+        points = [(_num(r["_identity"].get(knob)), r.get("_log_ppl")) for r in g.to_dict("records")]
+        points = sorted(((x, lp) for x, lp in points if isinstance(lp, dict) and not math.isnan(x)),
+                        key=lambda t: t[0])
+        ref = next((lp for x, lp in points if x == _num(default)), None)
+        if ref is None:
+            continue
+        for x, mine in points:
+            keys = sorted(set(mine) & set(ref))
+            iv = perplexity_ratio([mine[k] for k in keys], [ref[k] for k in keys])
+            rows.append([pair, task, dec, x, iv.n, iv.estimate, iv.low, iv.high, iv.detail or ""])
+    return pd.DataFrame(rows, columns=cols)
+
+
+def paired_markdown(paired: pd.DataFrame, knob: str, default: Any) -> list[str]:
+    """Markdown lines of ``paired_vs_default``: a table per task."""
+    if paired.empty:
+        return []
+    lines = [f"## Paired: perplexity ÷ perplexity at the default {knob}={default}", "",
+             "Ratio of geometric-mean perplexities over the examples both points have (n pairs), "
+             "95% bootstrap interval resampling examples; below 1 = lower perplexity than at the "
+             "default.", ""]
+    for task, g in paired.groupby("task", sort=False):
+        lines += [f"### {task}", "", f"| decoder | {knob} | n pairs | PPL ratio [95% CI] |",
+                  "|:--|--:|--:|--:|"]
+        for r in g.itertuples():
+            value = f"{getattr(r, knob):g}"
+            if value == f"{_num(default):g}":
+                cell = "1 (the default)"
+            elif math.isnan(r.low):
+                cell = f"{r.ratio:.3f} ({r.detail})"
+            else:
+                cell = f"{r.ratio:.3f} [{r.low:.3f}, {r.high:.3f}]"
+            lines.append(f"| {r.decoder} | {value} | {r.n} | {cell} |")
+        lines.append("")
+    return lines
+
+
 def at_limit(summary: dict, records: list[dict], limit: int) -> tuple[dict, list[dict]]:
     """``summary`` and ``records`` of a point restricted to its first ``limit`` examples
     (records with ``index < limit``; an example's turns stay together): the metrics recomputed
@@ -232,6 +302,7 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
                 summary, records = at_limit(summary, records, limit)  # the examples it asks for
             m = summary.get("metrics") or {}
             cis = sample_intervals(pt["dir"], records)
+            row["_log_ppl"] = example_log_ppl(records or [])
             score = summary.get("score") or {}
             row.update(
                 status="done",
@@ -410,6 +481,10 @@ def render(
         )
         tex.append(to_latex(text, caption=f"{name} ({what}): {pair}".replace("_", r"\_")))
         csv_parts.append(csv_table(df[df["pair"] == pair], text))
+    defaults = knob_defaults() if knobs else {}
+    paired = {k: paired_vs_default(df, k, defaults[k]) for k in knobs if k in defaults}
+    for k, frame in paired.items():
+        md += paired_markdown(frame, k, defaults[k])
     if footnotes:
         md += ["Notes:", "", *[f"- {n}" for n in footnotes], ""]
     if notes_file is not None:
@@ -469,7 +544,7 @@ def render(
         plt.close(fig)
         written["pareto.png"] = out_dir / "pareto.png"
     for knob in knobs:
-        fig = plot_ablation(df, knob)
+        fig = plot_ablation(df, knob, paired.get(knob), defaults.get(knob))
         path = out_dir / f"ablation_{knob}.png"
         fig.savefig(path, dpi=120)
         plt.close(fig)

@@ -9,6 +9,7 @@ import os
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mtad.analysis import render
@@ -497,6 +498,42 @@ def test_requested_examples_policy_shows_a_bigger_folder_at_the_points_limit(tmp
         assert row["score"] == pytest.approx(0.5)
 
 
+def test_ablation_pairs_each_point_with_the_default_over_shared_examples(tmp_path):
+    """An ablation's table and figure carry perplexity over that at the knob's default (conf:
+    tau=0.5), the ratio of geometric means over the examples both points have, with a paired
+    bootstrap interval; a point with no default on its curve gets no ratio."""
+    from mtad.core.stats import perplexity_ratio
+    from mtad.run.provenance import append_jsonl
+
+    s = tmp_path / "ablation_tau"
+    rng = np.random.default_rng(0)
+    base = rng.uniform(1.1, 2.0, size=8)
+    ppl = {0.5: base, 0.1: base * rng.uniform(0.9, 1.0, size=8)}
+    for tau, values in ppl.items():
+        h = f"t{tau}"
+        write_point(s, h, "p", "humaneval", "mtad", tau=tau,
+                    metrics={"perplexity": float(values.mean()), "block_efficiency": 2.0})
+        for i, v in enumerate(values[: 8 if tau == 0.5 else 6]):  # tau=0.1: 6 examples
+            append_jsonl(s / h / "samples.jsonl", {"example_id": f"e{i}", "index": i, "turn": 0,
+                                                  "perplexity": float(v)})
+    write_point(s, "other", "p", "humaneval", "spd", tau=0.1, metrics={"perplexity": 1.5})
+    df = render.load_points(s, only_current=False)
+    paired = render.paired_vs_default(df, "tau", 0.5)
+    row = paired[(paired["decoder"] == "mtad") & (paired["tau"] == 0.1)].iloc[0]
+    want = perplexity_ratio(np.log(ppl[0.1][:6]), np.log(ppl[0.5][:6]))
+    assert row["n"] == 6 and row["ratio"] == pytest.approx(want.estimate) and want.estimate < 1
+    assert (row["low"], row["high"]) == pytest.approx((want.low, want.high))
+    assert set(paired["decoder"]) == {"mtad"}  # spd has no point at the default
+    written = render.render(s, tmp_path / "out", only_current=False)
+    md = (tmp_path / "out" / "table2.md").read_text()
+    assert "## Paired: perplexity ÷ perplexity at the default tau=0.5" in md
+    assert f"| mtad | 0.1 | 6 | {want.estimate:.3f} [{want.low:.3f}, {want.high:.3f}] |" in md
+    assert "| mtad | 0.5 | 8 | 1 (the default) |" in md
+    assert "ablation_tau.png" in written
+    fig = render.plot_ablation(df, "tau", paired, 0.5)
+    assert fig.axes[-1].get_ylabel() == "PPL ÷ PPL at tau=0.5 (paired)" and len(fig.axes) == 3
+
+
 def test_one_block_per_task_and_distinct_figures(sweep_dir, tmp_path):
     import hashlib
 
@@ -574,8 +611,7 @@ def test_ablation_titled_and_on_a_log2_axis(tmp_path):
     ]
     assert fig._suptitle.get_text().startswith("Ablation over gamma")
     # a row per task, the paper's quantities first; each line's markers at the values swept
-    assert [a.get_ylabel() for a in fig.axes] == ["perplexity", "block efficiency",
-                                                  "tokens/s (shared machine)"]
+    assert [a.get_ylabel() for a in fig.axes] == ["perplexity", "block efficiency"]
     line = fig.axes[1].get_lines()[0]
     assert list(line.get_xdata()) == [2, 4, 8] and list(line.get_ydata()) == [1.5, 2.0, 3.0]
 
