@@ -348,6 +348,13 @@ class IndexEntry:
     limit: int | None = None  # the examples the point asks for
 
 
+def render_options(sweep_dir: Path) -> dict[str, Any]:
+    """The sweep's ``sweep.render`` options for its profile, from ``sweep.json`` ({} without)."""
+    from mtad.run.results import INDEX_FILE, read_json
+
+    return dict((read_json(Path(sweep_dir) / INDEX_FILE) or {}).get("render") or {})
+
+
 def _index_points(sweep_dir: Path) -> tuple[str, dict[Path, IndexEntry]]:
     """(examples policy, {point folder: IndexEntry}) from a sweep's ``sweep.json`` ("all" and
     ``{}`` without one). The policy (``sweep.examples`` of the sweep file,
@@ -524,8 +531,9 @@ def render(
     written["points.csv"] = out_dir / "points.csv"
 
     tasks = _task_order(list(df["task"]))
+    pareto_x = render_options(sweep_dir).get("pareto_x", "tokens_per_s")
     for task in tasks:
-        ax = plot_pareto(df, task)
+        ax = plot_pareto(df, task, x=pareto_x)
         path = out_dir / f"pareto_{task}.png"
         ax.figure.tight_layout()
         ax.figure.savefig(path, dpi=120)
@@ -536,7 +544,7 @@ def render(
         nrow = math.ceil(len(tasks) / ncol)
         fig, axes = plt.subplots(nrow, ncol, figsize=(6 * ncol, 4.8 * nrow), squeeze=False)
         for ax, task in zip(axes.flat, tasks):
-            plot_pareto(df, task, ax=ax)
+            plot_pareto(df, task, ax=ax, x=pareto_x)
         for ax in list(axes.flat)[len(tasks) :]:
             ax.axis("off")
         fig.tight_layout()

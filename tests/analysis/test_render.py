@@ -534,6 +534,26 @@ def test_ablation_pairs_each_point_with_the_default_over_shared_examples(tmp_pat
     assert fig.axes[-1].get_ylabel() == "PPL ÷ PPL at tau=0.5 (paired)" and len(fig.axes) == 3
 
 
+def test_pareto_x_follows_the_sweeps_render_option(tmp_path):
+    """``sweep.json``'s ``render.pareto_x``: block efficiency on the x axis (a shared machine's
+    records), else tokens/s."""
+    import matplotlib.pyplot as plt
+
+    s = tmp_path / "t"
+    write_point(s, "a", "p", "humaneval", "spd", metrics={"perplexity": 2.0, "tokens_per_s": 3.0,
+                                                          "block_efficiency": 3.5})
+    write_point(s, "b", "p", "humaneval", "multinomial",
+                metrics={"perplexity": 2.1, "tokens_per_s": 9.0, "block_efficiency": 1.0})
+    df = render.load_points(s, only_current=False)
+    ax = render.plot_pareto(df, "humaneval", x="block_efficiency")
+    assert ax.get_xlabel().startswith("block efficiency") and "vs block efficiency" in ax.get_title()
+    plt.close(ax.figure)
+    (s / "sweep.json").write_text(json.dumps({"render": {"pareto_x": "block_efficiency"}, "points": []}))
+    assert render.render_options(s) == {"pareto_x": "block_efficiency"}
+    with pytest.raises(ValueError, match="pareto x='wall'"):
+        render.plot_pareto(df, "humaneval", x="wall")
+
+
 def test_one_block_per_task_and_distinct_figures(sweep_dir, tmp_path):
     import hashlib
 

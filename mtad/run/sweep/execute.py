@@ -150,6 +150,7 @@ def write_index(sweep: Sweep) -> None:
             "file": shown_path(sweep.path),
             "overrides": sweep.base_overrides,
             "examples": sweep.meta.get("examples", "all"),  # what a rendering shows (plan.EXAMPLES_POLICIES)
+            "render": sweep.render,  # how (plan.RENDER_OPTIONS)
             "updated_utc": now_utc(),
             "points": rows,
         },

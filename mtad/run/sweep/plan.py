@@ -39,6 +39,10 @@ class Point:
 #: holds more than the point asks for (a point found in another sweep's folder): ``all`` of
 #: them, or the ``requested`` first ``limit`` (an ablation: every point on the same examples).
 EXAMPLES_POLICIES = ("all", "requested")
+#: ``sweep.render.<profile>`` (``paper`` without a profile): how a rendering draws the sweep.
+#: ``pareto_x``: the x axis of the perplexity-vs-speed figure, tokens/s or, for records made on
+#: a shared machine, block efficiency (``mtad.analysis.figures.PARETO_X``).
+RENDER_OPTIONS = {"pareto_x": ("tokens_per_s", "block_efficiency")}
 
 
 @dataclass
@@ -52,6 +56,7 @@ class Sweep:
     meta: dict[str, Any] = field(default_factory=dict)  # the file's ``sweep:`` block
     hydra_overrides: list[str] = field(default_factory=list)  # hydra.* / hydra/*: launchers only
     search: list[Path] = field(default_factory=list)  # where a point is looked for (Catalog)
+    render: dict[str, Any] = field(default_factory=dict)  # sweep.render of its profile
     _folders: dict[str, PointFolder] = field(default_factory=dict, repr=False)
     _catalog: Catalog | None = field(default=None, repr=False)
 
@@ -184,6 +189,13 @@ def load(
             "holds; requested: only the first `limit`, so that the points of an ablation share "
             "their examples)"
         )
+    render = (meta.get("render") or {}).get(profile or "paper") or {}
+    for key, value in render.items():
+        if key not in RENDER_OPTIONS or value not in RENDER_OPTIONS[key]:
+            raise ValueError(
+                f"{sweep_file}: sweep.render.{profile or 'paper'}.{key}={value!r}: the options are "
+                + "; ".join(f"{k}: {', '.join(v)}" for k, v in RENDER_OPTIONS.items())
+            )
     root = Path(root if root is not None else meta.get("root") or "results/sweeps")
     if search is None:
         search = [root] if explicit_root or not meta.get("search") else list(meta["search"])
@@ -197,6 +209,7 @@ def load(
         points=points,
         meta=meta,
         hydra_overrides=hydra_overrides,
+        render=dict(render),
     )
 
 
