@@ -156,6 +156,19 @@ def example_log_ppl(records: list[dict]) -> dict[tuple[str, int], float]:
     return out
 
 
+def draft_cost(records: list[dict]) -> dict[str, float]:
+    """What a point's decoding costs beyond the tokens it emits, from its records and
+    independent of the machine's load: ``drafted_per_token`` (draft tokens proposed per token
+    emitted: the draft's work) and ``nodes_per_step`` (tree nodes the target verifies per
+    step: the width of its pass). NaN without step records."""
+    steps = [r for r in records if r.get("drafted_per_step") is not None]
+    emitted = sum(sum(r.get("emitted_per_step") or [r.get("new_tokens") or 0]) for r in steps)
+    drafted = sum(sum(r["drafted_per_step"]) for r in steps)
+    sizes = [n for r in steps for n in (r.get("tree_size_per_step") or [])]
+    return {"drafted_per_token": drafted / emitted if emitted else math.nan,
+            "nodes_per_step": sum(sizes) / len(sizes) if sizes else math.nan}
+
+
 def knob_defaults() -> dict[str, Any]:
     """The authors' default of each ablation knob (``conf/config.yaml``: gamma, tau, width)."""
     from omegaconf import OmegaConf
@@ -174,20 +187,22 @@ def paired_vs_default(df: pd.DataFrame, knob: str, default: Any) -> pd.DataFrame
     the pairing removes the between-prompt spread that dominates the unpaired intervals."""
     from mtad.core.stats import perplexity_ratio
 
-    cols = ["pair", "task", "decoder", knob, "n", "ratio", "low", "high", "detail"]
+    cols = ["pair", "task", "decoder", knob, "n", "ratio", "low", "high", "detail",
+            "drafted_per_token", "nodes_per_step"]
     rows = []
     done = df[(df["status"] == "done")] if "_log_ppl" in df else df.iloc[0:0]
     for (pair, task, dec), g in done.groupby(["pair", "task", "decoder"], sort=False):
-        points = [(_num(r["_identity"].get(knob)), r.get("_log_ppl")) for r in g.to_dict("records")]
-        points = sorted(((x, lp) for x, lp in points if isinstance(lp, dict) and not math.isnan(x)),
+        points = [(_num(r["_identity"].get(knob)), r.get("_log_ppl"), r) for r in g.to_dict("records")]
+        points = sorted(((x, lp, r) for x, lp, r in points if isinstance(lp, dict) and not math.isnan(x)),
                         key=lambda t: t[0])
-        ref = next((lp for x, lp in points if x == _num(default)), None)
+        ref = next((lp for x, lp, _ in points if x == _num(default)), None)
         if ref is None:
             continue
-        for x, mine in points:
+        for x, mine, r in points:
             keys = sorted(set(mine) & set(ref))
             iv = perplexity_ratio([mine[k] for k in keys], [ref[k] for k in keys])
-            rows.append([pair, task, dec, x, iv.n, iv.estimate, iv.low, iv.high, iv.detail or ""])
+            rows.append([pair, task, dec, x, iv.n, iv.estimate, iv.low, iv.high, iv.detail or "",
+                         _num(r.get("drafted_per_token")), _num(r.get("nodes_per_step"))])
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -198,10 +213,12 @@ def paired_markdown(paired: pd.DataFrame, knob: str, default: Any) -> list[str]:
     lines = [f"## Paired: perplexity ÷ perplexity at the default {knob}={default}", "",
              "Ratio of geometric-mean perplexities over the examples both points have (n pairs), "
              "95% bootstrap interval resampling examples; below 1 = lower perplexity than at the "
-             "default.", ""]
+             "default. Cost, from the records (load does not change it): draft tokens proposed "
+             "per token emitted, and tree nodes the target verifies per step.", ""]
     for task, g in paired.groupby("task", sort=False):
-        lines += [f"### {task}", "", f"| decoder | {knob} | n pairs | PPL ratio [95% CI] |",
-                  "|:--|--:|--:|--:|"]
+        lines += [f"### {task}", "",
+                  f"| decoder | {knob} | n pairs | PPL ratio [95% CI] | drafted / token | nodes / step |",
+                  "|:--|--:|--:|--:|--:|--:|"]
         for r in g.itertuples():
             value = f"{getattr(r, knob):g}"
             if value == f"{_num(default):g}":
@@ -210,7 +227,9 @@ def paired_markdown(paired: pd.DataFrame, knob: str, default: Any) -> list[str]:
                 cell = f"{r.ratio:.3f} ({r.detail})"
             else:
                 cell = f"{r.ratio:.3f} [{r.low:.3f}, {r.high:.3f}]"
-            lines.append(f"| {r.decoder} | {value} | {r.n} | {cell} |")
+            cost = " | ".join("–" if math.isnan(v) else f"{v:.2f}"
+                              for v in (r.drafted_per_token, r.nodes_per_step))
+            lines.append(f"| {r.decoder} | {value} | {r.n} | {cell} | {cost} |")
         lines.append("")
     return lines
 
@@ -303,6 +322,7 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
             m = summary.get("metrics") or {}
             cis = sample_intervals(pt["dir"], records)
             row["_log_ppl"] = example_log_ppl(records or [])
+            row.update(draft_cost(records or []))
             score = summary.get("score") or {}
             row.update(
                 status="done",
@@ -520,6 +540,8 @@ def render(
         "energy_source",
         "block_efficiency",
         "acceptance_rate",
+        "drafted_per_token",
+        "nodes_per_step",
         "speedup_multinomial",
         "speedup_spd",
         "examples",

@@ -527,11 +527,19 @@ def test_ablation_pairs_each_point_with_the_default_over_shared_examples(tmp_pat
     written = render.render(s, tmp_path / "out", only_current=False)
     md = (tmp_path / "out" / "table2.md").read_text()
     assert "## Paired: perplexity ÷ perplexity at the default tau=0.5" in md
-    assert f"| mtad | 0.1 | 6 | {want.estimate:.3f} [{want.low:.3f}, {want.high:.3f}] |" in md
-    assert "| mtad | 0.5 | 8 | 1 (the default) |" in md
+    assert f"| mtad | 0.1 | 6 | {want.estimate:.3f} [{want.low:.3f}, {want.high:.3f}] | – | – |" in md
+    assert "| mtad | 0.5 | 8 | 1 (the default) | – | – |" in md  # no step records: no cost
     assert "ablation_tau.png" in written
     fig = render.plot_ablation(df, "tau", paired, 0.5)
     assert fig.axes[-1].get_ylabel() == "PPL ÷ PPL at tau=0.5 (paired)" and len(fig.axes) == 3
+
+
+def test_draft_cost_from_records():
+    """Draft tokens per emitted token and target tree nodes per step, pooled over records."""
+    recs = [{"drafted_per_step": [4, 4], "emitted_per_step": [3, 5], "tree_size_per_step": [4, 6]},
+            {"drafted_per_step": [8], "emitted_per_step": [2], "tree_size_per_step": [8]}]
+    assert render.draft_cost(recs) == {"drafted_per_token": 16 / 10, "nodes_per_step": 6.0}
+    assert all(math.isnan(v) for v in render.draft_cost([{"new_tokens": 3}]).values())
 
 
 def test_pareto_x_follows_the_sweeps_render_option(tmp_path):
