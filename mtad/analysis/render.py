@@ -158,8 +158,9 @@ def example_log_ppl(records: list[dict]) -> dict[tuple[str, int], float]:
 
 def draft_cost(records: list[dict]) -> dict[str, float]:
     """What a point's decoding costs beyond the tokens it emits, from its records and
-    independent of the machine's load: ``drafted_per_token`` (draft tokens proposed per token
-    emitted: the draft's work) and ``nodes_per_step`` (tree nodes the target verifies per
+    independent of the machine's load: ``drafted_per_token`` (the drafted tree's depth per
+    token emitted, ``drafted_per_step`` being ``tree.depth``: the draft's sequential passes,
+    each over the tree's width) and ``nodes_per_step`` (tree nodes the target verifies per
     step: the width of its pass). NaN without step records."""
     steps = [r for r in records if r.get("drafted_per_step") is not None]
     emitted = sum(sum(r.get("emitted_per_step") or [r.get("new_tokens") or 0]) for r in steps)
@@ -213,11 +214,12 @@ def paired_markdown(paired: pd.DataFrame, knob: str, default: Any) -> list[str]:
     lines = [f"## Paired: perplexity ÷ perplexity at the default {knob}={default}", "",
              "Ratio of geometric-mean perplexities over the examples both points have (n pairs), "
              "95% bootstrap interval resampling examples; below 1 = lower perplexity than at the "
-             "default. Cost, from the records (load does not change it): draft tokens proposed "
-             "per token emitted, and tree nodes the target verifies per step.", ""]
+             "default. Cost, from the records (load does not change it): draft depth per token "
+             "emitted (the draft's sequential passes, each over the tree's width) and tree nodes "
+             "the target verifies per step.", ""]
     for task, g in paired.groupby("task", sort=False):
         lines += [f"### {task}", "",
-                  f"| decoder | {knob} | n pairs | PPL ratio [95% CI] | drafted / token | nodes / step |",
+                  f"| decoder | {knob} | n pairs | PPL ratio [95% CI] | draft passes / token | nodes / step |",
                   "|:--|--:|--:|--:|--:|--:|"]
         for r in g.itertuples():
             value = f"{getattr(r, knob):g}"
