@@ -55,6 +55,7 @@ from mtad.analysis.tables import (  # noqa: F401  (the public names of the table
     SPEEDUPS,
     _num,
     _task_order,
+    columns,
     csv_table,
     format_cell,
     notes,
@@ -486,8 +487,11 @@ def render(
         (out_dir / "table2.md").write_text(f"No points under {sweep_dir}.\n")
         return {"table2.md": out_dir / "table2.md"}
     name = sweep_dir.name
-    tables = table2(df)
-    footnotes = notes(df)
+    options = render_options(sweep_dir)
+    speedups = bool(options.get("speedups", True))
+    cols_shown = columns(speedups)
+    tables = table2(df, cols_shown)
+    footnotes = notes(df, speedups)
     knobs = varying_knobs(df)
     what = f"ablation over {', '.join(knobs)}" if knobs else "Table 2"
     metrics = {t: m for t, m in zip(df["task"], df.get("score_metric", [])) if isinstance(m, str)}
@@ -497,8 +501,11 @@ def render(
         "",
         f"Rendered by `python -m mtad.analysis.render {shown_path(sweep_dir)} --out {shown_path(out_dir)}`.",
         "n = examples; [a, b] = 95% bootstrap interval over examples; "
-        f"{MISSING} = not run / skipped / failed (see the notes); {NOT_AVAILABLE} = no energy meter; "
-        "×MN / ×SpD = tokens/s over the multinomial / SpD run of the same pair, task and settings.",
+        f"{MISSING} = not run / skipped / failed (see the notes); {NOT_AVAILABLE} = no energy meter"
+        + ("; ×MN / ×SpD = tokens/s over the multinomial / SpD run of the same pair, task and settings."
+           if speedups else
+           ". No ×MN / ×SpD columns: this sweep's tokens/s come from a shared machine "
+           "(`sweep.render`), so their ratios are not speedups."),
         "",
     ]
     if shared:
@@ -509,7 +516,7 @@ def render(
             to_markdown(text, title=f"{pair}" if not knobs else f"{pair}: {what}", metrics=metrics)
         )
         tex.append(to_latex(text, caption=f"{name} ({what}): {pair}".replace("_", r"\_")))
-        csv_parts.append(csv_table(df[df["pair"] == pair], text))
+        csv_parts.append(csv_table(df[df["pair"] == pair], text, cols_shown))
     defaults = knob_defaults() if knobs else {}
     paired = {k: paired_vs_default(df, k, defaults[k]) for k in knobs if k in defaults}
     for k, frame in paired.items():
@@ -555,7 +562,7 @@ def render(
     written["points.csv"] = out_dir / "points.csv"
 
     tasks = _task_order(list(df["task"]))
-    pareto_x = render_options(sweep_dir).get("pareto_x", "tokens_per_s")
+    pareto_x = options.get("pareto_x", "tokens_per_s")
     for task in tasks:
         ax = plot_pareto(df, task, x=pareto_x)
         path = out_dir / f"pareto_{task}.png"

@@ -119,8 +119,15 @@ def format_cell(row: pd.Series | None, col: str, fmt: str = "{:.4g}", interval: 
     return text
 
 
-def table2(df: pd.DataFrame) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
-    """Per model pair: (text, numbers), rows = variants, columns = (task, metric).
+def columns(speedups: bool = True) -> tuple:
+    """``COLUMNS``, without the speedup columns (``SPEEDUPS``) when ``speedups`` is false: a
+    sweep whose tokens/s come from a shared machine (``sweep.render.<profile>.speedups``)."""
+    return tuple(c for c in COLUMNS if speedups or c[0] not in SPEEDUPS)
+
+
+def table2(df: pd.DataFrame, cols: Sequence = COLUMNS) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
+    """Per model pair: (text, numbers), rows = variants, columns = (task, metric) for the
+    metrics of ``cols`` (default ``COLUMNS``).
 
     ``text`` holds the display strings ("–" missing, "n/a" no energy meter, intervals in
     brackets); ``numbers`` the floats (NaN where missing). ``to_markdown`` and ``to_latex``
@@ -131,13 +138,13 @@ def table2(df: pd.DataFrame) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
         sub = df[df["pair"] == pair]
         rows = _order(list(sub["label"]), list(sub["decoder"]))
         tasks = _task_order(list(sub["task"]))
-        cols = pd.MultiIndex.from_tuples(
-            [(t, h) for t in tasks for _, h, _ in COLUMNS], names=["task", "metric"]
+        index = pd.MultiIndex.from_tuples(
+            [(t, h) for t in tasks for _, h, _ in cols], names=["task", "metric"]
         )
-        text = pd.DataFrame(MISSING, index=pd.Index(rows, name="decoder"), columns=cols)
-        nums = pd.DataFrame(math.nan, index=pd.Index(rows, name="decoder"), columns=cols)
+        text = pd.DataFrame(MISSING, index=pd.Index(rows, name="decoder"), columns=index)
+        nums = pd.DataFrame(math.nan, index=pd.Index(rows, name="decoder"), columns=index)
         for _, r in sub.iterrows():
-            for col, head, fmt in COLUMNS:
+            for col, head, fmt in cols:
                 text.loc[r["label"], (r["task"], head)] = format_cell(r, col, fmt)
                 if r["status"] == "done":
                     nums.loc[r["label"], (r["task"], head)] = _num(r.get(col))
@@ -145,19 +152,19 @@ def table2(df: pd.DataFrame) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
     return out
 
 
-def csv_table(sub: pd.DataFrame, text: pd.DataFrame) -> pd.DataFrame:
+def csv_table(sub: pd.DataFrame, text: pd.DataFrame, cols: Sequence = COLUMNS) -> pd.DataFrame:
     """The table of one pair for CSV: plain numbers (4 significant digits), "–" / "n/a" kept,
     intervals in ``<column>_ci_low`` / ``<column>_ci_high`` columns."""
     tasks = list(dict.fromkeys(text.columns.get_level_values(0)))
     names = []
     for t in tasks:
-        for c, _, _ in COLUMNS:
+        for c, _, _ in cols:
             names.append(f"{t}/{c}")
             if c in INTERVALS:
                 names += [f"{t}/{c}_ci_low", f"{t}/{c}_ci_high"]
     out = pd.DataFrame(MISSING, index=text.index, columns=names)
     for _, r in sub.iterrows():
-        for col, _, _ in COLUMNS:
+        for col, _, _ in cols:
             out.loc[r["label"], f"{r['task']}/{col}"] = format_cell(r, col, interval=False)
             ci = r.get(INTERVALS.get(col, ""), None)
             if r["status"] == "done" and isinstance(ci, tuple):
@@ -217,9 +224,9 @@ def speedup_notes(df: pd.DataFrame) -> list[str]:
     return out
 
 
-def notes(df: pd.DataFrame) -> list[str]:
+def notes(df: pd.DataFrame, speedups: bool = True) -> list[str]:
     """Footnotes, one per distinct reason: skipped/failed/pending points, speedups that cannot
-    be computed, stand-in data, unavailable energy. No absolute paths."""
+    be computed (when shown), stand-in data, unavailable energy. No absolute paths."""
     out = []
     bad = df[df["status"].isin(["skipped", "failed", "pending"])].copy()
     if not bad.empty:
@@ -231,7 +238,7 @@ def notes(df: pd.DataFrame) -> list[str]:
         if not part.empty:
             out.append(f"partial ({_where(part, df)}): fewer examples than the point asks for (n "
                        "shows how many); the next run of the sweep completes them in place")
-    out += speedup_notes(df)
+    out += speedup_notes(df) if speedups else []
     if "data_substitute" in df:
         subs = sorted({str(t) for t, s in zip(df["task"], df["data_substitute"]) if s is True})
         if subs:

@@ -558,6 +558,14 @@ def test_pareto_x_follows_the_sweeps_render_option(tmp_path):
     plt.close(ax.figure)
     (s / "sweep.json").write_text(json.dumps({"render": {"pareto_x": "block_efficiency"}, "points": []}))
     assert render.render_options(s) == {"pareto_x": "block_efficiency"}
+    render.render(s, tmp_path / "with", only_current=False)
+    assert "×MN" in (tmp_path / "with" / "table2.md").read_text()
+    (s / "sweep.json").write_text(json.dumps({"render": {"speedups": False}, "points": []}))
+    render.render(s, tmp_path / "without", only_current=False)
+    md = (tmp_path / "without" / "table2.md").read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| decoder"))
+    assert "×MN" not in header and "×SpD" not in header and "not speedups" in md
+    assert "speedup" not in (tmp_path / "without" / "table2.csv").read_text()
     with pytest.raises(ValueError, match="pareto x='wall'"):
         render.plot_pareto(df, "humaneval", x="wall")
 

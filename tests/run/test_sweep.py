@@ -368,22 +368,24 @@ def test_examples_policy_is_checked_and_written_to_the_index(tmp_path):
 
 
 def test_render_options_per_profile_are_checked_and_indexed(tmp_path):
-    """``sweep.render.<profile>``: the cpu profiles draw perplexity vs block efficiency (their
-    tokens/s come from a shared machine); an unknown option or value is refused, naming it."""
+    """``sweep.render.<profile>``: the cpu profiles draw perplexity vs block efficiency and show
+    no speedup columns (their tokens/s come from a shared machine); an unknown option or value
+    is refused, naming it."""
     from mtad.analysis.figures import PARETO_X
     from mtad.run.sweep.execute import write_index
     from mtad.run.sweep.plan import RENDER_OPTIONS
     assert set(RENDER_OPTIONS["pareto_x"]) == set(PARETO_X)
     for name in ("table2", "ablation_tau", "ablation_gamma", "ablation_width"):
         assert sw.load(ROOT / f"experiments/{name}.yaml", profile="cpu").render == {
-            "pareto_x": "block_efficiency"}
+            "pareto_x": "block_efficiency", "speedups": False}
     assert sw.load(TABLE2).render == {}  # paper: tokens/s on GPUs
     sweep = sw.load(TABLE2, profile="cpu", root=tmp_path)
     write_index(sweep)
-    assert json.loads((sweep.dir / "sweep.json").read_text())["render"] == {"pareto_x": "block_efficiency"}
+    assert json.loads((sweep.dir / "sweep.json").read_text())["render"] == {
+        "pareto_x": "block_efficiency", "speedups": False}
     shutil.copytree(ROOT / "experiments" / "shared", tmp_path / "shared")
     bad = tmp_path / "bad.yaml"
-    bad.write_text(TABLE2.read_text().replace("cpu: {pareto_x: block_efficiency}", "cpu: {pareto_x: wall}"))
+    bad.write_text(TABLE2.read_text().replace("cpu: {pareto_x: block_efficiency,", "cpu: {pareto_x: wall,"))
     with pytest.raises(ValueError, match=r"sweep.render.cpu.pareto_x='wall'.*block_efficiency"):
         sw.load(bad, profile="cpu", root=tmp_path)
 

@@ -41,8 +41,9 @@ class Point:
 EXAMPLES_POLICIES = ("all", "requested")
 #: ``sweep.render.<profile>`` (``paper`` without a profile): how a rendering draws the sweep.
 #: ``pareto_x``: the x axis of the perplexity-vs-speed figure, tokens/s or, for records made on
-#: a shared machine, block efficiency (``mtad.analysis.figures.PARETO_X``).
-RENDER_OPTIONS = {"pareto_x": ("tokens_per_s", "block_efficiency")}
+#: a shared machine, block efficiency (``mtad.analysis.figures.PARETO_X``); ``speedups``: the
+#: tables' ×MN / ×SpD columns (false for a shared machine's tokens/s).
+RENDER_OPTIONS = {"pareto_x": ("tokens_per_s", "block_efficiency"), "speedups": (True, False)}
 
 
 @dataclass
@@ -194,7 +195,7 @@ def load(
         if key not in RENDER_OPTIONS or value not in RENDER_OPTIONS[key]:
             raise ValueError(
                 f"{sweep_file}: sweep.render.{profile or 'paper'}.{key}={value!r}: the options are "
-                + "; ".join(f"{k}: {', '.join(v)}" for k, v in RENDER_OPTIONS.items())
+                + "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in RENDER_OPTIONS.items())
             )
     root = Path(root if root is not None else meta.get("root") or "results/sweeps")
     if search is None:
