@@ -109,7 +109,10 @@ def plot_pareto(df: pd.DataFrame, task: str, ax=None, x: str = "tokens_per_s"):
     ax.set_ylabel("perplexity under the target (95% CI)")
     ax.set_title(_title(sub if len(sub) else df, f"perplexity vs {PARETO_X[x][1]}: {task}"), fontsize=9)
     if sub.empty:
-        ax.text(0.5, 0.5, "no finished runs", ha="center", va="center", transform=ax.transAxes)
+        states = sorted(set(df.loc[df["task"] == task, "status"].dropna()))
+        why = f"\n({', '.join(states)}: see the table's notes)" if states else ""
+        ax.text(0.5, 0.5, f"no finished runs{why}", ha="center", va="center",
+                transform=ax.transAxes)
     else:
         ax.legend(fontsize=7, title="filled = lossless", title_fontsize=7)
     ax.grid(alpha=0.3)

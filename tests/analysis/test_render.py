@@ -595,6 +595,20 @@ def test_one_block_per_task_and_distinct_figures(sweep_dir, tmp_path):
     assert "pareto.png" not in render.render(single, tmp_path / "out1", only_current=False)
 
 
+def test_empty_pareto_panel_says_why(tmp_path):
+    """A task with no finished point (e.g. its data unavailable offline) gets a panel that says
+    what happened to its points, not just that it is empty."""
+    import matplotlib.pyplot as plt
+
+    s = tmp_path / "t"
+    write_point(s, "a", "p", "humaneval", "spd", metrics={"perplexity": 2.0, "tokens_per_s": 3.0})
+    write_point(s, "b", "p", "chatalpaca", "spd", skipped="TaskUnavailable: no data offline")
+    ax = render.plot_pareto(render.load_points(s, only_current=False), "chatalpaca")
+    texts = [t.get_text() for t in ax.texts]
+    assert any(t.startswith("no finished runs") and "skipped" in t for t in texts), texts
+    plt.close(ax.figure)
+
+
 def test_pareto_marks_lossy_decoders_hollow(tmp_path):
     import matplotlib
 
