@@ -97,10 +97,13 @@ def plot_pareto(df: pd.DataFrame, task: str, ax=None, x: str = "tokens_per_s"):
                 if sub["pair"].nunique() > 1
                 else ("lossless" if lossless else "lossy"),
             )
-        texts += [
-            ax.text(r[x], r["perplexity"], f" {r['label']}", fontsize=7)
-            for _, r in g.iterrows()
-        ]
+        # points at the same place (e.g. MTAD and tree-MTAD at width 1: one algorithm, the same
+        # records) get one joined label instead of two labels drawn over each other
+        at: dict[tuple[float, float], list[str]] = {}
+        for _, r in g.iterrows():
+            at.setdefault((float(r[x]), float(r["perplexity"])), []).append(str(r["label"]))
+        texts += [ax.text(px, py, " " + " = ".join(labels), fontsize=7)
+                  for (px, py), labels in at.items()]
         front = pareto_front(list(zip(g[x], g["perplexity"])))
         if len(front) > 1:
             xs, ys = zip(*front)

@@ -609,6 +609,24 @@ def test_empty_pareto_panel_says_why(tmp_path):
     plt.close(ax.figure)
 
 
+def test_pareto_joins_labels_of_coinciding_points(tmp_path):
+    """Two runs at the same (x, perplexity) get one label naming both, not two labels on top
+    of each other."""
+    import matplotlib.pyplot as plt
+
+    s = tmp_path / "t"
+    m = {"perplexity": 1.5, "tokens_per_s": 3.0, "block_efficiency": 3.5}
+    write_point(s, "a", "p", "humaneval", "mtad", metrics=m)
+    write_point(s, "b", "p", "humaneval", "tree_mtad", metrics=m)
+    write_point(s, "c", "p", "humaneval", "spd", metrics={**m, "perplexity": 2.0})
+    ax = render.plot_pareto(render.load_points(s, only_current=False), "humaneval",
+                            x="block_efficiency")
+    labels = sorted(t.get_text().strip() for t in ax.texts)
+    assert len(labels) == 2 and any(" = " in t and "mtad" in t and "tree_mtad" in t
+                                    for t in labels), labels
+    plt.close(ax.figure)
+
+
 def test_pareto_marks_lossy_decoders_hollow(tmp_path):
     import matplotlib
 
