@@ -350,6 +350,14 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
                 data_source=summary.get("data_source"),
                 data_substitute=bool(summary.get("data_substitute")),
             )
+        elif pt["status"] == "pending" and not pt["reason"]:
+            # begun but not finished (running, or interrupted): say how far it got
+            examples = {r.get("index", r.get("example_id")) for r in _samples(pt["dir"]) or []}
+            if examples:
+                asked = f" of {pt['requested']}" if isinstance(pt["requested"], int) else ""
+                row["reason"] = (f"begun, {len(examples)}{asked} examples so far and no summary "
+                                 "yet (still running, or interrupted): the next run of the sweep "
+                                 "resumes it")
         rows.append(row)
     df = pd.DataFrame(rows)
     if df.empty:

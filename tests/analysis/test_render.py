@@ -627,6 +627,24 @@ def test_pareto_joins_labels_of_coinciding_points(tmp_path):
     plt.close(ax.figure)
 
 
+def test_begun_point_says_how_far_it_got(tmp_path):
+    """A point with records but no summary (running, or interrupted) is pending, and the notes
+    say how many examples it has so far; one with no records is plain pending."""
+    s = tmp_path / "t"
+    write_point(s, "a", "p", "humaneval", "spd", metrics={"perplexity": 2.0, "tokens_per_s": 3.0})
+    write_point(s, "b", "p", "humaneval", "mtad")
+    write_point(s, "c", "p", "humaneval", "tree_mtad")
+    (s / "b" / "samples.jsonl").write_text(
+        "".join(json.dumps({"index": i, "turn": t}) + "\n" for i in range(3) for t in (0, 1)))
+    df = render.load_points(s, only_current=False)
+    assert set(df.loc[df["decoder"].isin(["mtad", "tree_mtad"]), "status"]) == {"pending"}
+    lines = render.notes(df)
+    begun = [n for n in lines if "so far" in n]
+    assert len(begun) == 1 and "mtad" in begun[0] and "tree_mtad" not in begun[0], lines
+    assert "3 examples so far" in begun[0] and "resumes it" in begun[0]
+    assert any(n.startswith("pending (") and "tree_mtad" in n and "so far" not in n for n in lines)
+
+
 def test_pareto_marks_lossy_decoders_hollow(tmp_path):
     import matplotlib
 
