@@ -188,9 +188,8 @@ def interrupt(proc: subprocess.Popen, sweep_dir: Path, log_path: Path, deadline_
                 if not (sweep_dir / h / "summary.json").exists():
                     if how == "kill -9":
                         os.kill(pid, signal.SIGKILL)
-                    else:
+                    else:  # frozen: Slurm's SIGTERM (which submitit ignores), then SIGKILL after KillWait
                         subprocess.run(["scancel", jid], check=True)
-                        os.kill(pid, signal.SIGCONT)  # let Slurm's SIGTERM/SIGKILL reach it
                     hit[jid] = h
                     say(f"{how} {jid} (pid {pid}) in point {h} after {lines} of its records")
                     break
@@ -281,8 +280,11 @@ def main() -> int:
         say(f"  {listing.group(0)}; {resume[0]}")
         left = {ln.split()[0] for ln in stdout.splitlines()
                 if re.match(r"^  [0-9a-f]{12}  ", ln)}
+        state = points(work / "kill" / NAME)
+        expect(left == {h for h, p in state.items() if p["summary"] is None},
+               f"the listed points {sorted(left)} are not the unfinished ones")
         expect(set(hit.values()) <= left, f"the interrupted points {sorted(hit.values())} are not listed")
-        finished = sorted(set(points(work / "kill" / NAME)) - left)
+        finished = sorted(set(state) - left)
         snap = snapshot(work / "kill" / NAME, finished)
 
         # 5. the same command resumes: only the unfinished points are submitted

@@ -20,7 +20,8 @@ pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
 pytest.importorskip("submitit")
 
 # sinfo --noheader -o '%P|%c|%m|%G|%l|%D' of a cluster with a CPU and a GPU partition
-SINFO = "cpu*|2|24105|(null)|infinite|1\ngpu|32|515000|gpu:a100:4(S:0-1)|2-00:00:00|8\n"
+SINFO = ("cpu*|2|24105|(null)|infinite|1\ngpu|32|515000|gpu:a100:4(S:0-1)|2-00:00:00|8\n"
+         "gpu|64|256000|gpu:h100:8|2-00:00:00|2\n")
 
 
 def _fake_tool(bin_dir: Path, name: str, script: str) -> None:
@@ -58,21 +59,23 @@ def test_site_settings_reach_the_job():
 
 
 def test_partitions_from_sinfo():
-    cpu, gpu = slurm.partitions(SINFO)
+    cpu, gpu, _ = slurm.partitions(SINFO)
     assert (cpu.name, cpu.default, cpu.cpus, cpu.mem_mb, cpu.gpus, cpu.time_min) == ("cpu", True, 2, 24105, 0, float("inf"))
     assert (gpu.name, gpu.default, gpu.gpus, gpu.time_min, gpu.nodes) == ("gpu", False, 4, 2880, 8)
 
 
 @pytest.mark.parametrize("params,needle", [
-    ({"cpus_per_task": 64, "mem_gb": 8}, "cpus_per_task x tasks_per_node = 64 > 32 CPUs per node"),
-    ({"cpus_per_task": 2, "mem_gb": 1000}, "mem_gb = 1000 > 502.9 GB per node"),
-    ({"cpus_per_task": 2, "gpus_per_node": 8}, "gpus_per_node = 8 > 4 GPUs per node"),
+    ({"cpus_per_task": 64, "mem_gb": 8}, "no node of partition 'cpu' (sinfo's default; name another with "
+                                         "partition=...) can run it (cpus_per_task x tasks_per_node = 64 > 2 CPUs"),
+    ({"cpus_per_task": 2, "mem_gb": 1000}, "mem_gb = 1000 > 23.5 GB per node"),
+    ({"cpus_per_task": 2, "gpus_per_node": 1}, "gpus_per_node = 1 > 0 GPUs per node"),
+    ({"cpus_per_task": 2, "partition": "gpu", "gpus_per_node": 16}, "gpus_per_node = 16 > 8 GPUs per node"),
     ({"cpus_per_task": 2, "partition": "gpu", "timeout_min": 4000}, "timeout_min = 4000 > the partition's 2880 min"),
     ({"cpus_per_task": 2, "partition": "bigmem"}, "partition 'bigmem' is not among sinfo's (cpu, gpu)"),
     ({"cpus_per_task": 4, "partition": "cpu"}, "no node of partition 'cpu' can run it (cpus_per_task x "
                                                "tasks_per_node = 4 > 2 CPUs per node)"),
-    ({"cpus_per_task": 4, "gpus_per_node": 0, "timeout_min": 4000}, "no partition has all it asks for (closest: "
-                                                                    "'cpu': cpus_per_task x tasks_per_node = 4 > 2"),
+    ({"cpus_per_task": 48, "mem_gb": 400, "partition": "gpu"},
+     "no node of partition 'gpu' has all it asks for (the closest, a node of 'gpu': "),
 ])
 def test_a_job_no_partition_can_run_is_refused_in_one_line(params, needle):
     with pytest.raises(slurm.SlurmRefused) as e:
@@ -82,16 +85,18 @@ def test_a_job_no_partition_can_run_is_refused_in_one_line(params, needle):
 
 def test_a_job_some_partition_can_run_passes():
     parts = slurm.partitions(SINFO)
-    slurm.check_fits({"cpus_per_task": 4, "mem_gb": 64, "gpus_per_node": 2, "timeout_min": 720}, parts, "x")
+    slurm.check_fits({"cpus_per_task": 4, "mem_gb": 64, "gpus_per_node": 2, "timeout_min": 720, "partition": "gpu"},
+                     parts, "x")
+    slurm.check_fits({"cpus_per_task": 48, "mem_gb": 200, "gpus_per_node": 8, "partition": "cpu,gpu"}, parts, "x")
     slurm.check_fits({"cpus_per_task": 1, "mem_gb": 2}, parts, "x")
 
 
 def test_the_real_launcher_config_fits_the_paper_pairs_on_a_gpu_partition():
     parts = slurm.partitions(SINFO)
     for model in ("llama2_70b__llama2_7b", "llama31_8b__llama32_1b", "opt13b__opt125m"):
-        slurm.check_fits(_params(model), parts, model)
+        slurm.check_fits(_params(model, "hydra.launcher.partition=gpu"), parts, model)
     with pytest.raises(slurm.SlurmRefused, match="gpus_per_node = 2 > 0 GPUs"):
-        slurm.check_fits(_params("llama2_70b__llama2_7b", "hydra.launcher.partition=cpu"), parts, "x")
+        slurm.check_fits(_params("llama2_70b__llama2_7b"), parts, "x")  # the default partition: cpu
 
 
 def test_no_sacct_is_refused_in_one_line(tmp_path, monkeypatch):
@@ -118,7 +123,7 @@ def test_launch_refuses_before_submitting(tmp_path, monkeypatch, capsys):
     _fake_tool(tmp_path, "sacct", "exit 0")
     assert sw.main([*argv, "hydra.launcher.mem_gb=1000"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "no node of any partition can run it (mem_gb = 1000 > 502.9 GB per node" in err[0]
+    assert len(err) == 1 and "no node of partition 'cpu' (sinfo's default" in err[0] and "mem_gb = 1000 > 23.5 GB" in err[0]
     assert not (tmp_path / "submitted").exists()
 
 
@@ -182,3 +187,55 @@ def test_minutes():
     assert slurm._minutes("infinite") == float("inf")
     assert slurm._minutes("30") == 30 and slurm._minutes("4:00:00") == 240
     assert slurm._minutes("1-00:00:00") == 1440 and slurm._minutes("10:30") == 10.5
+
+
+class _Paths:
+    def __init__(self, tmp_path, jid):
+        self.result_pickle = tmp_path / f"{jid}_result.pkl"
+        self.stdout = tmp_path / f"{jid}_log.out"
+
+
+class _Watcher:
+    def __init__(self, states):
+        self.states = states
+
+    def is_done(self, jid, mode="standard"):
+        return self.states.get(jid, "UNKNOWN") not in ("PENDING", "RUNNING", "UNKNOWN", "COMPLETING")
+
+    def get_state(self, jid, mode="standard"):
+        return self.states.get(jid, "UNKNOWN")
+
+
+class _Job:
+    def __init__(self, tmp_path, jid, watcher):
+        self.job_id, self.paths, self.watcher = jid, _Paths(tmp_path, jid), watcher
+
+    def result(self):
+        return {"done": 2}
+
+
+def test_wait_reports_each_end_and_never_hangs(tmp_path, monkeypatch):
+    """Finished, killed, cancelled (only once its processes are gone), never-starting (cancelled),
+    and vanished-without-accounting jobs each get a one-line outcome; the loop ends."""
+    from submitit.slurm.slurm import SlurmJob
+
+    states = {"1_0": "COMPLETED", "1_1": "FAILED", "1_2": "CANCELLED by 0", "1_3": "PENDING", "1_4": "RUNNING"}
+    queue_rows = [{"1_2": ("COMPLETING", "None"), "1_3": ("PENDING", "PartitionConfig")}, {}]
+    cancelled = []
+    watcher = _Watcher(states)
+    jobs = [sw.launcher.slurm.Submitted(_Job(tmp_path, j, watcher), "tiny_random", []) for j in sorted(states)]
+    (tmp_path / "1_0_result.pkl").write_text("x")
+    monkeypatch.setattr(SlurmJob.watcher, "update", lambda: None)
+    monkeypatch.setattr(slurm, "_queue", lambda ids: queue_rows.pop(0) if queue_rows else {})
+    monkeypatch.setattr(slurm.subprocess, "run", lambda cmd, **kw: cancelled.append(cmd))
+    clock = iter(range(0, 10_000, 100))
+    monkeypatch.setattr(slurm.time, "time", lambda: next(clock))
+    monkeypatch.setattr(slurm.time, "sleep", lambda s: None)
+    slurm.wait(jobs, poll_s=0)
+    out = {s.job.job_id: s.outcome for s in jobs}
+    assert out["1_0"].endswith("finished (done 2)") and jobs[0].ok
+    assert "1_1 (pair tiny_random, 0 points): FAILED before finishing" in out["1_1"]
+    assert "CANCELLED by 0 before finishing" in out["1_2"]
+    assert "pending with reason PartitionConfig" in out["1_3"] and cancelled == [["scancel", "1_3"]]
+    assert "left the queue 120 s ago and accounting (sacct) still says RUNNING" in out["1_4"]
+    assert all("\n" not in o for o in out.values()) and not any(s.ok for s in jobs[1:])

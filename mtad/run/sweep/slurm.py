@@ -8,8 +8,9 @@ for (``model.gpus``, ``model.mem_gb``, ``model.cpus``). Before anything is submi
 
 - ``sacct`` must answer (submitit reads job states with it; without accounting a job that
   dies is never seen to end), else refused in one line;
-- the job must fit a node of a partition ``sinfo`` lists (CPUs, memory, GPUs, time limit),
-  else refused in one line naming the limit (a job that fits nowhere would pend forever).
+- the job must fit a node of its partition (the one it names, else the default) as ``sinfo``
+  lists them (CPUs, memory, GPUs, time limit), else refused in one line naming the limit (a
+  job that fits nowhere would pend forever).
 
 Only unfinished points are submitted: a pair's unfinished points are split round-robin over at
 most N jobs (one array per pair), and each job runs its points one after the other with the
@@ -174,33 +175,36 @@ def unmet(req: Mapping[str, Any], part: Partition) -> list[str]:
 
 
 def check_fits(params: Mapping[str, Any], parts: Sequence[Partition], what: str) -> None:
-    """Refuse a job that no node of the partition it names (else of any partition) can run."""
+    """Refuse a job that no node of its partition (the one it names, else sinfo's default) can run."""
     req = request(params)
     wanted = params.get("partition")
     names = [n.strip() for n in str(wanted).split(",")] if wanted else None
-    candidates = [p for p in parts if names is None or p.name in names]
-    if names and not candidates:
-        raise SlurmRefused(f"{what}: partition {wanted!r} is not among sinfo's "
-                           f"({', '.join(sorted({p.name for p in parts})) or 'none'}); set hydra.launcher.partition "
-                           "(SLURM_ARGS='partition=...')")
+    if names:
+        candidates = [p for p in parts if p.name in names]
+        if not candidates:
+            raise SlurmRefused(f"{what}: partition {wanted!r} is not among sinfo's "
+                               f"({', '.join(sorted({p.name for p in parts})) or 'none'}); set hydra.launcher.partition "
+                               "(SLURM_ARGS='partition=...')")
+    else:
+        candidates = [p for p in parts if p.default] or list(parts)
     if not candidates:
         raise SlurmRefused(f"{what}: sinfo lists no partition")
     misses = [(p, unmet(req, p)) for p in candidates]
     if any(not m for _, m in misses):
         return
+    where = ", ".join(dict.fromkeys(p.name for p in candidates))
+    where = (f"partition {where!r}" if len({p.name for p in candidates}) == 1 else f"partitions {where}") + (
+        "" if names else " (sinfo's default; name another with partition=...)")
     fix = "lower the request (hydra.launcher.<field>=..., SLURM_ARGS='<field>=...') or name a partition that has it"
-    if len(candidates) == 1:
-        part, miss = misses[0]
-        raise SlurmRefused(f"{what}: no node of partition {part.name!r} can run it ({'; '.join(miss)}): {fix}")
     largest = Partition("largest", False, max(p.cpus for p in candidates), max(p.mem_mb for p in candidates),
                         max(p.gpus for p in candidates), max(p.time_min for p in candidates),
                         max(p.nodes for p in candidates))
     miss = unmet(req, largest)
     if miss:
-        raise SlurmRefused(f"{what}: no node of any partition can run it ({'; '.join(miss)}, the most any "
-                           f"of {', '.join(p.name for p in candidates)} has): {fix}")
-    part, miss = min(misses, key=lambda pm: (len(pm[1]), not pm[0].default))
-    raise SlurmRefused(f"{what}: no partition has all it asks for (closest: {part.name!r}: {'; '.join(miss)}): {fix}")
+        raise SlurmRefused(f"{what}: no node of {where} can run it ({'; '.join(miss)}): {fix}")
+    part, miss = min(misses, key=lambda pm: len(pm[1]))
+    raise SlurmRefused(f"{what}: no node of {where} has all it asks for (the closest, a node of {part.name!r}: "
+                       f"{'; '.join(miss)}): {fix}")
 
 
 def job_env(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -338,13 +342,16 @@ def wait(submitted: Sequence[Submitted], poll_s: float | None = None) -> None:
         queue = _queue([s.job.job_id for s in waiting])
         now = time.time()
         for s in waiting:
-            if s.job.paths.result_pickle.exists() or s.job.watcher.is_done(s.job.job_id, mode="cache"):
+            row = queue.get(s.job.job_id) if queue is not None else None
+            ended = s.job.paths.result_pickle.exists() or s.job.watcher.is_done(s.job.job_id, mode="cache")
+            # a cancelled job's processes run on until Slurm kills them (KillWait): its points'
+            # files are final once it has left the queue
+            if ended and (row is None or row[0] not in ("COMPLETING", "RUNNING")):
                 _finish(s)
                 log.info("%s", s.outcome)
                 continue
-            if queue is None:
+            if queue is None or ended:
                 continue
-            row = queue.get(s.job.job_id)
             if row is None:
                 s.gone_since = s.gone_since or now
                 if now - s.gone_since > GONE_AFTER_S:
