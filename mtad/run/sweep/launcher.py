@@ -54,7 +54,7 @@ def launch(sweep: Sweep, launcher: str, jobs_per_pair: int = 1) -> int:
             if model not in pairs:
                 pairs.append(model)
     if not pairs:
-        log.info("sweep %s: every point is finished", sweep.name)
+        log.info("sweep %s: every point is finished; nothing submitted", sweep.name)
         return 0
     first = next(p for p in sweep.known() if p.choices.get("model", "") == pairs[0])
     if slurm.is_slurm(slurm.launcher_config(sweep, launcher, first)):
