@@ -77,7 +77,8 @@ lint: install ## ruff check + format check
 # Table 2 and the ablations: paper (no profile: hub pairs, GPUs; results/sweeps/<name>) | cpu
 # (the offline pair: the claims' points read where they are, the rest generated, `--dry-run`
 # says which; results/sweeps/<name>_cpu) | smoke (tiny random pair, ~1 min; <name>_smoke).
-# LAUNCHER=mtad_slurm|mtad_joblib runs the points through a Hydra launcher (docs/cluster.md).
+# LAUNCHER=mtad_slurm|mtad_joblib runs the points through a Hydra launcher (docs/cluster.md);
+# SLURM_ARGS sets its fields (site settings: partition, account, job size).
 PROFILES := paper cpu smoke
 SWEEP_PROFILE = $(if $(filter paper,$(PROFILE)),,--profile $(PROFILE))
 # the results folder of a sweep file's profile: <name> (paper), <name>_<profile>
@@ -92,7 +93,9 @@ SWEEP_ARGS ?=
 RENDER_ARGS ?=
 SWEEP_ENV = $(if $(filter paper,$(PROFILE)),,HF_HUB_OFFLINE=1)
 SWEEP_DEPS = $(if $(filter cpu,$(PROFILE)),models,install)
-SWEEP_LAUNCH = $(if $(LAUNCHER),--launcher $(LAUNCHER),)
+# SLURM_ARGS="partition=gpu account=myproj cpus_per_task=8": launcher fields (hydra.launcher.<field>=...)
+SLURM_ARGS ?=
+SWEEP_LAUNCH = $(if $(LAUNCHER),--launcher $(LAUNCHER) $(addprefix hydra.launcher.,$(SLURM_ARGS)),)
 
 reproduce-table2: $(SWEEP_DEPS) bubblewrap ## Table 2 (experiments/table2.yaml): sweep (resumes, never recomputes) + render; PROFILE=smoke|cpu|paper
 	@test -n "$(filter $(PROFILE),$(PROFILES))" || { echo "PROFILE must be one of $(PROFILES), not '$(PROFILE)'"; exit 2; }
@@ -178,3 +181,15 @@ gpu-check: ## GPU tests + forward/overhead vs HF assisted/energy on 1B-shaped ra
 	HF_HUB_OFFLINE=1 $(GPU_CHECK_PY) bench/gpu_check.py --out results/gpu_check/$$(hostname -s 2>/dev/null || echo host)-$$(date +%Y%m%d-%H%M%S) $(ARGS)
 
 .PHONY: gpu-check
+
+# ---- A one-node Slurm on this machine (cluster/slurm/, docs/cluster.md): as root, apt-get, no systemd ----
+slurm-up: ## Install (apt-get) and start a one-node Slurm with accounting here, as root; idempotent
+	cluster/slurm/up.sh
+
+slurm-down: ## Stop the Slurm daemons slurm-up started (only those)
+	cluster/slurm/down.sh
+
+slurm-check: install ## Table 2's smoke sweep through that Slurm: equal to a local run; a killed and a cancelled job resume (~10 min)
+	HF_HUB_OFFLINE=1 $(PY) cluster/slurm/check.py $(ARGS)
+
+.PHONY: slurm-up slurm-down slurm-check

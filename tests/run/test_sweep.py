@@ -398,17 +398,19 @@ def test_dry_run_lists_points_and_estimate(tmp_path, capsys):
 
 
 def test_launch_one_job_per_model_pair(tmp_path, monkeypatch):
-    """--launcher: one Hydra multirun whose jobs are model pairs (x shards): a pair loads once."""
+    """--launcher (not Slurm): one Hydra multirun whose jobs are model pairs (x shards): a pair loads once.
+    (Slurm: tests/run/test_slurm.py.)"""
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
     commands = []
     monkeypatch.setattr(sw.launcher.subprocess, "call", lambda cmd: commands.append(cmd) or 0)
     s = sw.load(ROOT / "experiments" / "table2.yaml",
                 ["model=llama31_8b__llama32_1b,opt13b__opt125m", "task=humaneval", "decoder=spd,nope",
-                 "hydra.launcher.partition=gpu"], root=tmp_path)
-    assert s.hydra_overrides == ["hydra.launcher.partition=gpu"] and len(s.known()) == 2
-    assert sw.launch(s, "mtad_slurm", jobs_per_pair=2) == 0
+                 "hydra.launcher.n_jobs=2"], root=tmp_path)
+    assert s.hydra_overrides == ["hydra.launcher.n_jobs=2"] and len(s.known()) == 2
+    assert sw.launch(s, "mtad_joblib", jobs_per_pair=2) == 0
     (cmd,) = commands
     assert cmd[2:6] == ["mtad.run.sweep", "pairs", "-m", "-cd"]
-    assert {"hydra/launcher=mtad_slurm", "hydra.launcher.partition=gpu", "hydra.sweeper.params=null",
+    assert {"hydra/launcher=mtad_joblib", "hydra.launcher.n_jobs=2", "hydra.sweeper.params=null",
             "model=llama31_8b__llama32_1b,opt13b__opt125m", "+sweep.shard=0,1", "+sweep.shards=2",
             f"sweep.root={tmp_path.resolve()}"} <= set(cmd)
     index = json.loads((tmp_path / "table2" / "sweep.json").read_text())

@@ -5,7 +5,8 @@
   the top-level knobs it interpolates, e.g. ``gamma: ${gamma}``; a knob it does not use is
   absent), and ``decoder_version``, the decoder class's ``version`` string (bumped whenever
   its behaviour changes, so a changed decoder is never served from an old result);
-- ``model``: the full pair config (ids, dtype, kernels, ...), not just its name;
+- ``model``: the full pair config (ids, dtype, kernels, ...), not just its name, without the
+  size of its cluster job (``cpus``, ``mem_gb``);
 - ``task``: the task config without ``scorer`` (scores carry their scorer and version per
   record) and without ``limit``;
 - ``sampling`` (temperature, top_k, top_p), ``seed``, ``max_new_tokens``;
@@ -36,6 +37,8 @@ HASH_LEN = 12
 SAMPLING = ("temperature", "top_k", "top_p")
 #: Task fields that do not change the tokens of an example.
 TASK_NOT_IDENTITY = ("scorer", "limit")
+#: Model pair fields that do not change the tokens: the size of a cluster job (CPUs, host memory).
+MODEL_NOT_IDENTITY = ("cpus", "mem_gb")
 #: Where the stop set lives in an identity: (section, key), each left out when empty.
 STOP_KEYS = (("model", "eos_token_ids"), ("task", "stop"))
 #: The version every decoder had before decoders carried one (records written until then).
@@ -103,7 +106,10 @@ def identity(cfg: Any, version: str | None = None) -> dict[str, Any]:
     """
     decoder = dict(_node(cfg, "decoder"))
     task = {k: v for k, v in dict(_node(cfg, "task")).items() if k not in TASK_NOT_IDENTITY}
-    parts = {"model": _node(cfg, "model"), "task": task}
+    model = _node(cfg, "model")
+    if isinstance(model, dict):
+        model = {k: v for k, v in model.items() if k not in MODEL_NOT_IDENTITY}
+    parts = {"model": model, "task": task}
     for section, key in STOP_KEYS:  # an empty stop set is left out: the hash stays as it was
         if isinstance(parts[section], dict) and not parts[section].get(key, True):
             parts[section] = {k: v for k, v in parts[section].items() if k != key}

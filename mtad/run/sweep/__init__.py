@@ -9,14 +9,16 @@ expanded as Hydra's basic sweeper expands it (first key outermost), so the same 
 - ``python -m mtad.run.sweep experiments/table2.yaml --profile cpu [--dry-run] [--wait] [key=value ...]``:
   here, point after point;
 - ``python -m mtad.run.sweep experiments/table2.yaml --launcher mtad_slurm [--jobs-per-pair N]``:
-  one job per model pair (or N), each loading its pair once (``mtad.run.sweep.launcher``);
+  the unfinished points as one Slurm job array per model pair (N jobs at most), each job
+  loading its pair once (``mtad.run.sweep.slurm``; other launchers: ``mtad.run.sweep.launcher``);
 - ``mtad-sweep hydra -m -cd experiments -cn table2 ...`` (the smoke profile's overrides): a plain Hydra
   multirun whose jobs are single points.
 
 Points are stored by ``mtad.run.results`` (identity, folders, locks, self-check; format in
 docs/results.md) under ``<root>/<name>/``; ``sweep.json`` lists the current definition's
 points. Modules: ``plan`` (read, expand, compose, check), ``execute`` (run points here),
-``launcher`` (Hydra launchers and multiruns), ``cli`` (the command line). This package knows
+``launcher`` (Hydra launchers and multiruns), ``slurm`` (Slurm through submitit: job sizes,
+checks before submitting, waiting, failures), ``cli`` (the command line). This package knows
 nothing about decoders or metrics (``mtad.run.evaluate`` runs a point) nor about tables
 (``mtad.analysis.render``).
 """

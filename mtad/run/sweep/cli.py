@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -22,9 +23,10 @@ from mtad.run.results import (
     UNKNOWN,
 )
 from mtad.run.results.folder import POINT_FILE
-from mtad.run.sweep.execute import run
+from mtad.run.sweep.execute import run, unfinished
 from mtad.run.sweep.launcher import hydra_main, launch, pair_job, point_job
 from mtad.run.sweep.plan import Sweep, check_task, load, unknown_names
+from mtad.run.sweep.slurm import SlurmRefused
 
 log = logging.getLogger(__name__)
 
@@ -165,14 +167,45 @@ def main(argv: Sequence[str] | None = None) -> int:
                 pick(args.example_overhead_s, "example_overhead_s", 0.0))
         return 0
     if args.launcher:
-        return launch(sweep, args.launcher, jobs_per_pair=args.jobs_per_pair)
+        try:
+            rc = launch(sweep, args.launcher, jobs_per_pair=args.jobs_per_pair)
+        except SlurmRefused as e:
+            print(f"mtad-sweep: {e}", file=sys.stderr)
+            return 2
+        if rc == 130:
+            return rc
+        left = list_unfinished(sweep, argv)
+        return 1 if rc or left else 0
     report = run(sweep, fail_fast=args.fail_fast, wait=args.wait)
     summary = ", ".join(f"{s} {report.count(s)}" for s in (DONE, CACHED, SKIPPED, BUSY, FAILED, UNKNOWN)
                         if report.count(s))
     print(f"sweep {sweep.name}: {summary} -> {sweep.dir}")
     if report.count(BUSY):
         print(f"{report.count(BUSY)} points are being written by another process: rerun later or with --wait")
+    if not report.ok:
+        list_unfinished(sweep, argv)
     return 0 if report.ok else 1
+
+
+def resume_command(argv: Sequence[str]) -> str:
+    """The command line that was run (resuming is running it again)."""
+    prog = "mtad-sweep" if os.path.basename(sys.argv[0] or "") == "mtad-sweep" else "python -m mtad.run.sweep"
+    return f"{prog} {shlex.join(argv)}"
+
+
+def list_unfinished(sweep: Sweep, argv: Sequence[str], out=None) -> list:
+    """Print the points left unfinished (failed, cancelled, interrupted) and the command that resumes them."""
+    out = out or sys.stdout
+    left = unfinished(sweep)
+    n = len(sweep.known())
+    if not left:
+        print(f"sweep {sweep.name}: all {n} runnable points finished -> {sweep.dir}", file=out)
+        return left
+    print(f"sweep {sweep.name}: {len(left)} of {n} points not finished -> {sweep.dir}", file=out)
+    for p, status, detail in left:
+        print(f"  {p.hash}  {status:<8} {p.label}" + (f"  [{detail}]" if detail else ""), file=out)
+    print(f"resume them (finished points are kept, not redone): {resume_command(argv)}", file=out)
+    return left
 
 
 def cli() -> None:

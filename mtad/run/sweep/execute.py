@@ -202,3 +202,14 @@ def run(
     finally:
         bar.close()
     return report
+
+
+def unfinished(sweep: Sweep) -> list[tuple[Any, str, str | None]]:
+    """(point, status, detail) of the sweep's runnable points that are neither done nor skipped."""
+    store = sweep.store()
+    out = []
+    for p in sweep.known():
+        status, detail = sweep.folder(p, store).status(p.hash, p.limit)
+        if status not in (DONE, SKIPPED):
+            out.append((p, status, detail))
+    return out

@@ -1,10 +1,12 @@
 """Sweeps through Hydra launchers (Slurm via submitit, joblib) and as plain Hydra multiruns.
 
-- ``launch`` (``python -m mtad.run.sweep <file> --launcher mtad_slurm``): one Hydra multirun whose
-  jobs are model pairs (times ``--jobs-per-pair`` shards). Each job loads its pair once and
-  runs that pair's points one after the other (``pair_job``): a pair is never reloaded per
-  point, and the launcher config reads the job's GPUs from its pair (``${model.gpus}``).
-  More shards per pair trade pair loads for parallelism; points are split round-robin.
+- ``launch`` (``python -m mtad.run.sweep <file> --launcher <name>``): a Slurm launcher
+  (``mtad_slurm``) goes to ``mtad.run.sweep.slurm`` (the unfinished points as one job array per
+  model pair, sized by the pair's config, checked against ``sinfo`` first); any other launcher
+  (``mtad_joblib``) runs one Hydra multirun whose jobs are model pairs (times
+  ``--jobs-per-pair`` shards). Each job loads its pair once and runs that pair's points one
+  after the other (``pair_job``): a pair is never reloaded per point. More shards per pair
+  trade pair loads for parallelism; points are split round-robin.
 - ``python -m mtad.run.sweep hydra -m -cd experiments -cn <sweep>``: a plain Hydra multirun whose
   jobs are single points (``point_job``).
 
@@ -34,6 +36,7 @@ from mtad.run.results import (
     read_json,
     requested_limit,
 )
+from mtad.run.sweep import slurm
 from mtad.run.sweep.execute import run, run_point, write_index
 from mtad.run.sweep.plan import Sweep, check_point, load, strip_hydra
 
@@ -51,8 +54,14 @@ def launch(sweep: Sweep, launcher: str, jobs_per_pair: int = 1) -> int:
             if model not in pairs:
                 pairs.append(model)
     if not pairs:
-        log.info("sweep %s: every point is finished", sweep.name)
+        log.info("sweep %s: every point is finished; nothing submitted", sweep.name)
         return 0
+    first = next(p for p in sweep.known() if p.choices.get("model", "") == pairs[0])
+    if slurm.is_slurm(slurm.launcher_config(sweep, launcher, first)):
+        try:
+            return slurm.launch(sweep, launcher, jobs_per_pair=jobs_per_pair)
+        finally:
+            write_index(sweep)
     cmd = [
         sys.executable, "-m", "mtad.run.sweep", "pairs", "-m",
         "-cd", str(sweep.path.resolve().parent), "-cn", sweep.path.stem,
