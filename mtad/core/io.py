@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,11 +45,34 @@ def write_json_atomic(path: str | Path, obj: Any) -> None:
     _replace_atomically(Path(path), dump, mkdir=True)
 
 
-def read_json(path: str | Path) -> dict | None:
-    """The JSON object in ``path``; None when the file is missing, unreadable or not an object."""
+#: The longest line ``scan_jsonl`` parses; a longer one is unreadable (``append_jsonl`` refuses to
+#: write one). A record is one generation (its text, token ids and per-step counts): far below.
+MAX_LINE_BYTES = 64 * 1024 * 1024
+_CHUNK = 1024 * 1024
+
+
+class BadResultsFile(ValueError):
+    """A results file parses but holds the wrong types; the message names the file and field."""
+
+
+def loads(raw: str | bytes) -> Any:
+    """``json.loads`` whose every failure (decode errors, nesting too deep for the parser,
+    integers too long to convert) raises ValueError. ``NaN`` / ``Infinity`` parse (summaries
+    hold NaN for undefined statistics); record readers check their fields are finite."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return json.loads(raw)
+    except ValueError:
+        raise
+    except Exception as e:  # RecursionError on deep nesting, MemoryError, ...
+        raise ValueError(f"{type(e).__name__}: {str(e)[:200]}") from None
+
+
+def read_json(path: str | Path) -> dict | None:
+    """The JSON object in ``path``; None when the file is missing, unreadable (however it fails
+    to parse: ``loads``) or not an object."""
+    try:
+        data = loads(Path(path).read_bytes())
+    except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 
@@ -62,6 +86,9 @@ def append_jsonl(path: str | Path, record: dict) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(record, default=str) + "\n"
+    if len(line) > MAX_LINE_BYTES:
+        raise ValueError(f"a record of {len(line)} bytes is longer than a {path.name} line may be "
+                         f"({MAX_LINE_BYTES}, mtad.core.io.MAX_LINE_BYTES)")
     with open(path, "ab+") as f:
         if f.tell() > 0:
             f.seek(-1, os.SEEK_END)
@@ -86,36 +113,55 @@ class Scan:
         return not self.bad_lines and not self.torn_tail
 
 
-def scan_jsonl(path: str | Path) -> Scan:
-    """Every line of ``path``: JSON objects go to ``records``, anything else to ``bad_lines``.
+def _lines(f) -> Iterator[tuple[bytes | None, bool]]:
+    """(line without its newline, ends with a newline) for each line of binary file ``f``; a
+    line longer than ``MAX_LINE_BYTES`` comes as None, read past in chunks, never held whole."""
+    while True:
+        raw = f.readline(MAX_LINE_BYTES + 1)
+        if not raw:
+            return
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            del raw
+            chunk = b""
+            while True:  # skip the rest of the long line
+                chunk = f.readline(_CHUNK)
+                if not chunk or chunk.endswith(b"\n"):
+                    break
+            yield None, chunk.endswith(b"\n")
+            continue
+        newline = raw.endswith(b"\n")
+        yield (raw[:-1] if newline else raw), newline
 
-    A last line without a newline is a torn write even when it happens to parse.
+
+def scan_jsonl(path: str | Path) -> Scan:
+    """Every line of ``path``: JSON objects go to ``records``, anything else to ``bad_lines``
+    (whatever makes it fail: ``loads``; and any line over ``MAX_LINE_BYTES``, unparsed).
+
+    A last line without a newline is a torn write even when it happens to parse. The file is
+    read line by line: memory grows with the longest line, not the whole file.
     """
     path = Path(path)
     scan = Scan()
     if not path.exists():
         return scan
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        scan.torn_tail = True
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    for number, raw in enumerate(lines, 1):
-        if scan.torn_tail and number == len(lines):
-            scan.bad_lines.append(number)
-            break
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            obj = None
-        if isinstance(obj, dict):
-            scan.records.append(obj)
-            scan.lines.append(number)
-        else:
-            scan.bad_lines.append(number)
+    with open(path, "rb") as f:
+        for number, (raw, newline) in enumerate(_lines(f), 1):
+            if not newline:
+                scan.torn_tail = True
+                scan.bad_lines.append(number)
+                break
+            if raw is not None and not raw.strip():
+                continue
+            try:
+                obj = loads(raw) if raw is not None else None
+            except ValueError:
+                obj = None
+            del raw
+            if isinstance(obj, dict):
+                scan.records.append(obj)
+                scan.lines.append(number)
+            else:
+                scan.bad_lines.append(number)
     return scan
 
 

@@ -46,6 +46,7 @@ def main(cfg: DictConfig) -> dict:
 
     from mtad.run.evaluate import ConfigError, run
     from mtad.run.results import (
+        BadResultsFile,
         FolderBusy,
         FolderNotWritable,
         IdentityMismatch,
@@ -67,7 +68,7 @@ def main(cfg: DictConfig) -> dict:
             finally:
                 logging.getLogger().removeHandler(handler)
                 handler.close()
-    except (ConfigError, IdentityMismatch, FolderBusy, FolderNotWritable) as e:
+    except (ConfigError, IdentityMismatch, FolderBusy, FolderNotWritable, BadResultsFile) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
 
