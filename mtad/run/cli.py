@@ -161,6 +161,22 @@ def _compose(job: Sequence[str]):
         raise ConfigError(describe_error(e, keys)) from None
 
 
+def check_run_dirs(overrides: Sequence, multirun: bool) -> None:
+    """A sweep without ``-m`` (Hydra would stop on it), and an output folder given on the command
+    line (``hydra.run.dir``, ``hydra.sweep.dir``) that names a file or lies under one:
+    ConfigError."""
+    for o in overrides:
+        if o.is_sweep_override() and not multirun:
+            raise ConfigError(f"{o.input_line} is a sweep: add -m to run each value (python run.py -m "
+                              f"{o.input_line} ...), or give one value")
+        if o.key_or_group in ("hydra.run.dir", "hydra.sweep.dir") and not o.is_delete():
+            path = Path(str(o.value()))
+            for p in (path, *path.parents):
+                if p.exists() and not p.is_dir():
+                    raise ConfigError(f"{o.key_or_group}={o.value()}: {p} is a file, not a folder; "
+                                      "choose a folder path")
+
+
 def check_overrides(argv: Sequence[str], conf_dir: Path = CONF_DIR) -> None:
     """``run.py``'s command line: exit 2 with a one-line message when something is wrong."""
     from hydra.errors import HydraException
@@ -171,6 +187,7 @@ def check_overrides(argv: Sequence[str], conf_dir: Path = CONF_DIR) -> None:
         overrides = parse([a for a in argv if not a.startswith("-")], conf_dir)
         check_keys(overrides, conf_dir)
         check_values(overrides, conf_dir)
+        check_run_dirs(overrides, multirun=any(a in ("-m", "--multirun") for a in argv))
         check_jobs(expand(overrides, conf_dir), (), conf_dir)
     except (ConfigError, HydraException) as e:
         print(f"error: {e}", file=sys.stderr)
