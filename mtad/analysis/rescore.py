@@ -65,7 +65,9 @@ def _stored_config(path: Path) -> tuple[dict, dict]:
     config = read_json(path / CONFIG_FILE) or summary.get("config")
     if not isinstance(config, dict) or not isinstance(config.get("task"), dict):
         raise FileNotFoundError(f"{path} holds no resolved config with a task ({CONFIG_FILE} or summary)")
-    return trusted_config(config, path), summary
+    config = trusted_config(config, path)
+    trusted_config(config["task"], path, resolve=True, place="task")  # the classes rescoring builds
+    return config, summary
 
 
 def _write_point(path: Path, summary: dict, records: list[dict]) -> None:

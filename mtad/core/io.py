@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,7 @@ def write_json_atomic(path: str | Path, obj: Any) -> None:
 
 #: The longest line ``scan_jsonl`` parses; a longer one is unreadable (``append_jsonl`` refuses to
 #: write one). A record is one generation (its text, token ids and per-step counts): far below.
-MAX_LINE_BYTES = 64 * 1024 * 1024
+MAX_LINE_BYTES = 16 * 1024 * 1024
 _CHUNK = 1024 * 1024
 
 
@@ -113,24 +112,28 @@ class Scan:
         return not self.bad_lines and not self.torn_tail
 
 
-def _lines(f) -> Iterator[tuple[bytes | None, bool]]:
-    """(line without its newline, ends with a newline) for each line of binary file ``f``; a
-    line longer than ``MAX_LINE_BYTES`` comes as None, read past in chunks, never held whole."""
+def _read_line(f) -> tuple[bytearray | None, bool, bool]:
+    """(the next line of binary file ``f`` without its newline, whether it ended with one,
+    whether the file had ended before it). Read in chunks; a line longer than ``MAX_LINE_BYTES``
+    comes as None, read past without being held."""
+    buf: bytearray | None = bytearray()
+    chunk = b""
+    started = False
     while True:
-        raw = f.readline(MAX_LINE_BYTES + 1)
-        if not raw:
-            return
-        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-            del raw
-            chunk = b""
-            while True:  # skip the rest of the long line
-                chunk = f.readline(_CHUNK)
-                if not chunk or chunk.endswith(b"\n"):
-                    break
-            yield None, chunk.endswith(b"\n")
-            continue
-        newline = raw.endswith(b"\n")
-        yield (raw[:-1] if newline else raw), newline
+        chunk = f.readline(_CHUNK)
+        if not chunk:
+            break
+        started = True
+        if buf is not None:
+            buf += chunk
+            if len(buf) > MAX_LINE_BYTES + 1:
+                buf = None  # too long: dropped, the rest is read past
+        if chunk.endswith(b"\n"):
+            break
+    newline = chunk.endswith(b"\n")
+    if buf is not None and newline:
+        del buf[-1:]
+    return buf, newline, not started
 
 
 def scan_jsonl(path: str | Path) -> Scan:
@@ -138,25 +141,36 @@ def scan_jsonl(path: str | Path) -> Scan:
     (whatever makes it fail: ``loads``; and any line over ``MAX_LINE_BYTES``, unparsed).
 
     A last line without a newline is a torn write even when it happens to parse. The file is
-    read line by line: memory grows with the longest line, not the whole file.
+    read line by line and each line's bytes are let go before it is parsed: memory grows with
+    about twice the longest line, not with the file.
     """
     path = Path(path)
     scan = Scan()
     if not path.exists():
         return scan
     with open(path, "rb") as f:
-        for number, (raw, newline) in enumerate(_lines(f), 1):
+        number = 0
+        while True:
+            raw, newline, ended = _read_line(f)
+            if ended:
+                break
+            number += 1
             if not newline:
                 scan.torn_tail = True
                 scan.bad_lines.append(number)
                 break
             if raw is not None and not raw.strip():
                 continue
-            try:
-                obj = loads(raw) if raw is not None else None
-            except ValueError:
-                obj = None
-            del raw
+            obj = None
+            if raw is not None:
+                try:
+                    text = raw.decode("utf-8")
+                    raw = None  # the bytes go before the text is parsed
+                    obj = loads(text)
+                except ValueError:
+                    obj = None
+                text = None
+            raw = None
             if isinstance(obj, dict):
                 scan.records.append(obj)
                 scan.lines.append(number)
