@@ -207,10 +207,11 @@ class HumanEvalPassScorer(Scorer):
     @classmethod
     def preflight(cls, isolation: str = "bubblewrap", drop_privileges: bool = True, **_: Any) -> None:
         """IsolationUnavailable where bubblewrap is asked for and cannot run here (probed once)."""
-        if isolation == "bubblewrap" and sandbox.isolation(bool(drop_privileges)) != "bubblewrap":
+        reason = sandbox.unavailable_reason(bool(drop_privileges)) if isolation == "bubblewrap" else None
+        if reason is not None:
             raise IsolationUnavailable(
                 f"task.scorer.isolation=bubblewrap: bubblewrap cannot run here "
-                f"({sandbox.unavailable_reason(bool(drop_privileges))}); install it (`make bubblewrap`, "
+                f"({reason}); install it (`make bubblewrap`, "
                 f"or `sudo apt-get install -y bubblewrap`) or set task.scorer.isolation=rlimits to "
                 f"score with resource limits only")
 

@@ -22,6 +22,7 @@ from mtad.run.config import (
     TOP_LEVEL_KEYS,
     ConfigError,
     check_knobs,
+    check_scorer,
     describe_error,
     did_you_mean,
     explicit_keys,
@@ -122,7 +123,8 @@ def check_values(overrides: Sequence, conf_dir: Path = CONF_DIR) -> None:
 
 
 def check_jobs(jobs: Sequence[Sequence[str]], files: Sequence[Path] = (), conf_dir: Path = CONF_DIR) -> list:
-    """Compose every job once and check its values and knobs; the composed configs, in order.
+    """Compose every job once and check its values, knobs and scorer's preflight
+    (``mtad.run.config.check_scorer``); the composed configs, in order.
     ConfigError names the first bad job (when there are several)."""
     from hydra import initialize_config_dir
 
@@ -133,6 +135,7 @@ def check_jobs(jobs: Sequence[Sequence[str]], files: Sequence[Path] = (), conf_d
                 cfg = _compose(job)
                 validate(cfg)
                 check_knobs(cfg, explicit_keys(job, files, conf_dir))
+                check_scorer(cfg)
             except ConfigError as e:
                 raise ConfigError(f"{e}" + (f"  [job: {' '.join(job)}]" if len(jobs) > 1 else "")) from None
             out.append(cfg)

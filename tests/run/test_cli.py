@@ -236,3 +236,24 @@ def test_run_py_multirun_folders_resume_refuse_and_render(tmp_path):
     assert _files(spd) == before  # .hydra/ and run.log included
     assert len(list(itertools.chain.from_iterable(
         (d / "samples.jsonl").read_text().splitlines() for d in tmp_path.iterdir() if d.is_dir()))) == 2
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["task=humaneval", "task.scorer.timeout=1e12"], "task.scorer.timeout must be in (0, 86400]"),
+    (["task=humaneval", "task.scorer.timeout=inf"], "task.scorer.timeout must be in (0, 86400]"),
+    (["task=humaneval", f"task.scorer.memory_mb={2**43}"], "task.scorer.memory_mb must be an integer in [1, 1048576]"),
+    (["task=humaneval", "task.scorer.isolation=foo"], "task.scorer.isolation must be one of 'bubblewrap', 'rlimits'"),
+    (["task=humaneval", "task.scorer.drop_privileges=maybe"], "task.scorer.drop_privileges must be true or false"),
+    (["task=spider", "task.scorer.timeout_s=1e12"], "task.scorer.timeout_s must be in (0, 86400]"),
+    (["seed=1,2"], "seed=1,2 is a sweep: add -m"),
+])
+def test_scorer_settings_and_sweeps_without_m_are_refused_in_one_line(argv, message, capsys):
+    err = _error(["+experiment=debug", *argv], capsys)
+    assert message in err, err
+
+
+def test_a_run_dir_naming_a_file_is_refused_in_one_line(tmp_path, capsys):
+    (tmp_path / "f").write_text("")
+    for run_dir in (tmp_path / "f", tmp_path / "f" / "below"):
+        err = _error(["+experiment=debug", f"hydra.run.dir={run_dir}"], capsys)
+        assert f"{tmp_path / 'f'} is a file" in err, err
