@@ -25,6 +25,7 @@ class Scorer(ABC):
         """Refuse, before anything is loaded or written, settings that cannot work on this
         machine (one-line ValueError or RuntimeError); ``settings`` are the scorer's config
         fields. Nothing to check by default."""
+        return None
 
     @abstractmethod
     def score(self, example, completion: str) -> float:

@@ -48,8 +48,8 @@ from mtad.run.results.folder import (
     NotAPointFile,
     PointFolder,
     now_utc,
-    record_key,
     read_summary,
+    record_key,
     record_problem,
 )
 from mtad.run.results.identity import (
