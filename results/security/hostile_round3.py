@@ -147,9 +147,10 @@ def record_line(make):
         (folder / "samples.jsonl").write_text(lines[0] + "\n" + make(json.loads(lines[1])) + "\n")
         (folder / "summary.json").unlink()
         m = measure(run_py(root, *TINY, f"hydra.run.dir={folder}"), root, work, limit)
-        repaired = "repaired" in m["stderr"]
+        warned = (m["stdout"] + m["stderr"]).count("repaired ")
         done = (folder / "summary.json").exists()
-        verdict = ("resumed, line recomputed" if done and repaired else
+        kept = (folder / "samples.jsonl").read_text().splitlines()
+        verdict = (f"resumed, line recomputed ({warned} warning)" if done and warned and len(kept) == 2 else
                    "summary written, line kept as it was" if done else "**resume fails**")
         return m, f"{verdict}; {outcome(m)}"
     return attack

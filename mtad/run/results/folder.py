@@ -132,10 +132,11 @@ POINT_FIELDS: dict[str, tuple[type, ...]] = {
 }
 
 
-def value_ok(value: Any, types: tuple[type, ...]) -> bool:
-    """Whether ``value`` has one of ``types`` and sound contents (``RECORD_FIELDS``)."""
+def value_ok(value: Any, types: tuple[type, ...], finite: bool = True) -> bool:
+    """Whether ``value`` has one of ``types`` and sound contents (``RECORD_FIELDS``); with
+    ``finite=False`` a float may be NaN or infinite (summaries: an undefined statistic)."""
     if isinstance(types, ListOf):
-        return isinstance(value, list) and all(value_ok(v, types.elements) for v in value)
+        return isinstance(value, list) and all(value_ok(v, types.elements, finite) for v in value)
     if isinstance(value, bool) and bool not in types:
         return False
     if not isinstance(value, types):
@@ -143,7 +144,7 @@ def value_ok(value: Any, types: tuple[type, ...]) -> bool:
     if isinstance(value, int):
         return INT_RANGE[0] <= value <= INT_RANGE[1]
     if isinstance(value, float):
-        return math.isfinite(value)
+        return math.isfinite(value) or not finite
     return True
 
 
@@ -162,12 +163,12 @@ def record_problem(record: Mapping[str, Any]) -> str | None:
 
 def field_problems(data: Mapping[str, Any], fields: Mapping[str, tuple[type, ...]]) -> list[str]:
     """``name = value`` of each field of ``data`` (dotted: inside a block) that is present and
-    not of its type in ``fields``."""
+    not of its type in ``fields`` (a float may be NaN: an undefined statistic)."""
     out = []
     for name, types in fields.items():
         block, _, key = name.rpartition(".")
         holder = data.get(block) if block else data
-        if isinstance(holder, Mapping) and key in holder and not value_ok(holder[key], types):
+        if isinstance(holder, Mapping) and key in holder and not value_ok(holder[key], types, finite=False):
             out.append(f"{name} = {json.dumps(holder[key], default=str)[:60]}")
     return out
 

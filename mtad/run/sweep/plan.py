@@ -17,7 +17,14 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from mtad.run.cli import CONF_DIR, check_keys, expand
-from mtad.run.config import ConfigError, check_knobs, describe_error, explicit_keys, validate
+from mtad.run.config import (
+    ConfigError,
+    check_knobs,
+    check_scorer,
+    describe_error,
+    explicit_keys,
+    validate,
+)
 from mtad.run.results import Catalog, PointFolder, Store, identity, identity_hash, requested_limit
 
 
@@ -135,9 +142,10 @@ def choices_of(cfg: DictConfig) -> dict[str, str]:
 
 
 def check_point(cfg: DictConfig, overrides: Sequence[str], sweep_file: Path) -> None:
-    """Values and knobs of one composed point; ConfigError names the problem."""
+    """Values, knobs and scorer preflight of one composed point; ConfigError names the problem."""
     validate(cfg)
     check_knobs(cfg, explicit_keys(overrides, [sweep_file]))
+    check_scorer(cfg)
 
 
 def load(
