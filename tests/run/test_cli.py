@@ -55,7 +55,7 @@ def test_limit_accepts_positive_and_null():
         (["decoder=mtad", "decoder.replacement=maybe"], "decoder.replacement must be true or false, got 'maybe'"),
         (["decoder=mjgd", "decoder.method=exakt"], "decoder.method must be one of 'exact', 'beam', 'auto', got 'exakt'; did you mean 'exact'?"),
         (["decoder=bild", "decoder.alpha_fb=inf"], "decoder.alpha_fb must be a finite number >= 0"),
-        (["task.scorer.timeout=0"], "task.scorer.timeout must be > 0"),
+        (["task.scorer.timeout=0"], "task.scorer.timeout must be in (0, 86400]"),
         (["model=tiny_random", "model.dtype=float64"], "model.dtype must be one of 'float32', 'bfloat16', 'float16'"),
         (["-m", "decoder=spd", "decoder.gamma=2,0"], "decoder.gamma must be an integer >= 1"),  # every swept value
         (["+experiment=debug", "task.limit=0"], "task.limit must be"),  # an experiment does not hide it
