@@ -195,7 +195,7 @@ LONG_LINE = """
 import sys
 from mtad.run.results import PointFolder
 check = PointFolder(sys.argv[1]).check(repair=True)
-print(len(check.records), check.describe())
+print(f"{len(check.records)} records kept; dropped {check.describe()}")
 """
 
 
@@ -204,8 +204,11 @@ def long_line(size_mb: int):
         folder = work / "run"
         shutil.copytree(tiny_folder(root, work), folder)
         lines = (folder / "samples.jsonl").read_text().splitlines()
-        with open(folder / "samples.jsonl", "w") as f:
-            f.write(lines[0] + "\n" + '{"text": "' + "x" * (size_mb << 20) + '"}\n' + lines[1] + "\n")
+        with open(folder / "samples.jsonl", "w") as f:  # in pieces: this process stays small, so
+            f.write(lines[0] + '\n{"text": "')      # its children's peak is their own (ru_maxrss)
+            for _ in range(size_mb):
+                f.write("x" * (1 << 20))
+            f.write('"}\n' + lines[1] + "\n")
         m = measure(py(LONG_LINE, str(folder)), root, work, limit)
         base = measure(py("import mtad.run.results"), root, work, limit)["peak_mb"]
         m["peak_mb"] -= base  # above the interpreter with the results package imported
@@ -257,6 +260,7 @@ ATTACKS = [
     ("3", "`summary.json` with `\"config\": [1, 2]` (render's reader)", folder_file(
         "summary.json", '+{"config": [1, 2]}', "load_point(sys.argv[1])")),
     ("3", "`point.json` of 200,000 `[`", folder_file("point.json", "[" * 200_000, "folder.point()")),
+    ("3", "repair of one 12 MB line, under the line limit (peak RSS above the import)", long_line(12)),
     ("3", "repair of one 300 MB line (peak RSS above the import)", long_line(300)),
     ("4", "`task.scorer.timeout=1e12`", run_attack([*HUMANEVAL, "task.scorer.timeout=1e12"])),
     ("4", "`task.scorer.memory_mb=2**43`", run_attack([*HUMANEVAL, f"task.scorer.memory_mb={2**43}",
@@ -307,6 +311,36 @@ def main(argv=None) -> int:
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
         *["| " + " | ".join(r) + " |" for r in rows],
+        "",
+        "## What changed",
+        "",
+        "1. Stored configs are data (`mtad/run/results/targets.py`): every `_target_` of a stored "
+        "config is checked by its place (`decoder` under `mtad.decoders.`, `task` under `mtad.tasks.`, "
+        "`task.scorer` under `eval.`, `model` under `mtad.models.pair.`, `logger` under "
+        "`mtad.run.tracking.`) before anything is imported; a reader that builds objects also checks "
+        "that the path names a project class where it is defined (not a module's import of `os`). "
+        "Used by `rescore`, `mtad.testing.regenerate`, `load_point` (render, claims) and the names "
+        "tables show. Tests: `tests/run/test_stored_targets.py`.",
+        "2. Spider (`eval/spider_exec.py`): strings and blobs of at most 10,000 bytes, rows of at most "
+        "100 columns, a 32 MiB SQLite heap, 1 MiB of result values, the progress handler every 100 "
+        "instructions. The 972 gold queries keep their rows and the committed Spider records their "
+        "scores (`tests/eval/test_spider_official.py`, slow); hostile cases in "
+        "`tests/eval/test_scorer_bounds.py` must end within the timeout plus a second and grow the "
+        "scorer by less than 64 MB.",
+        "3. Records (`mtad/core/io.py`, `mtad/run/results/folder.py`): every line that fails to parse, "
+        "however it fails, or whose fields fail the table of types and contents (numbers finite, "
+        "integers within int64, list elements typed) is repaired like a torn line; files are read line "
+        "by line, a line over 16 MiB is read past unparsed; `summary.json` and `point.json` fields are "
+        "checked by table and refused in one line naming the file. Tests: "
+        "`tests/run/test_hostile_records.py` (the long-line memory test is slow).",
+        "4. Scorer settings (`mtad/run/config.py`): `timeout`/`timeout_s` in (0, 86400], `memory_mb` in "
+        "[1, 2^20], `isolation` one of the sandbox's, `max_rows`, `output_limit`, `drop_privileges`, "
+        "`keep_distinct` checked with the rest; each scorer's `preflight` (HumanEval: bubblewrap) runs "
+        "in the command-line check and for each sweep point, before any folder exists; a sweep without "
+        "`-m` and an output folder naming a file are refused in one line. Tests: `tests/run/test_cli.py`, "
+        "`tests/tasks/test_humaneval_proxy.py`.",
+        "5. `test_answer_key_is_masked_in_the_sandbox` first checks that the sandbox's user can read "
+        "the key with resource limits only, and skips saying so where it cannot.",
         "",
     ]
     Path(args.out).write_text("\n".join(text))

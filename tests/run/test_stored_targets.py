@@ -133,3 +133,13 @@ def test_every_committed_config_is_allowed():
     assert paths
     for path in paths:
         trusted_config(json.loads(path.read_text()), path, resolve=True)
+
+
+def test_a_sweep_point_naming_other_code_is_not_run(tmp_path):
+    """A launcher job composes its points from its sweep folder's ``sweep.json`` overrides: a
+    point whose config names code outside the project is a problem, never run."""
+    from mtad.run.sweep.plan import load
+
+    sweep = load(ROOT / "experiments" / "scoring_spd.yaml", ["task._target_=shutil.copyfile"],
+                 root=tmp_path)
+    assert sweep.points and all(p.hash is None and "shutil.copyfile" in p.problem for p in sweep.points)
