@@ -20,6 +20,13 @@ class Scorer(ABC):
     higher_is_better: bool = True
     aggregation: str = "mean"
 
+    @classmethod
+    def preflight(cls, **settings: Any) -> None:
+        """Refuse, before anything is loaded or written, settings that cannot work on this
+        machine (one-line ValueError or RuntimeError); ``settings`` are the scorer's config
+        fields. Nothing to check by default."""
+        return None
+
     @abstractmethod
     def score(self, example, completion: str) -> float:
         """Score one completion against ``example.reference``."""

@@ -201,13 +201,19 @@ class HumanEvalPassScorer(Scorer):
         self.output_limit = int(output_limit)
         self.drop_privileges = bool(drop_privileges)
         self.isolation = isolation
-        if isolation == "bubblewrap" and sandbox.isolation(self.drop_privileges) != "bubblewrap":
+        self.preflight(isolation=isolation, drop_privileges=self.drop_privileges)
+        self.last_result: SandboxResult | None = None  # the last run, for debugging
+
+    @classmethod
+    def preflight(cls, isolation: str = "bubblewrap", drop_privileges: bool = True, **_: Any) -> None:
+        """IsolationUnavailable where bubblewrap is asked for and cannot run here (probed once)."""
+        reason = sandbox.unavailable_reason(bool(drop_privileges)) if isolation == "bubblewrap" else None
+        if reason is not None:
             raise IsolationUnavailable(
                 f"task.scorer.isolation=bubblewrap: bubblewrap cannot run here "
-                f"({sandbox.unavailable_reason(self.drop_privileges)}); install it (`make bubblewrap`, or "
-                f"`sudo apt-get install -y bubblewrap`) or set task.scorer.isolation=rlimits to "
+                f"({reason}); install it (`make bubblewrap`, "
+                f"or `sudo apt-get install -y bubblewrap`) or set task.scorer.isolation=rlimits to "
                 f"score with resource limits only")
-        self.last_result: SandboxResult | None = None  # the last run, for debugging
 
     def _limits(self) -> dict[str, Any]:
         return {"timeout": self.timeout, "memory_mb": self.memory_mb,

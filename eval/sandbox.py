@@ -306,7 +306,7 @@ def _bwrap_argv(bwrap: str, workdir: str, as_root: bool, hide: tuple[str, ...] =
     return argv + ["--"]
 
 
-def _probe(drop_privileges: bool, python: str | None) -> _Probe:
+def _probe(drop_privileges: bool, python: str | None, warn: bool = True) -> _Probe:
     """Whether bwrap can make its namespaces here, found once per process: bwrap's absolute
     path is looked up on this process's PATH and that path launches every child (whose own
     PATH is minimal)."""
@@ -328,10 +328,11 @@ def _probe(drop_privileges: bool, python: str | None) -> _Probe:
             except (OSError, subprocess.SubprocessError) as e:
                 reason = f"{type(e).__name__}: {e}"
         _PROBED[key] = _Probe("bubblewrap" if reason is None else "rlimits", bwrap, reason)
-        if reason is not None and "probe" not in _WARNED:
-            _WARNED.add("probe")
-            log.warning("sandbox: bubblewrap unavailable (%s); untrusted code runs with resource "
-                        "limits only and may write to world-writable folders", reason)
+    reason = _PROBED[key].reason
+    if warn and reason is not None and "probe" not in _WARNED:
+        _WARNED.add("probe")
+        log.warning("sandbox: bubblewrap unavailable (%s); untrusted code runs with resource "
+                    "limits only and may write to world-writable folders", reason)
     return _PROBED[key]
 
 
@@ -345,8 +346,9 @@ def isolation(drop_privileges: bool = True, python: str | None = None) -> str:
 
 
 def unavailable_reason(drop_privileges: bool = True, python: str | None = None) -> str | None:
-    """Why bubblewrap cannot run here (one line), or None when it can."""
-    return _probe(drop_privileges, python).reason
+    """Why bubblewrap cannot run here (one line), or None when it can. Says nothing else: a
+    caller that refuses to run without bubblewrap gives the reason itself."""
+    return _probe(drop_privileges, python, warn=False).reason
 
 
 def _choose(requested: str, drop_privileges: bool, python: str | None) -> str:

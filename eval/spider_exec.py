@@ -51,7 +51,8 @@ Predicted SQL is untrusted. It runs on a connection that
 * has an authorizer that allows only reading (SELECT, table reads, functions,
   recursive CTEs) and denies everything else (writes, DDL, ATTACH, PRAGMA,
   transactions, VACUUM, ...);
-* allows no attached databases and limits string/blob length;
+* allows no attached databases and limits string/blob length (``MAX_VALUE_BYTES``) and the
+  number of columns (``MAX_COLUMNS``);
 * is interrupted by a progress handler after ``timeout_s`` seconds;
 * keeps its temporary tables and sorts in memory, under SQLite's heap limit
   (``SQLITE_HEAP_LIMIT``, for the whole process), so it writes no temporary files;
@@ -85,14 +86,33 @@ _TOKEN = re.compile(
 )
 
 MAX_PERMUTATION_CHECKS = 10_000
-# Memory bounds of a query, which runs in the scorer's own process. SQLite's heap limit is one
-# value for the whole process (``sqlite3_hard_heap_limit64``; the pragma only ever lowers it);
-# temporary tables and sorts are kept in that heap instead of temporary files. The 972 Spider
-# dev gold queries whose database is shipped (wta_1's 62 are not) give the same results under
-# an 8 MiB limit. Result values are counted as rows arrive: the largest of those results
-# holds 15,676 bytes of values (1,860 rows of world_1), a thousandth of MAX_RESULT_BYTES.
-SQLITE_HEAP_LIMIT = 256 * 1024 * 1024
-MAX_RESULT_BYTES = 16 * 1024 * 1024
+# Bounds of a query, which runs in the scorer's own process (next to the loaded models).
+#
+# Time. The progress handler stops a query at its deadline, but SQLite calls it only between
+# virtual-machine instructions, never inside one: a single function call (``instr`` or
+# ``replace`` of a long string by a long pattern is quadratic in the length) or a single sort
+# runs to its end. So the inputs of every instruction are kept small: strings and blobs are at
+# most ``MAX_VALUE_BYTES`` (``SQLITE_LIMIT_LENGTH``), where the worst known call, ``instr`` of
+# 10,000 bytes by 5,000, takes about 1.4 ms; the handler runs every
+# ``PROGRESS_INSTRUCTIONS`` instructions, so a deadline is missed by at most about a hundred
+# such calls; a sort holds at most what fits in the heap (below). The Spider databases' longest
+# stored value has 60 bytes; the 972 dev gold queries' longest result value 50.
+#
+# Memory. SQLite's heap limit is one value for the whole process (``sqlite3_hard_heap_limit64``;
+# the pragma only ever lowers it); temporary tables and sorts are kept in that heap instead of
+# temporary files. The 972 dev gold queries whose database is shipped (wta_1's 62 are not) give
+# the same results under an 8 MiB limit. A row holds at most ``MAX_COLUMNS`` values of at most
+# ``MAX_VALUE_BYTES`` (1 MB; the widest Spider table has 26 columns, the widest gold result
+# 19), and result values are counted as rows arrive up to ``MAX_RESULT_BYTES`` (the largest gold
+# result holds 15,676 bytes of values, 1,860 rows of world_1). So a query grows the process by
+# at most the heap limit plus about two of those bounds.
+SQLITE_HEAP_LIMIT = 32 * 1024 * 1024
+MAX_VALUE_BYTES = 10_000
+MAX_COLUMNS = 100
+MAX_RESULT_BYTES = 1024 * 1024
+PROGRESS_INSTRUCTIONS = 100
+NO_SETLIMIT = ("the Spider scorer bounds every query with SQLite's limits, which Python sets from 3.11 "
+               "(sqlite3.Connection.setlimit); run it with Python >= 3.11")
 
 _ALLOWED_ACTIONS = {
     sqlite3.SQLITE_SELECT,
@@ -202,10 +222,13 @@ def connect_readonly(db_path: str | Path) -> sqlite3.Connection:
     conn.text_factory = lambda b: b.decode("utf-8", errors="replace")
     conn.execute(f"PRAGMA hard_heap_limit = {SQLITE_HEAP_LIMIT}")
     conn.execute("PRAGMA temp_store = MEMORY")
-    if hasattr(conn, "setlimit"):  # Python >= 3.11
-        conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 10_000_000)
-        conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, 100_000)
+    if not hasattr(conn, "setlimit"):
+        conn.close()
+        raise RuntimeError(NO_SETLIMIT)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, 100_000)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, MAX_COLUMNS)
     conn.set_authorizer(_authorizer)
     return conn
 
@@ -227,7 +250,7 @@ def execute_readonly(
         raise SQLExecutionError("empty query")
     conn = connect_readonly(db_path)
     deadline = time.monotonic() + float(timeout_s)
-    conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 1000)
+    conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, PROGRESS_INSTRUCTIONS)
     try:
         rows: list[tuple] = []
         size = 0
@@ -354,12 +377,19 @@ class SpiderExecutionScorer(Scorer):
         version = str(version or type(self).version)
         if version not in self.versions:
             raise ValueError(f"SpiderExecutionScorer version must be one of {self.versions}, got {version!r}")
+        self.preflight()
         self.version = version
         self.timeout_s = float(timeout_s)
         self.max_rows = int(max_rows)
         self.keep_distinct = bool(keep_distinct)
         self._gold: dict[tuple[str, str], list | frozenset | None] = {}
         self.last_error: str | None = None
+
+    @classmethod
+    def preflight(cls, **_) -> None:
+        """RuntimeError where SQLite's limits cannot be set (Python < 3.11)."""
+        if not hasattr(sqlite3.Connection, "setlimit"):
+            raise RuntimeError(NO_SETLIMIT)
 
     def prepare(self, sql: str) -> str:
         """Version 2's rewrites of a query before it runs (both gold and prediction)."""

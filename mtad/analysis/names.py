@@ -27,11 +27,11 @@ def decoder_name(choices: Mapping[str, Any], config: Mapping[str, Any],
     target = str(decoder.get("_target_") or "")
     if not target:
         return (summary or {}).get("decoder")
-    try:
-        from hydra.utils import get_class
+    from mtad.run.results.targets import stored_object
 
-        name = getattr(get_class(target), "name", None)
-    except Exception:  # a class that no longer exists: its module's name (mtad.decoders.<name>.X)
+    try:  # only a class under mtad.decoders is looked up (UntrustedConfig for any other path)
+        name = getattr(stored_object(target, "decoder"), "name", None)
+    except (ImportError, AttributeError):  # a class that no longer exists: its module's name
         name = None
     if isinstance(name, str) and name:
         return name

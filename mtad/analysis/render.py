@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -662,7 +663,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cli() -> None:
     """The console script (``[project.scripts]`` in pyproject.toml)."""
-    raise SystemExit(main())
+    from mtad.run.results import BadResultsFile
+    from mtad.run.results.targets import UntrustedConfig
+
+    try:
+        code = main()
+    except (BadResultsFile, UntrustedConfig) as e:  # a results file that cannot be used: one line
+        print(f"error: {e}", file=sys.stderr)
+        code = 2
+    raise SystemExit(code)
 
 
 if __name__ == "__main__":

@@ -27,20 +27,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hydra.utils import get_class, instantiate
+from hydra.utils import instantiate
 
 from mtad.run.results import (
     CONFIG_FILE,
     SAMPLES_FILE,
     SUMMARY_FILE,
+    BadResultsFile,
     PointFolder,
     point_dirs,
     read_json,
     read_jsonl,
+    read_summary,
     rewrite_jsonl,
     write_json_atomic,
 )
-from mtad.run.results.identity import migrate
+from mtad.run.results.targets import UntrustedConfig, stored_object, trusted_config
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +51,23 @@ SCORE_FIELDS = ("score", "scorer", "scorer_version")
 
 # ------------------------------------------------------------------ the folder format
 def _read_point(path: Path) -> tuple[dict, dict, list[dict]]:
-    """(resolved config, summary, records) of a finished point folder."""
-    summary = read_json(path / SUMMARY_FILE)
+    """(resolved config, summary, records) of a finished point folder; UntrustedConfig (before
+    anything is imported or built) when the config names code outside the project's classes."""
+    config, summary = _stored_config(path)
+    return config, summary, read_jsonl(path / SAMPLES_FILE)
+
+
+def _stored_config(path: Path) -> tuple[dict, dict]:
+    """(checked resolved config, summary) of a finished point folder."""
+    summary = read_summary(path / SUMMARY_FILE)
     if summary is None:
         raise FileNotFoundError(f"{path} has no {SUMMARY_FILE}: not a finished run")
     config = read_json(path / CONFIG_FILE) or summary.get("config")
-    if not config:
-        raise FileNotFoundError(f"{path} holds no resolved config ({CONFIG_FILE} or summary)")
-    return migrate(config), summary, read_jsonl(path / SAMPLES_FILE)
+    if not isinstance(config, dict) or not isinstance(config.get("task"), dict):
+        raise FileNotFoundError(f"{path} holds no resolved config with a task ({CONFIG_FILE} or summary)")
+    config = trusted_config(config, path)
+    trusted_config(config["task"], path, resolve=True, place="task")  # the classes rescoring builds
+    return config, summary
 
 
 def _write_point(path: Path, summary: dict, records: list[dict]) -> None:
@@ -65,11 +76,11 @@ def _write_point(path: Path, summary: dict, records: list[dict]) -> None:
 
 
 # ------------------------------------------------------------------ scoring
-def resolve_version(scorer_cfg: dict, wanted: str | None) -> str | None:
+def resolve_version(scorer_cfg: dict, wanted: str | None, where: object = "stored config") -> str | None:
     """The version string for ``new`` / ``old`` / an explicit version; None keeps the config's."""
     if wanted is None:
         return None
-    cls = get_class(scorer_cfg["_target_"])
+    cls = stored_object(scorer_cfg["_target_"], "task.scorer", where)
     versions = tuple(getattr(cls, "versions", (cls.version,)))
     current = str(cls.version)
     if wanted == "new":
@@ -84,14 +95,16 @@ def resolve_version(scorer_cfg: dict, wanted: str | None) -> str | None:
     return wanted
 
 
-def build_scoring(config: dict, scorer_version: str | None = None):
-    """(task, scorer, examples) rebuilt from a stored resolved config."""
-    task_cfg = dict(config["task"])
+def build_scoring(config: dict, scorer_version: str | None = None, where: object = "stored config"):
+    """(task, scorer, examples) rebuilt from a stored resolved config; only the project's own
+    task and scorer classes are built (``mtad.run.results.targets``)."""
+    config = trusted_config(config, where)
+    task_cfg = dict(trusted_config(config["task"], where, resolve=True, place="task"))
     scorer_cfg = task_cfg.pop("scorer", None)
     task = instantiate(task_cfg)
     if scorer_cfg:
         scorer_cfg = dict(scorer_cfg)
-        version = resolve_version(scorer_cfg, scorer_version)
+        version = resolve_version(scorer_cfg, scorer_version, where)
         if version is not None:
             scorer_cfg["version"] = version
         scorer = instantiate(scorer_cfg)
@@ -131,9 +144,10 @@ def rescore_point(path: str | Path, scorer_version: str | None = None) -> dict[s
     """Rescore one finished point folder; returns its new ``score`` block."""
     path = Path(path)
     folder = PointFolder(path)
+    _stored_config(path)  # refused before the lock file is written
     with folder.lock():
         config, summary, records = _read_point(path)
-        task, scorer, examples = build_scoring(config, scorer_version)
+        task, scorer, examples = build_scoring(config, scorer_version, path)
         scores = rescore_records(task, scorer, examples, records)
         summary["score"] = scorer.aggregate([s for s in scores if s is not None])
         _write_point(path, summary, records)
@@ -158,7 +172,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="new (current, the default), old, or a version the scorer lists")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    done = rescore(args.root, args.scorer_version or "new")
+    try:
+        done = rescore(args.root, args.scorer_version or "new")
+    except (UntrustedConfig, BadResultsFile) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if not done:
         print(f"no finished points under {args.root}", file=sys.stderr)
         return 1

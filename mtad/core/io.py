@@ -44,11 +44,34 @@ def write_json_atomic(path: str | Path, obj: Any) -> None:
     _replace_atomically(Path(path), dump, mkdir=True)
 
 
-def read_json(path: str | Path) -> dict | None:
-    """The JSON object in ``path``; None when the file is missing, unreadable or not an object."""
+#: The longest line ``scan_jsonl`` parses; a longer one is unreadable (``append_jsonl`` refuses to
+#: write one). A record is one generation (its text, token ids and per-step counts): far below.
+MAX_LINE_BYTES = 16 * 1024 * 1024
+_CHUNK = 1024 * 1024
+
+
+class BadResultsFile(ValueError):
+    """A results file parses but holds the wrong types; the message names the file and field."""
+
+
+def loads(raw: str | bytes) -> Any:
+    """``json.loads`` whose every failure (decode errors, nesting too deep for the parser,
+    integers too long to convert) raises ValueError. ``NaN`` / ``Infinity`` parse (summaries
+    hold NaN for undefined statistics); record readers check their fields are finite."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return json.loads(raw)
+    except ValueError:
+        raise
+    except Exception as e:  # RecursionError on deep nesting, MemoryError, ...
+        raise ValueError(f"{type(e).__name__}: {str(e)[:200]}") from None
+
+
+def read_json(path: str | Path) -> dict | None:
+    """The JSON object in ``path``; None when the file is missing, unreadable (however it fails
+    to parse: ``loads``) or not an object."""
+    try:
+        data = loads(Path(path).read_bytes())
+    except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 
@@ -62,6 +85,9 @@ def append_jsonl(path: str | Path, record: dict) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(record, default=str) + "\n"
+    if len(line) > MAX_LINE_BYTES:
+        raise ValueError(f"a record of {len(line)} bytes is longer than a {path.name} line may be "
+                         f"({MAX_LINE_BYTES}, mtad.core.io.MAX_LINE_BYTES)")
     with open(path, "ab+") as f:
         if f.tell() > 0:
             f.seek(-1, os.SEEK_END)
@@ -86,36 +112,70 @@ class Scan:
         return not self.bad_lines and not self.torn_tail
 
 
-def scan_jsonl(path: str | Path) -> Scan:
-    """Every line of ``path``: JSON objects go to ``records``, anything else to ``bad_lines``.
+def _read_line(f) -> tuple[bytearray | None, bool, bool]:
+    """(the next line of binary file ``f`` without its newline, whether it ended with one,
+    whether the file had ended before it). Read in chunks; a line longer than ``MAX_LINE_BYTES``
+    comes as None, read past without being held."""
+    buf: bytearray | None = bytearray()
+    chunk = b""
+    started = False
+    while True:
+        chunk = f.readline(_CHUNK)
+        if not chunk:
+            break
+        started = True
+        if buf is not None:
+            buf += chunk
+            if len(buf) > MAX_LINE_BYTES + 1:
+                buf = None  # too long: dropped, the rest is read past
+        if chunk.endswith(b"\n"):
+            break
+    newline = chunk.endswith(b"\n")
+    if buf is not None and newline:
+        del buf[-1:]
+    return buf, newline, not started
 
-    A last line without a newline is a torn write even when it happens to parse.
+
+def scan_jsonl(path: str | Path) -> Scan:
+    """Every line of ``path``: JSON objects go to ``records``, anything else to ``bad_lines``
+    (whatever makes it fail: ``loads``; and any line over ``MAX_LINE_BYTES``, unparsed).
+
+    A last line without a newline is a torn write even when it happens to parse. The file is
+    read line by line and each line's bytes are let go before it is parsed: memory grows with
+    about twice the longest line, not with the file.
     """
     path = Path(path)
     scan = Scan()
     if not path.exists():
         return scan
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        scan.torn_tail = True
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    for number, raw in enumerate(lines, 1):
-        if scan.torn_tail and number == len(lines):
-            scan.bad_lines.append(number)
-            break
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+    with open(path, "rb") as f:
+        number = 0
+        while True:
+            raw, newline, ended = _read_line(f)
+            if ended:
+                break
+            number += 1
+            if not newline:
+                scan.torn_tail = True
+                scan.bad_lines.append(number)
+                break
+            if raw is not None and not raw.strip():
+                continue
             obj = None
-        if isinstance(obj, dict):
-            scan.records.append(obj)
-            scan.lines.append(number)
-        else:
-            scan.bad_lines.append(number)
+            if raw is not None:
+                try:
+                    text = raw.decode("utf-8")
+                    raw = None  # the bytes go before the text is parsed
+                    obj = loads(text)
+                except ValueError:
+                    obj = None
+                text = None
+            raw = None
+            if isinstance(obj, dict):
+                scan.records.append(obj)
+                scan.lines.append(number)
+            else:
+                scan.bad_lines.append(number)
     return scan
 
 

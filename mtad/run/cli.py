@@ -22,6 +22,7 @@ from mtad.run.config import (
     TOP_LEVEL_KEYS,
     ConfigError,
     check_knobs,
+    check_scorer,
     describe_error,
     did_you_mean,
     explicit_keys,
@@ -122,7 +123,8 @@ def check_values(overrides: Sequence, conf_dir: Path = CONF_DIR) -> None:
 
 
 def check_jobs(jobs: Sequence[Sequence[str]], files: Sequence[Path] = (), conf_dir: Path = CONF_DIR) -> list:
-    """Compose every job once and check its values and knobs; the composed configs, in order.
+    """Compose every job once and check its values, knobs and scorer's preflight
+    (``mtad.run.config.check_scorer``); the composed configs, in order.
     ConfigError names the first bad job (when there are several)."""
     from hydra import initialize_config_dir
 
@@ -133,6 +135,7 @@ def check_jobs(jobs: Sequence[Sequence[str]], files: Sequence[Path] = (), conf_d
                 cfg = _compose(job)
                 validate(cfg)
                 check_knobs(cfg, explicit_keys(job, files, conf_dir))
+                check_scorer(cfg)
             except ConfigError as e:
                 raise ConfigError(f"{e}" + (f"  [job: {' '.join(job)}]" if len(jobs) > 1 else "")) from None
             out.append(cfg)
@@ -161,6 +164,22 @@ def _compose(job: Sequence[str]):
         raise ConfigError(describe_error(e, keys)) from None
 
 
+def check_run_dirs(overrides: Sequence, multirun: bool) -> None:
+    """A sweep without ``-m`` (Hydra would stop on it), and an output folder given on the command
+    line (``hydra.run.dir``, ``hydra.sweep.dir``) that names a file or lies under one:
+    ConfigError."""
+    for o in overrides:
+        if o.is_sweep_override() and not multirun:
+            raise ConfigError(f"{o.input_line} is a sweep: add -m to run each value (python run.py -m "
+                              f"{o.input_line} ...), or give one value")
+        if o.key_or_group in ("hydra.run.dir", "hydra.sweep.dir") and not o.is_delete():
+            path = Path(str(o.value()))
+            for p in (path, *path.parents):
+                if p.exists() and not p.is_dir():
+                    raise ConfigError(f"{o.key_or_group}={o.value()}: {p} is a file, not a folder; "
+                                      "choose a folder path")
+
+
 def check_overrides(argv: Sequence[str], conf_dir: Path = CONF_DIR) -> None:
     """``run.py``'s command line: exit 2 with a one-line message when something is wrong."""
     from hydra.errors import HydraException
@@ -171,6 +190,7 @@ def check_overrides(argv: Sequence[str], conf_dir: Path = CONF_DIR) -> None:
         overrides = parse([a for a in argv if not a.startswith("-")], conf_dir)
         check_keys(overrides, conf_dir)
         check_values(overrides, conf_dir)
+        check_run_dirs(overrides, multirun=any(a in ("-m", "--multirun") for a in argv))
         check_jobs(expand(overrides, conf_dir), (), conf_dir)
     except (ConfigError, HydraException) as e:
         print(f"error: {e}", file=sys.stderr)

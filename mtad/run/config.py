@@ -308,12 +308,26 @@ class SpeculativeSchema(DecoderSchema):
 # ----------------------------------------------------------------------------- tasks and models
 
 
+#: Bounds of the scorers' resources: a limit the sandbox or SQLite cannot apply is refused here,
+#: with the rest of the config, not after the first generation. One day of seconds (``select``
+#: and SQLite's deadline take it); 1 TiB of memory (``setrlimit`` takes bytes below 2**63).
+MAX_SCORER_SECONDS, MAX_SCORER_MEMORY_MB = 86_400, 1 << 20
+
+
+def _scorer_seconds(example: str) -> Rule:
+    return Rule("number", 0, MAX_SCORER_SECONDS, low_open=True, means="seconds", example=example)
+
+
 @dataclass
 class ScorerChecks:
-    timeout: Any = checked(_seconds("5.0"), None)
-    timeout_s: Any = checked(_seconds("5.0"), None)
-    memory_mb: Any = checked(_positive("1024"), None)
-    max_rows: Any = checked(_positive("10000"), None)
+    timeout: Any = checked(_scorer_seconds("5.0"), None)
+    timeout_s: Any = checked(_scorer_seconds("5.0"), None)
+    memory_mb: Any = checked(Rule("integer", 1, MAX_SCORER_MEMORY_MB, example="1024"), None)
+    max_rows: Any = checked(Rule("integer", 1, 10_000_000, example="10000"), None)
+    output_limit: Any = checked(Rule("integer", 1, 1 << 30, means="bytes", example="65536"), None)
+    drop_privileges: Any = checked(_bool("true"), None)
+    isolation: Any = checked(Rule("choice", source="eval.sandbox:ISOLATIONS", example="rlimits"), None)
+    keep_distinct: Any = checked(_bool("false"), None)
     use_stemmer: Any = checked(_bool("true"), None)
 
 
@@ -465,6 +479,29 @@ def validate(cfg: Any) -> None:
     for section, schema in (("task", TaskChecks), ("model", ModelChecks)):
         if cfg.get(section) is not None:
             _check(cfg, schema, f"{section}.")
+
+
+def check_scorer(cfg: Any) -> None:
+    """The task's scorer's own preflight (``eval.base.Scorer.preflight``: e.g. HumanEval's
+    bubblewrap probe) on its configured settings, before anything is loaded or written;
+    ConfigError with its one-line reason. The config is a composed one (``conf/``)."""
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.select(cfg, "task.scorer") if OmegaConf.is_config(cfg) else (cfg.get("task") or {}).get("scorer")
+    if node is None:
+        return
+    settings = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else dict(node)
+    target = settings.pop("_target_", None)
+    if not target:
+        return
+    preflight = getattr(get_class(target), "preflight", None)
+    if preflight is None:
+        return
+    try:
+        preflight(**settings)
+    except (ValueError, RuntimeError) as e:
+        raise ConfigError(str(e)) from None
 
 
 def decoder_knobs(decoder: Any) -> list[str]:

@@ -46,6 +46,7 @@ def main(cfg: DictConfig) -> dict:
 
     from mtad.run.evaluate import ConfigError, run
     from mtad.run.results import (
+        BadResultsFile,
         FolderBusy,
         FolderNotWritable,
         IdentityMismatch,
@@ -56,7 +57,10 @@ def main(cfg: DictConfig) -> dict:
     hc = HydraConfig.get()
     choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra/") and v}
     overrides = list(hc.overrides.task)
+    from mtad.run.config import check_scorer
+
     try:  # cfg was checked by check_overrides, with the other jobs of a multirun
+        check_scorer(cfg)  # e.g. HumanEval's bubblewrap: refused before the folder is claimed
         folder, ident = PointFolder(cfg.output_dir), identity(cfg)
         folder.refuse_another(ident)  # reads only: a refused folder is left as it was
         with folder.lock(wait=bool(cfg.get("wait_lock", False))):  # re-entered by run()
@@ -67,7 +71,7 @@ def main(cfg: DictConfig) -> dict:
             finally:
                 logging.getLogger().removeHandler(handler)
                 handler.close()
-    except (ConfigError, IdentityMismatch, FolderBusy, FolderNotWritable) as e:
+    except (ConfigError, IdentityMismatch, FolderBusy, FolderNotWritable, BadResultsFile) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -216,9 +217,11 @@ def test_record_fields_name_the_scorer_and_version():
 
 @pytest.mark.slow
 def test_every_gold_query_matches_itself():
+    """Each of the 972 gold queries scores 1 against itself, and the scorer's bounds (length,
+    columns, heap, result size) leave its rows exactly those of an unbounded connection."""
     dev = json.loads((SPIDER / "dev.json").read_text())
     scorer = SpiderExecutionScorer()
-    failed, scored = [], 0
+    failed, changed, scored = [], [], 0
     for i, row in enumerate(dev):
         path = SPIDER / "database" / row["db_id"] / f"{row['db_id']}.sqlite"
         if not path.is_file():
@@ -227,5 +230,37 @@ def test_every_gold_query_matches_itself():
         scored += 1
         if scorer.score(ex, row["query"]) != 1.0:
             failed.append((i, row["query"], scorer.last_error))
-    assert failed == []
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn.text_factory = lambda b: b.decode("utf-8", errors="replace")
+        try:
+            unbounded = conn.execute(scorer.prepare(row["query"])).fetchall()
+        finally:
+            conn.close()
+        if spider_exec.execute_readonly(path, scorer.prepare(row["query"]), 20.0, 100_000) != unbounded:
+            changed.append((i, row["query"]))
+    assert failed == [] and changed == []
     assert scored == len(SpiderTask(limit=None).load())  # every dev question with its database
+
+
+def _committed_spider_records():
+    root = Path(__file__).resolve().parents[2] / "results"
+    for path in sorted(root.rglob("samples.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record.get("scorer") == SpiderExecutionScorer.name:
+                yield path, record
+
+
+@pytest.mark.slow
+def test_committed_spider_verdicts_hold():
+    """Every committed Spider record, scored again from its text, gets the score it holds."""
+    by_id = {ex.id: ex for ex in SpiderTask(limit=None).load()}
+    scorers = {v: SpiderExecutionScorer(version=v) for v in SpiderExecutionScorer.versions}
+    seen, changed = 0, []
+    for path, record in _committed_spider_records():
+        ex = by_id[record["example_id"]]
+        score = scorers[record["scorer_version"]].score(ex, record["text"])
+        seen += 1
+        if score != record["score"]:
+            changed.append((str(path), record["example_id"], record["score"], score))
+    assert seen > 0 and changed == []

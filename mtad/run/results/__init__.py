@@ -13,6 +13,7 @@
 """
 
 from mtad.core.io import (
+    BadResultsFile,
     append_jsonl,
     read_json,
     read_jsonl,
@@ -47,6 +48,7 @@ from mtad.run.results.folder import (
     NotAPointFile,
     PointFolder,
     now_utc,
+    read_summary,
     record_key,
     record_problem,
 )
@@ -72,7 +74,7 @@ __all__ = [
     "BUSY", "CACHED", "CONFIG_FILE", "DONE", "ERROR_FILE", "FAILED", "FORMAT", "INDEX_FILE",
     "LOCK_FILE", "PARTIAL", "PENDING", "POINT_FILE", "SAMPLES_FILE", "SKIPPED", "SKIPPED_FILE",
     "SUMMARY_FILE", "UNKNOWN", "RECORD_FIELDS", "Check", "FolderBusy", "FolderNotWritable",
-    "IdentityMismatch", "NotAPointFile", "PointFolder", "now_utc", "record_key", "record_problem", "HASH_LEN", "LEGACY_DECODER_VERSION", "decoder_version",
+    "IdentityMismatch", "NotAPointFile", "PointFolder", "now_utc", "record_key", "record_problem", "read_summary", "BadResultsFile", "HASH_LEN", "LEGACY_DECODER_VERSION", "decoder_version",
     "differences", "identity", "identity_hash", "requested_limit", "append_jsonl", "read_json",
     "read_jsonl", "rewrite_jsonl", "scan_jsonl", "shown_path", "write_json_atomic", "Catalog", "Store", "is_point_folder",
     "load_point", "point_dirs", "used_config",

@@ -15,7 +15,9 @@ This module knows nothing about decoders, tasks or metrics; ``mtad.run.evaluate`
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from mtad.core.io import (
+    BadResultsFile,
     append_jsonl,
     portable_text,
     read_json,
@@ -72,33 +75,116 @@ class FolderNotWritable(RuntimeError):
     """The folder cannot be created or written (read-only folder or file system)."""
 
 
+class ListOf(tuple):
+    """The types of a list field, ``(list,)``, whose every element must be one of ``elements``
+    (checked like a field)."""
+
+    def __new__(cls, elements: tuple[type, ...]):
+        self = super().__new__(cls, (list,))
+        self.elements = tuple(elements)
+        return self
+
+
 _NUMBER, _OPTIONAL_NUMBER = (int, float), (int, float, type(None))
+_INTS = ListOf((int,))
+#: Integers a record may hold (int64): a wider one is damage, not a count.
+INT_RANGE = (-(2**63), 2**63 - 1)
 #: What every record of ``samples.jsonl`` holds, with its types: what ``mtad.run.evaluate`` writes
 #: for each (example, turn) (ids, text, the engine's ``GenerationResult.to_record``, energy,
 #: speed). ``PointFolder.append`` refuses a record without them and ``PointFolder.check`` drops
-#: a line without them (recomputed), so the writer and every resume agree. Optional fields:
-#: ``perplexity``, ``nll_sum`` and the scorer's (``score``, ``scorer``, ``scorer_version``, ...).
+#: a line without them (recomputed), so the writer and every resume agree. A field is a tuple
+#: of types or a ``ListOf`` element types; contents are checked too (``value_ok``: numbers
+#: finite, integers in ``INT_RANGE``, no ``bool`` for a number). Optional fields
+#: (``OPTIONAL_FIELDS``) are checked the same way when present.
 RECORD_FIELDS: dict[str, tuple[type, ...]] = {
     "example_id": (str,), "turn": (int,), "index": (int,), "text": (str,),
-    "prompt_tokens": (int,), "output_ids": (list,), "new_tokens": (int,), "steps": (int,),
-    "accepted_per_step": (list,), "drafted_per_step": (list,), "emitted_per_step": (list,),
-    "tree_size_per_step": (list,), "target_passes": (int,), "target_forward_time": _NUMBER,
+    "prompt_tokens": (int,), "output_ids": _INTS, "new_tokens": (int,), "steps": (int,),
+    "accepted_per_step": _INTS, "drafted_per_step": _INTS, "emitted_per_step": _INTS,
+    "tree_size_per_step": _INTS, "target_passes": (int,), "target_forward_time": _NUMBER,
     "draft_forward_time": _NUMBER, "wall_time": _NUMBER, "prefill_time": _NUMBER,
     "block_efficiency": _NUMBER, "stop_reason": (str,), "energy_j": _OPTIONAL_NUMBER,
     "tokens_per_s": _OPTIONAL_NUMBER,
 }
+OPTIONAL_FIELDS: dict[str, tuple[type, ...]] = {
+    "perplexity": _OPTIONAL_NUMBER, "nll_sum": _OPTIONAL_NUMBER, "score": _OPTIONAL_NUMBER,
+    "scorer": (str,), "scorer_version": (str,),
+}
+
+
+_STR, _OPT_STR, _DICT, _OPT_DICT = (str,), (str, type(None)), (dict,), (dict, type(None))
+_OPT_INT, _OPT_BOOL = (int, type(None)), (bool, type(None))
+#: The fields of ``summary.json`` (``write_summary`` and ``mtad.run.evaluate``) that readers use,
+#: with their types, checked when present (``read_summary``); dotted names are inside a block.
+SUMMARY_FIELDS: dict[str, tuple[type, ...]] = {
+    "format": (int,), "identity_hash": _STR, "limit": _OPT_INT, "records": (int,),
+    "decoder": _OPT_STR, "decoder_version": _OPT_STR, "decoder_config": _OPT_DICT,
+    "lossless": _OPT_BOOL, "task": _OPT_STR, "data_source": _OPT_STR, "data_substitute": _OPT_BOOL,
+    "data_skipped": _OPT_DICT, "model": _OPT_DICT, "sampling": _OPT_DICT, "energy_source": _OPT_STR,
+    "energy_unavailable_reason": _OPT_STR, "energy_devices": (list, type(None)), "metrics": _DICT,
+    "metrics.examples": _OPT_INT, "config": _DICT, "provenance": _OPT_DICT, "score": _OPT_DICT,
+    "score.metric": _STR, "score.version": _STR, "score.value": (int, float, type(None)),
+    "score.n": _OPT_INT,
+}
+#: The fields of ``point.json`` (``claim``), checked when present (``PointFolder.point``).
+POINT_FIELDS: dict[str, tuple[type, ...]] = {
+    "format": (int,), "identity_hash": _STR, "identity": _DICT, "overrides": ListOf((str,)),
+    "choices": _DICT, "created_utc": _STR, "adopted": _OPT_DICT, "hash": _STR,
+}
+
+
+def value_ok(value: Any, types: tuple[type, ...], finite: bool = True) -> bool:
+    """Whether ``value`` has one of ``types`` and sound contents (``RECORD_FIELDS``); with
+    ``finite=False`` a float may be NaN or infinite (summaries: an undefined statistic)."""
+    if isinstance(types, ListOf):
+        return isinstance(value, list) and all(value_ok(v, types.elements, finite) for v in value)
+    if isinstance(value, bool) and bool not in types:
+        return False
+    if not isinstance(value, types):
+        return False
+    if isinstance(value, int):
+        return INT_RANGE[0] <= value <= INT_RANGE[1]
+    if isinstance(value, float):
+        return math.isfinite(value) or not finite
+    return True
 
 
 def record_problem(record: Mapping[str, Any]) -> str | None:
-    """Why ``record`` is not a ``samples.jsonl`` record (a missing or mistyped field), or None."""
+    """Why ``record`` is not a ``samples.jsonl`` record (a missing field, or one of the wrong type
+    or contents), or None."""
     missing = [k for k in RECORD_FIELDS if k not in record]
-    wrong = [k for k, types in RECORD_FIELDS.items()
-             if k in record and (isinstance(record[k], bool) or not isinstance(record[k], types))]
+    wrong = [k for fields in (RECORD_FIELDS, OPTIONAL_FIELDS) for k, types in fields.items()
+             if k in record and not value_ok(record[k], types)]
     for what, names in (("no", missing), ("bad", wrong)):
         if names:
             more = f" and {len(names) - 3} more" if len(names) > 3 else ""
             return f"{what} {', '.join(names[:3])}{more}"
     return None
+
+
+def field_problems(data: Mapping[str, Any], fields: Mapping[str, tuple[type, ...]]) -> list[str]:
+    """``name = value`` of each field of ``data`` (dotted: inside a block) that is present and
+    not of its type in ``fields`` (a float may be NaN: an undefined statistic)."""
+    out = []
+    for name, types in fields.items():
+        block, _, key = name.rpartition(".")
+        holder = data.get(block) if block else data
+        if isinstance(holder, Mapping) and key in holder and not value_ok(holder[key], types, finite=False):
+            out.append(f"{name} = {json.dumps(holder[key], default=str)[:60]}")
+    return out
+
+
+def read_summary(path: str | Path) -> dict | None:
+    """``summary.json`` at ``path``: None when missing or unreadable (the point is then
+    re-summarised), BadResultsFile (one line naming the file and fields) when its fields have
+    the wrong types (``SUMMARY_FIELDS``)."""
+    summary = read_json(path)
+    if summary is not None:
+        bad = field_problems(summary, SUMMARY_FIELDS)
+        if bad:
+            raise BadResultsFile(
+                f"{path} holds fields of the wrong type ({'; '.join(bad[:3])}); move the file away "
+                "(its point is then summarised again from its records)")
+    return summary
 
 
 def covers(have: int | None, want: int | None) -> bool:
@@ -205,7 +291,8 @@ class PointFolder:
         if not path.exists():
             return {}
         point = read_json(path)
-        if point is not None and isinstance(point.get("identity"), dict):
+        if point is not None and isinstance(point.get("identity"), dict) \
+                and not field_problems(point, POINT_FIELDS):
             if point.get("format") == FORMAT and isinstance(point.get("identity_hash"), str):
                 return point
             if "format" not in point and isinstance(point.get("hash"), str):
@@ -223,7 +310,7 @@ class PointFolder:
         point = self.point()
         if point.get("format"):
             return point["identity"], "current"
-        summary = read_json(self.file(SUMMARY_FILE)) or {}
+        summary = read_summary(self.file(SUMMARY_FILE)) or {}
         for cfg in (read_json(self.file(CONFIG_FILE)), summary.get("config")):
             if isinstance(cfg, dict):
                 try:
@@ -361,7 +448,7 @@ class PointFolder:
         list, each with its own seed, so the first 30 of a 100-example point are the 30-example
         point; such a folder is read as it is, never re-summarised at the smaller limit.
         """
-        summary = read_json(self.file(SUMMARY_FILE))
+        summary = read_summary(self.file(SUMMARY_FILE))
         if summary is None:
             return False
         if summary.get("format"):
@@ -385,7 +472,7 @@ class PointFolder:
 
     def summary_limit(self) -> int | None:
         """The number of examples ``summary.json`` was written for (None: all, or no summary)."""
-        summary = read_json(self.file(SUMMARY_FILE)) or {}
+        summary = read_summary(self.file(SUMMARY_FILE)) or {}
         if summary.get("format"):
             return summary.get("limit")
         try:

@@ -26,8 +26,9 @@ from mtad.run.results.folder import (
     SUMMARY_FILE,
     IdentityMismatch,
     PointFolder,
+    read_summary,
 )
-from mtad.run.results.identity import migrate
+from mtad.run.results.targets import trusted_config
 
 
 def is_point_folder(path: Path) -> bool:
@@ -157,10 +158,10 @@ def load_point(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     folder = PointFolder(path)
     point = read_json(path / POINT_FILE) or {}
-    summary = read_json(path / SUMMARY_FILE)
+    summary = read_summary(path / SUMMARY_FILE)
     legacy_config = point.get("identity") if not point.get("format") else None
     config = (summary or {}).get("config") or read_json(path / CONFIG_FILE) or legacy_config or {}
-    config = migrate(config)  # class paths that moved since it was written
+    config = trusted_config(config, path)  # moved class paths migrated; code outside the project refused
     status, reason = "pending", None
     if summary is not None:
         status = "done"

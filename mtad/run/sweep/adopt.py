@@ -41,6 +41,7 @@ from mtad.run.results import (
     identity_hash,
     now_utc,
     read_json,
+    read_summary,
     record_key,
     write_json_atomic,
 )
@@ -128,7 +129,7 @@ def _adopt(folder: PointFolder, point: Point, ident: dict, new_hash: str, old_ha
         "adopted": {"from_hash": old_hash, "because": "stop set", "stop": stop_set(ident),
                     "records_checked": n, "time_utc": now_utc()},
     })
-    summary = read_json(folder.file(SUMMARY_FILE))
+    summary = read_summary(folder.file(SUMMARY_FILE))
     if summary is not None:
         summary["identity_hash"] = new_hash
         summary["config"] = _with_stop(summary.get("config"), ident)

@@ -210,4 +210,12 @@ def list_unfinished(sweep: Sweep, argv: Sequence[str], out=None) -> list:
 
 def cli() -> None:
     """The console script (``[project.scripts]`` in pyproject.toml)."""
-    raise SystemExit(main())
+    from mtad.run.results import BadResultsFile
+    from mtad.run.results.targets import UntrustedConfig
+
+    try:
+        code = main()
+    except (BadResultsFile, UntrustedConfig) as e:  # a results file that cannot be used: one line
+        print(f"error: {e}", file=sys.stderr)
+        code = 2
+    raise SystemExit(code)

@@ -17,7 +17,14 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from mtad.run.cli import CONF_DIR, check_keys, expand
-from mtad.run.config import ConfigError, check_knobs, describe_error, explicit_keys, validate
+from mtad.run.config import (
+    ConfigError,
+    check_knobs,
+    check_scorer,
+    describe_error,
+    explicit_keys,
+    validate,
+)
 from mtad.run.results import Catalog, PointFolder, Store, identity, identity_hash, requested_limit
 
 
@@ -135,9 +142,19 @@ def choices_of(cfg: DictConfig) -> dict[str, str]:
 
 
 def check_point(cfg: DictConfig, overrides: Sequence[str], sweep_file: Path) -> None:
-    """Values and knobs of one composed point; ConfigError names the problem."""
+    """Values, knobs, class paths and scorer preflight of one composed point; ConfigError names
+    the problem. The class paths are held to the stored-config allow-list
+    (``mtad.run.results.targets``): a launcher job composes its points from the overrides its
+    sweep folder's ``sweep.json`` lists."""
+    from mtad.run.results.targets import UntrustedConfig, trusted_config
+
     validate(cfg)
     check_knobs(cfg, explicit_keys(overrides, [sweep_file]))
+    try:
+        trusted_config(OmegaConf.to_container(cfg, resolve=False), sweep_file)
+    except UntrustedConfig as e:
+        raise ConfigError(str(e)) from None
+    check_scorer(cfg)
 
 
 def load(
