@@ -178,3 +178,38 @@ gpu-check: ## GPU tests + forward/overhead vs HF assisted/energy on 1B-shaped ra
 	HF_HUB_OFFLINE=1 $(GPU_CHECK_PY) bench/gpu_check.py --out results/gpu_check/$$(hostname -s 2>/dev/null || echo host)-$$(date +%Y%m%d-%H%M%S) $(ARGS)
 
 .PHONY: gpu-check
+
+# ---- The stack-sensitive tests on another torch / transformers (a cached side environment) ----
+# make test-stack TORCH=2.11.0 TRANSFORMERS=5.17.0: a venv under $(STACKS) (MTAD_STACKS, else .stacks/)
+# with only torch, transformers, numpy, pytest, scipy and hydra-core (STACK_PYTHON: python3.12 when
+# found), built once per stack; runs the tests marked `stack` (STACK_MARK) from this checkout on
+# PYTHONPATH (no install of the project) and writes their output with timings to
+# results/stacks/torch-<TORCH>_transformers-<TRANSFORMERS>.txt. torch comes from TORCH_CPU_INDEX
+# (the CPU build) when reachable, else from pip's own configuration (PyPI: the CUDA build on Linux).
+TORCH ?= 2.11.0
+TRANSFORMERS ?= 5.17.0
+STACKS ?= $(or $(MTAD_STACKS),.stacks)
+STACK_PYTHON ?= $(shell command -v python3.12 2>/dev/null || echo $(PYTHON))
+STACK_MARK ?= stack and not slow
+STACK_NAME = torch-$(TORCH)_transformers-$(TRANSFORMERS)
+STACK_ENV = $(STACKS)/$(STACK_NAME)
+STACK_OUT ?= results/stacks/$(STACK_NAME).txt
+
+$(STACK_ENV)/.stamp:
+	@start=$$(date +%s); set -e; rm -rf $(STACK_ENV); $(STACK_PYTHON) -m venv $(STACK_ENV); \
+	  $(STACK_ENV)/bin/pip install -q --retries 1 --timeout 20 torch==$(TORCH) --index-url $(TORCH_CPU_INDEX) 2>/dev/null || { \
+	  echo "$(TORCH_CPU_INDEX) failed (unreachable, or no torch $(TORCH) there): torch from pip's own configuration"; \
+	  $(STACK_ENV)/bin/pip install -q torch==$(TORCH); }; \
+	  $(STACK_ENV)/bin/pip install -q transformers==$(TRANSFORMERS) numpy pytest scipy hydra-core; \
+	  echo "$$(( $$(date +%s) - start ))" > $(STACK_ENV)/.build-seconds; touch $@
+
+test-stack: $(STACK_ENV)/.stamp ## Stack-sensitive tests on another stack, cached side env: TORCH=2.11.0 TRANSFORMERS=5.17.0 -> results/stacks/
+	@mkdir -p $(dir $(STACK_OUT)); set -o pipefail; start=$$(date +%s); { \
+	  echo "# make test-stack TORCH=$(TORCH) TRANSFORMERS=$(TRANSFORMERS): pytest -m '$(STACK_MARK)'"; \
+	  echo "# commit $$(git rev-parse --short HEAD 2>/dev/null)$$(git diff --quiet HEAD 2>/dev/null || echo ' (dirty)'), $$(date -u +%Y-%m-%dT%H:%M:%SZ), $$(nproc) CPUs"; \
+	  echo "# side environment $(STACK_ENV): built in $$(cat $(STACK_ENV)/.build-seconds) s (once; cached after)"; \
+	  $(STACK_ENV)/bin/python -c 'import sys, torch, transformers, numpy; print(f"# python {sys.version.split()[0]}, torch {torch.__version__}, transformers {transformers.__version__}, numpy {numpy.__version__}")'; \
+	  HF_HUB_OFFLINE=1 PYTHONPATH=$(CURDIR) $(STACK_ENV)/bin/python -m pytest -q -p no:cacheprovider -m '$(STACK_MARK)' --durations=5 $(ARGS); rc=$$?; \
+	  echo "# tests: $$(( $$(date +%s) - start )) s wall, exit $$rc"; exit $$rc; } 2>&1 | tee $(STACK_OUT)
+
+.PHONY: test-stack

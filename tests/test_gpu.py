@@ -193,6 +193,7 @@ def test_gpu_check_energy_per_token(monkeypatch):
     assert res["j_per_token"] == {"spd": pytest.approx(1.2), "tree_mtad": pytest.approx(1.2)}
 
 
+@pytest.mark.stack
 def test_gpu_check_dry_run_on_the_cpu_without_hydra(tmp_path):
     """``--dry-run``: every phase end to end on tiny shapes, with Hydra, OmegaConf and pandas
     unimportable (the GPU node needs torch, transformers and this checkout only)."""
