@@ -189,7 +189,7 @@ gpu-check: ## GPU tests + forward/overhead vs HF assisted/energy on 1B-shaped ra
 TORCH ?= 2.11.0
 TRANSFORMERS ?= 5.17.0
 STACKS ?= $(or $(MTAD_STACKS),.stacks)
-STACK_PYTHON ?= $(shell command -v python3.12 2>/dev/null || echo $(PYTHON))
+STACK_PYTHON ?= $(shell python3.12 -c 'import sys; print(sys.executable)' 2>/dev/null || echo $(PYTHON))
 STACK_MARK ?= stack and not slow
 STACK_NAME = torch-$(TORCH)_transformers-$(TRANSFORMERS)
 STACK_ENV = $(STACKS)/$(STACK_NAME)
