@@ -195,13 +195,19 @@ STACK_NAME = torch-$(TORCH)_transformers-$(TRANSFORMERS)
 STACK_ENV = $(STACKS)/$(STACK_NAME)
 STACK_OUT ?= results/stacks/$(STACK_NAME).txt
 
-$(STACK_ENV)/.stamp:
-	@start=$$(date +%s); set -e; rm -rf $(STACK_ENV); $(STACK_PYTHON) -m venv $(STACK_ENV); \
-	  $(STACK_ENV)/bin/pip install -q --retries 1 --timeout 20 torch==$(TORCH) --index-url $(TORCH_CPU_INDEX) 2>/dev/null || { \
+# $(call side_env,DIR,PACKAGES): a venv at DIR with torch==$(TORCH), transformers==$(TRANSFORMERS) and
+# PACKAGES, its build time in DIR/.build-seconds
+define side_env
+	@start=$$(date +%s); set -e; rm -rf $(1); $(STACK_PYTHON) -m venv $(1); \
+	  $(1)/bin/pip install -q --retries 1 --timeout 20 torch==$(TORCH) --index-url $(TORCH_CPU_INDEX) 2>/dev/null || { \
 	  echo "$(TORCH_CPU_INDEX) failed (unreachable, or no torch $(TORCH) there): torch from pip's own configuration"; \
-	  $(STACK_ENV)/bin/pip install -q torch==$(TORCH); }; \
-	  $(STACK_ENV)/bin/pip install -q transformers==$(TRANSFORMERS) numpy pytest scipy hydra-core; \
-	  echo "$$(( $$(date +%s) - start ))" > $(STACK_ENV)/.build-seconds; touch $@
+	  $(1)/bin/pip install -q torch==$(TORCH); }; \
+	  $(1)/bin/pip install -q transformers==$(TRANSFORMERS) $(2); \
+	  echo "$$(( $$(date +%s) - start ))" > $(1)/.build-seconds; touch $(1)/.stamp
+endef
+
+$(STACK_ENV)/.stamp:
+	$(call side_env,$(STACK_ENV),numpy pytest scipy hydra-core)
 
 test-stack: $(STACK_ENV)/.stamp ## Stack-sensitive tests on another stack, cached side env: TORCH=2.11.0 TRANSFORMERS=5.17.0 -> results/stacks/
 	@mkdir -p $(dir $(STACK_OUT)); set -o pipefail; start=$$(date +%s); { \
@@ -212,4 +218,21 @@ test-stack: $(STACK_ENV)/.stamp ## Stack-sensitive tests on another stack, cache
 	  HF_HUB_OFFLINE=1 PYTHONPATH=$(CURDIR) $(STACK_ENV)/bin/python -m pytest -q -p no:cacheprovider -m '$(STACK_MARK)' --durations=5 $(ARGS); rc=$$?; \
 	  echo "# tests: $$(( $$(date +%s) - start )) s wall, exit $$rc"; exit $$rc; } 2>&1 | tee $(STACK_OUT)
 
-.PHONY: test-stack
+# The GPU check as on a stock node: a side env with only torch, transformers, numpy, pytest and
+# nvidia-ml-py (and their own dependencies), the tracked files of HEAD unpacked into a temporary
+# folder (git archive: nothing installed, nothing untracked), `bench/gpu_check.py --dry-run` there.
+STOCK_ENV = $(abspath $(STACKS))/stock-$(STACK_NAME)
+STOCK_OUT ?= results/stacks/gpu_check_dry_run_$(STACK_NAME).txt
+
+$(STOCK_ENV)/.stamp:
+	$(call side_env,$(STOCK_ENV),numpy pytest nvidia-ml-py)
+
+gpu-check-stock: $(STOCK_ENV)/.stamp ## GPU check --dry-run as on a stock node (only torch, transformers, numpy, pytest, nvidia-ml-py; HEAD's tracked files) -> results/stacks/
+	@mkdir -p $(dir $(STOCK_OUT)); set -o pipefail; tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	  git archive HEAD | tar -x -C $$tmp; start=$$(date +%s); { \
+	  echo "# make gpu-check-stock TORCH=$(TORCH) TRANSFORMERS=$(TRANSFORMERS): commit $$(git rev-parse --short HEAD), $$(date -u +%Y-%m-%dT%H:%M:%SZ), $$(nproc) CPUs"; \
+	  echo "# packages: $$($(STOCK_ENV)/bin/pip list --format=freeze 2>/dev/null | tr '\n' ' ')"; \
+	  (cd $$tmp && HF_HUB_OFFLINE=1 PYTHONPATH=. $(STOCK_ENV)/bin/python bench/gpu_check.py --dry-run --out $$tmp/out $(ARGS)); rc=$$?; \
+	  echo "# $$(( $$(date +%s) - start )) s wall, exit $$rc"; exit $$rc; } 2>&1 | tee $(STOCK_OUT)
+
+.PHONY: test-stack gpu-check-stock

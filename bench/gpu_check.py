@@ -370,8 +370,33 @@ def parse_args(argv):
     return args
 
 
+def stack_line() -> str:
+    """The stack found, one line: Python, torch (its CUDA build), transformers and the other packages
+    the check uses (``missing`` where absent)."""
+    import platform
+    from importlib import metadata
+
+    def version(name):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "missing"
+
+    pkgs = ", ".join(f"{n} {version(n)}" for n in ("transformers", "numpy", "pytest", "nvidia-ml-py"))
+    return (f"stack: python {platform.python_version()}, torch {torch.__version__} "
+            f"(CUDA build: {torch.version.cuda or 'none'}), {pkgs}")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    from mtad.core.stack import StackError, check_versions
+
+    print(stack_line(), flush=True)
+    try:  # before any model is built: a stack outside the tested range is refused
+        check_versions()
+    except StackError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if not args.dry_run and not torch.cuda.is_available():
         print(f"no CUDA device: torch {torch.__version__} (CUDA build: {torch.version.cuda or 'none'}) "
               "sees none; run on a GPU node, or pass --dry-run for the CPU dry run", file=sys.stderr)
