@@ -191,6 +191,8 @@ TRANSFORMERS ?= 5.17.0
 STACKS ?= $(or $(MTAD_STACKS),.stacks)
 STACK_PYTHON ?= $(shell python3.12 -c 'import sys; print(sys.executable)' 2>/dev/null || echo $(PYTHON))
 STACK_MARK ?= stack and not slow
+# the files holding `stack` tests (collecting the others would import what the side env lacks)
+STACK_TESTS ?= $(shell grep -rl --include='test_*.py' 'pytest.mark.stack' tests | sort)
 STACK_NAME = torch-$(TORCH)_transformers-$(TRANSFORMERS)
 STACK_ENV = $(STACKS)/$(STACK_NAME)
 STACK_OUT ?= results/stacks/$(STACK_NAME).txt
@@ -215,7 +217,7 @@ test-stack: $(STACK_ENV)/.stamp ## Stack-sensitive tests on another stack, cache
 	  echo "# commit $$(git rev-parse --short HEAD 2>/dev/null)$$(git diff --quiet HEAD 2>/dev/null || echo ' (dirty)'), $$(date -u +%Y-%m-%dT%H:%M:%SZ), $$(nproc) CPUs"; \
 	  echo "# side environment $(STACK_ENV): built in $$(cat $(STACK_ENV)/.build-seconds) s (once; cached after)"; \
 	  $(STACK_ENV)/bin/python -c 'import sys, torch, transformers, numpy; print(f"# python {sys.version.split()[0]}, torch {torch.__version__}, transformers {transformers.__version__}, numpy {numpy.__version__}")'; \
-	  HF_HUB_OFFLINE=1 PYTHONPATH=$(CURDIR) $(STACK_ENV)/bin/python -m pytest -q -p no:cacheprovider -m '$(STACK_MARK)' --durations=5 $(ARGS); rc=$$?; \
+	  HF_HUB_OFFLINE=1 PYTHONPATH=$(CURDIR) $(STACK_ENV)/bin/python -m pytest -q -p no:cacheprovider -m '$(STACK_MARK)' --durations=5 $(STACK_TESTS) $(ARGS); rc=$$?; \
 	  echo "# tests: $$(( $$(date +%s) - start )) s wall, exit $$rc"; exit $$rc; } 2>&1 | tee $(STACK_OUT)
 
 # The GPU check as on a stock node: a side env with only torch, transformers, numpy, pytest and
