@@ -238,3 +238,25 @@ gpu-check-stock: $(STOCK_ENV)/.stamp ## GPU check --dry-run as on a stock node (
 	  echo "# $$(( $$(date +%s) - start )) s wall, exit $$rc"; exit $$rc; } 2>&1 | tee $(STOCK_OUT)
 
 .PHONY: test-stack gpu-check-stock
+
+# ---- A GPU node whose transformers is outside the range: the wheels the check needs, for offline use ----
+# make gpu-bundle PY_VERSION=3.12: on a machine with package access, downloads into $(GPU_BUNDLE) the
+# wheels (CPython $(PY_VERSION), $(BUNDLE_PLATFORMS)) of transformers at the pin, numpy, pytest and
+# nvidia-ml-py with their dependencies; torch stays the node's (it must be in range). At most 60 MB.
+# On the node (docs/cluster.md): unpack them into one folder and put it first on PYTHONPATH.
+PY_VERSION ?= 3.12
+GPU_BUNDLE ?= gpu-bundle-py$(PY_VERSION)
+BUNDLE_PACKAGES ?= transformers==5.24.* numpy pytest nvidia-ml-py
+BUNDLE_PLATFORMS ?= manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64
+BUNDLE_MAX_MB ?= 60
+gpu-bundle: ## Wheels the GPU check needs besides torch (transformers at the pin, numpy, pytest, nvidia-ml-py) for PY_VERSION=3.12, <= 60 MB -> gpu-bundle-py3.12/
+	@set -e; py=$$(echo $(PY_VERSION) | tr -d .); rm -rf $(GPU_BUNDLE); \
+	  $(PYTHON) -m pip download -q --only-binary=:all: --python-version $(PY_VERSION) --implementation cp \
+	    --abi cp$$py --abi abi3 --abi none $(foreach p,$(BUNDLE_PLATFORMS),--platform $(p)) --platform any \
+	    -d $(GPU_BUNDLE) $(BUNDLE_PACKAGES); \
+	  mb=$$(du -sm $(GPU_BUNDLE) | cut -f1); echo "$(GPU_BUNDLE)/: $$(ls $(GPU_BUNDLE) | wc -l) wheels, $$mb MB"; \
+	  [ $$mb -le $(BUNDLE_MAX_MB) ] || { echo "error: $(GPU_BUNDLE) is $$mb MB, over $(BUNDLE_MAX_MB) MB"; exit 1; }; \
+	  echo "on the node: for w in $(GPU_BUNDLE)/*.whl; do python3 -m zipfile -e \$$w $(GPU_BUNDLE)/site; done"; \
+	  echo "             PYTHONPATH=$(GPU_BUNDLE)/site:. python3 bench/gpu_check.py --out DIR"
+
+.PHONY: gpu-bundle
