@@ -200,7 +200,11 @@ def probe(model) -> dict[str, Any]:
     key = _probe_key(model)
     if key in _probes:
         return _probes[key]
+    import torch
+
     _probing.add(key)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny passes: more threads only wait on each other (seconds on a busy CPU)
     try:
         tiny = tiny_like(model)
         worst = run_probe(tiny)
@@ -213,6 +217,7 @@ def probe(model) -> dict[str, Any]:
         ) from e
     finally:
         _probing.discard(key)
+        torch.set_num_threads(threads)
     if not worst <= PROBE_ATOL:
         raise StackError(
             f"the cache probe on a tiny {key} failed on {stack_text()}: the runner's cached logits "
