@@ -443,6 +443,7 @@ def stack_line() -> str:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from mtad.core.stack import StackError, check_versions
+    from mtad.core.stack import record as stack_record
 
     print(stack_line(), flush=True)
     try:  # before any model is built: a stack outside the tested range is refused
@@ -486,6 +487,7 @@ def main(argv=None) -> int:
               + (f" ({res.get('reason') or res.get('error') or res.get('summary')})" if res["status"] != "ok"
                  or res.get("summary") and isinstance(res["summary"], str) else ""), flush=True)
         record["seconds"] = time.perf_counter() - start
+        record["provenance"]["stack"] = stack_record()  # with the cache probes the phase ran
         (out / "gpu_check.json").write_text(json.dumps(record, indent=1, default=str))
 
     def need_models():
