@@ -193,3 +193,85 @@ slurm-check: install ## Table 2's smoke sweep through that Slurm: equal to a loc
 	HF_HUB_OFFLINE=1 $(PY) cluster/slurm/check.py $(ARGS)
 
 .PHONY: slurm-up slurm-down slurm-check
+
+# ---- The stack-sensitive tests on another torch / transformers (a cached side environment) ----
+# make test-stack TORCH=2.11.0 TRANSFORMERS=5.17.0: a venv under $(STACKS) (MTAD_STACKS, else .stacks/)
+# with only torch, transformers, numpy, pytest, scipy and hydra-core (STACK_PYTHON: python3.12 when
+# found), built once per stack; runs the tests marked `stack` (STACK_MARK) from this checkout on
+# PYTHONPATH (no install of the project) and writes their output with timings to
+# results/stacks/torch-<TORCH>_transformers-<TRANSFORMERS>.txt. torch comes from TORCH_CPU_INDEX
+# (the CPU build) when reachable, else from pip's own configuration (PyPI: the CUDA build on Linux).
+TORCH ?= 2.11.0
+TRANSFORMERS ?= 5.17.0
+STACKS ?= $(or $(MTAD_STACKS),.stacks)
+STACK_PYTHON ?= $(shell python3.12 -c 'import sys; print(sys.executable)' 2>/dev/null || echo $(PYTHON))
+STACK_MARK ?= stack and not slow
+# the files holding `stack` tests (collecting the others would import what the side env lacks)
+STACK_TESTS ?= $(shell grep -rl --include='test_*.py' 'pytest.mark.stack' tests | sort)
+STACK_NAME = torch-$(TORCH)_transformers-$(TRANSFORMERS)
+STACK_ENV = $(STACKS)/$(STACK_NAME)
+STACK_OUT ?= results/stacks/$(STACK_NAME).txt
+
+# $(call side_env,DIR,PACKAGES): a venv at DIR with torch==$(TORCH), transformers==$(TRANSFORMERS) and
+# PACKAGES, its build time in DIR/.build-seconds
+define side_env
+	@start=$$(date +%s); set -e; rm -rf $(1); $(STACK_PYTHON) -m venv $(1); \
+	  $(1)/bin/pip install -q --retries 1 --timeout 20 torch==$(TORCH) --index-url $(TORCH_CPU_INDEX) 2>/dev/null || { \
+	  echo "$(TORCH_CPU_INDEX) failed (unreachable, or no torch $(TORCH) there): torch from pip's own configuration"; \
+	  $(1)/bin/pip install -q torch==$(TORCH); }; \
+	  $(1)/bin/pip install -q transformers==$(TRANSFORMERS) $(2); \
+	  echo "$$(( $$(date +%s) - start ))" > $(1)/.build-seconds; touch $(1)/.stamp
+endef
+
+$(STACK_ENV)/.stamp:
+	$(call side_env,$(STACK_ENV),numpy pytest scipy hydra-core)
+
+test-stack: $(STACK_ENV)/.stamp ## Stack-sensitive tests on another stack, cached side env: TORCH=2.11.0 TRANSFORMERS=5.17.0 -> results/stacks/
+	@mkdir -p $(dir $(STACK_OUT)); set -o pipefail; start=$$(date +%s); { \
+	  echo "# make test-stack TORCH=$(TORCH) TRANSFORMERS=$(TRANSFORMERS): pytest -m '$(STACK_MARK)'"; \
+	  echo "# commit $$(git rev-parse --short HEAD 2>/dev/null)$$(git diff --quiet HEAD -- . ':!$(STACK_OUT)' 2>/dev/null || echo ' (dirty)'), $$(date -u +%Y-%m-%dT%H:%M:%SZ), $$(nproc) CPUs"; \
+	  echo "# side environment $(STACK_ENV): built in $$(cat $(STACK_ENV)/.build-seconds) s (once; cached after)"; \
+	  $(STACK_ENV)/bin/python -c 'import sys, torch, transformers, numpy; print(f"# python {sys.version.split()[0]}, torch {torch.__version__}, transformers {transformers.__version__}, numpy {numpy.__version__}")'; \
+	  HF_HUB_OFFLINE=1 PYTHONPATH=$(CURDIR) $(STACK_ENV)/bin/python -m pytest -q -p no:cacheprovider -m '$(STACK_MARK)' --durations=5 $(STACK_TESTS) $(ARGS); rc=$$?; \
+	  echo "# tests: $$(( $$(date +%s) - start )) s wall, exit $$rc"; exit $$rc; } 2>&1 | tee $(STACK_OUT)
+
+# The GPU check as on a stock node: a side env with only torch, transformers, numpy, pytest and
+# nvidia-ml-py (and their own dependencies), the tracked files of HEAD unpacked into a temporary
+# folder (git archive: nothing installed, nothing untracked), `bench/gpu_check.py --dry-run` there.
+STOCK_ENV = $(abspath $(STACKS))/stock-$(STACK_NAME)
+STOCK_OUT ?= results/stacks/gpu_check_dry_run_$(STACK_NAME).txt
+
+$(STOCK_ENV)/.stamp:
+	$(call side_env,$(STOCK_ENV),numpy pytest nvidia-ml-py)
+
+gpu-check-stock: $(STOCK_ENV)/.stamp ## GPU check --dry-run as on a stock node (only torch, transformers, numpy, pytest, nvidia-ml-py; HEAD's tracked files) -> results/stacks/
+	@mkdir -p $(dir $(STOCK_OUT)); set -o pipefail; tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	  git archive HEAD | tar -x -C $$tmp; start=$$(date +%s); { \
+	  echo "# make gpu-check-stock TORCH=$(TORCH) TRANSFORMERS=$(TRANSFORMERS): commit $$(git rev-parse --short HEAD), $$(date -u +%Y-%m-%dT%H:%M:%SZ), $$(nproc) CPUs"; \
+	  echo "# packages: $$($(STOCK_ENV)/bin/pip list --format=freeze 2>/dev/null | tr '\n' ' ')"; \
+	  (cd $$tmp && HF_HUB_OFFLINE=1 PYTHONPATH=. $(STOCK_ENV)/bin/python bench/gpu_check.py --dry-run --out $$tmp/out $(ARGS)); rc=$$?; \
+	  echo "# $$(( $$(date +%s) - start )) s wall, exit $$rc"; exit $$rc; } 2>&1 | tee $(STOCK_OUT)
+
+.PHONY: test-stack gpu-check-stock
+
+# ---- A GPU node whose transformers is outside the range: the wheels the check needs, for offline use ----
+# make gpu-bundle PY_VERSION=3.12: on a machine with package access, downloads into $(GPU_BUNDLE) the
+# wheels (CPython $(PY_VERSION), $(BUNDLE_PLATFORMS)) of transformers at the pin, numpy, pytest and
+# nvidia-ml-py with their dependencies; torch stays the node's (it must be in range). At most 60 MB.
+# On the node (docs/cluster.md): unpack them into one folder and put it first on PYTHONPATH.
+PY_VERSION ?= 3.12
+GPU_BUNDLE ?= gpu-bundle-py$(PY_VERSION)
+BUNDLE_PACKAGES ?= transformers==5.24.* numpy pytest nvidia-ml-py
+BUNDLE_PLATFORMS ?= manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64
+BUNDLE_MAX_MB ?= 60
+gpu-bundle: ## Wheels the GPU check needs besides torch (transformers at the pin, numpy, pytest, nvidia-ml-py) for PY_VERSION=3.12, <= 60 MB -> gpu-bundle-py3.12/
+	@set -e; py=$$(echo $(PY_VERSION) | tr -d .); rm -rf $(GPU_BUNDLE); \
+	  $(PYTHON) -m pip download -q --only-binary=:all: --python-version $(PY_VERSION) --implementation cp \
+	    --abi cp$$py --abi abi3 --abi none $(foreach p,$(BUNDLE_PLATFORMS),--platform $(p)) --platform any \
+	    -d $(GPU_BUNDLE) $(BUNDLE_PACKAGES); \
+	  mb=$$(du -sm $(GPU_BUNDLE) | cut -f1); echo "$(GPU_BUNDLE)/: $$(ls $(GPU_BUNDLE) | wc -l) wheels, $$mb MB"; \
+	  [ $$mb -le $(BUNDLE_MAX_MB) ] || { echo "error: $(GPU_BUNDLE) is $$mb MB, over $(BUNDLE_MAX_MB) MB"; exit 1; }; \
+	  echo "on the node: for w in $(GPU_BUNDLE)/*.whl; do python3 -m zipfile -e \$$w $(GPU_BUNDLE)/site; done"; \
+	  echo "             PYTHONPATH=$(GPU_BUNDLE)/site:. python3 bench/gpu_check.py --out DIR"
+
+.PHONY: gpu-bundle

@@ -134,6 +134,59 @@ def build_model(shape: Shape, dtype: torch.dtype, device: str, seed: int):
     return model.to(dtype).eval()
 
 
+# -------------------------------------------------------------------- greedy near-ties
+#: bfloat16 / float16: a top-2 gap within this many spacings of the dtype at |top-1 logit| may flip
+#: between two kernels (docs/devices.md). Two passes over the same context differ in the gap by at
+#: most 2 spacings from the final rounding of the two logits (half a spacing each, in each pass),
+#: plus, per pass, one rounding of the last hidden state h (relative eps/2), which moves the gap by
+#: at most eps/2 * |w_a - w_b| * |h| (w_a, w_b: the top two tokens' output rows).
+#: ``bench/bf16_greedy_check.py`` measures that term on the test models, in spacings, over 200
+#: prompts x 24 positions: median 3.06, p99 4.35, max 7.05 (results/bench/bf16_greedy_check.json;
+#: ``tests/test_gpu.py`` re-checks 2 + 2 * p99 <= the margin). 2 + 2 * 7.05 = 16.1: 16 covers
+#: every position but the rarest at that worst-case alignment.
+NEAR_TIE_ULPS = 16
+#: float32: a fixed margin, ~2^13 spacings at |logit| ~ 8, far above summation-order differences
+FLOAT32_MARGIN = 1e-3
+
+
+def spacing(dtype: torch.dtype, x: torch.Tensor) -> torch.Tensor:
+    """The distance between adjacent values of ``dtype`` at |x| (its resolution there): eps * 2^floor(log2|x|)."""
+    fi = torch.finfo(dtype)
+    mag = x.abs().float().clamp_min(fi.tiny)
+    return fi.eps * torch.exp2(torch.floor(torch.log2(mag)))
+
+
+def near_tie_margin(dtype: torch.dtype, top1: torch.Tensor) -> torch.Tensor:
+    """Per position: the top-2 gap below which another kernel's rounding may flip the argmax."""
+    if dtype in (torch.bfloat16, torch.float16):
+        return NEAR_TIE_ULPS * spacing(dtype, top1)
+    if dtype == torch.float32:
+        return torch.full_like(top1.float(), FLOAT32_MARGIN)
+    return torch.zeros_like(top1.float())  # float64: exact equality expected
+
+
+def greedy_mismatch(model, prompt: list[int], ref: list[int], out: list[int]) -> str | None:
+    """The check of a lossless decoder's T=0 output ``out`` against target greedy decoding ``ref``
+    in a low-precision dtype: they may differ only from a position where the target's top-2
+    logits (one full pass over ``prompt`` + the shared prefix) lie within ``near_tie_margin``,
+    where another kernel's rounding may flip the argmax (every later token then differs).
+    None when the check passes, else why not."""
+    if len(out) != len(ref):
+        return f"{len(out)} tokens, greedy decoding made {len(ref)}"
+    d = next((i for i, (a, b) in enumerate(zip(out, ref)) if a != b), None)
+    if d is None:
+        return None
+    param = next(model.parameters())
+    ids = torch.tensor([prompt + ref[:d]], device=param.device)
+    with torch.no_grad():
+        top2 = model(input_ids=ids).logits[0, -1].float().topk(2).values
+    gap, margin = float(top2[0] - top2[1]), float(near_tie_margin(param.dtype, top2[:1])[0])
+    if gap < margin:
+        return None
+    return (f"differs from greedy decoding at position {d} of {len(ref)}, where the target's top-2 "
+            f"logits are {gap:.4g} apart (no near-tie: margin {margin:.4g})")
+
+
 # ------------------------------------------------------------------------- measurement
 def sync() -> None:
     if torch.cuda.is_available():
@@ -370,8 +423,34 @@ def parse_args(argv):
     return args
 
 
+def stack_line() -> str:
+    """The stack found, one line: Python, torch (its CUDA build), transformers and the other packages
+    the check uses (``missing`` where absent)."""
+    import platform
+    from importlib import metadata
+
+    def version(name):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "missing"
+
+    pkgs = ", ".join(f"{n} {version(n)}" for n in ("transformers", "numpy", "pytest", "nvidia-ml-py"))
+    return (f"stack: python {platform.python_version()}, torch {torch.__version__} "
+            f"(CUDA build: {torch.version.cuda or 'none'}), {pkgs}")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    from mtad.core.stack import StackError, check_versions
+    from mtad.core.stack import record as stack_record
+
+    print(stack_line(), flush=True)
+    try:  # before any model is built: a stack outside the tested range is refused
+        check_versions()
+    except StackError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if not args.dry_run and not torch.cuda.is_available():
         print(f"no CUDA device: torch {torch.__version__} (CUDA build: {torch.version.cuda or 'none'}) "
               "sees none; run on a GPU node, or pass --dry-run for the CPU dry run", file=sys.stderr)
@@ -408,6 +487,7 @@ def main(argv=None) -> int:
               + (f" ({res.get('reason') or res.get('error') or res.get('summary')})" if res["status"] != "ok"
                  or res.get("summary") and isinstance(res["summary"], str) else ""), flush=True)
         record["seconds"] = time.perf_counter() - start
+        record["provenance"]["stack"] = stack_record()  # with the cache probes the phase ran
         (out / "gpu_check.json").write_text(json.dumps(record, indent=1, default=str))
 
     def need_models():

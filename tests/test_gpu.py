@@ -7,9 +7,10 @@ the draft on ``cuda:1`` when two GPUs exist:
 * every decoder: records consistent, and exactly one ``torch.cuda.synchronize`` per step on
   each device the pair uses (the engine's; no other explicit synchronisation);
 * lossless decoders equal target greedy decoding (``Greedy``): exactly in float64; in float32
-  and bfloat16 up to the first position where the target's top-2 logits lie within a margin
-  (``first_near_tie``), since another kernel's rounding may flip an argmax between two
-  near-equal logits there, and every later token differs with it;
+  and bfloat16 they may differ only from a position where the target's top-2 logits lie within
+  a margin (``gpu_check.greedy_mismatch``: 16 spacings of bfloat16 at |top-1 logit|, 1e-3 in
+  float32), since another kernel's rounding may flip an argmax between two near-equal logits
+  there, and every later token differs with it;
 * seeded runs at T=1 on CUDA equal the same runs on the CPU in float64: the random stream is
   the same by design (one CPU generator, draws on the host: ``mtad.core.sampling``), and float64
   leaves the acceptance tests far from rounding.
@@ -18,7 +19,10 @@ The transfer bounds per step (host round-trips) are checked on the CPU by ``mtad
 (``tests/decoders/test_devices.py``); on CUDA, ``bench/gpu_check.py`` counts implicit synchronisations.
 
 CPU tests (default suite): ``bench/gpu_check.py`` builds the decoders as Hydra does, stops in
-one line without CUDA, and runs end to end on the CPU (``--dry-run``) without Hydra.
+one line without CUDA, and runs end to end on the CPU (``--dry-run``) without Hydra; the
+bfloat16 greedy check's margin covers the measured rounding bound, and the check (slow: 200
+prompts, ``bench/bf16_greedy_check.py``) never fails a correct decoder in bfloat16 on the CPU
+and fails a planted off-by-one in verification.
 """
 
 from __future__ import annotations
@@ -51,8 +55,6 @@ TARGET_DEVICE = "cuda:0"
 DRAFT_DEVICE = "cuda:1" if CUDA and torch.cuda.device_count() > 1 else "cuda:0"
 PROMPT = [3, 4, 5]
 SAMPLE = Warping(1.0, top_k=10, top_p=0.9)
-#: top-2 logit gaps below which GPU rounding may flip an argmax (logits of scale ~3)
-MARGIN = {torch.float32: 1e-3, torch.bfloat16: 0.25}
 
 
 def _pair(vocab=40, dtype=torch.float64, scale=4.0, device="cpu", draft_device=None):
@@ -60,17 +62,6 @@ def _pair(vocab=40, dtype=torch.float64, scale=4.0, device="cpu", draft_device=N
     d = tiny_causal_lm("qwen2", vocab_size=vocab, hidden_size=16, num_heads=2, num_layers=1,
                        dtype=dtype, seed=1, logit_scale=scale)
     return t.to(device), d.to(draft_device or device)
-
-
-def first_near_tie(model, prompt, tokens, margin) -> int:
-    """First position i of ``tokens`` where the target's top-2 logits given ``prompt + tokens[:i]``
-    (one full-sequence pass) differ by less than ``margin``; ``len(tokens)`` if none does."""
-    ids = torch.tensor([prompt + tokens], device=model.device)
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : len(prompt) - 1 + len(tokens)].float()
-    top2 = logits.topk(2, dim=-1).values
-    close = torch.nonzero(top2[:, 0] - top2[:, 1] < margin).flatten().tolist()
-    return close[0] if close else len(tokens)
 
 
 # --------------------------------------------------------------------------- on CUDA
@@ -106,11 +97,13 @@ def test_lossless_decoders_equal_greedy_in_float64_on_cuda(name):
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 def test_lossless_decoders_equal_greedy_up_to_a_near_tie(name, dtype):
+    """Three prompts: a wrong token at a near-tie passes the check, so one prompt would catch a
+    planted off-by-one about 2 times in 3 (results/bench/bf16_greedy_check.json), three ~96%."""
     target, draft = _pair(dtype=dtype, scale=32.0, device=TARGET_DEVICE, draft_device=DRAFT_DEVICE)
-    ref = Engine(target, None, Greedy(), Warping(0)).generate(PROMPT, 30).output_ids
-    out = Engine(target, draft, gpu_check.load_decoder(name), Warping(0)).generate(PROMPT, 30, seed=2).output_ids
-    i = first_near_tie(target, PROMPT, ref, MARGIN[dtype])
-    assert out[:i] == ref[:i], f"differs before the first near-tie (position {i} of {len(ref)})"
+    for prompt in (PROMPT, [7, 2, 9, 11], [20, 21, 5, 6, 30]):
+        ref = Engine(target, None, Greedy(), Warping(0)).generate(prompt, 30).output_ids
+        out = Engine(target, draft, gpu_check.load_decoder(name), Warping(0)).generate(prompt, 30, seed=2).output_ids
+        assert gpu_check.greedy_mismatch(target, prompt, ref, out) is None, prompt
 
 
 @pytest.mark.parametrize("vocab", [40, 4096 + 904], ids=["toy", "long"])
@@ -193,6 +186,7 @@ def test_gpu_check_energy_per_token(monkeypatch):
     assert res["j_per_token"] == {"spd": pytest.approx(1.2), "tree_mtad": pytest.approx(1.2)}
 
 
+@pytest.mark.stack
 def test_gpu_check_dry_run_on_the_cpu_without_hydra(tmp_path):
     """``--dry-run``: every phase end to end on tiny shapes, with Hydra, OmegaConf and pandas
     unimportable (the GPU node needs torch, transformers and this checkout only)."""
@@ -219,3 +213,51 @@ def test_gpu_check_dry_run_on_the_cpu_without_hydra(tmp_path):
     self_spd = next(s for s in summary if (s["draft"], s["mode"], s["method"]) == ("self", "greedy", "spd"))
     assert self_spd["tokens_per_target_pass"] >= 2  # the target as its own draft: draft tokens kept
     assert "## ms per k-token pass" in (out / "report.md").read_text()
+
+
+# ------------------------------------------- the low-precision greedy check, on the CPU
+def test_the_bfloat16_margin_covers_the_rounding_bound():
+    """``gpu_check.NEAR_TIE_ULPS`` >= 2 (final roundings) + 2 * the 99th percentile of one
+    hidden-state rounding's move of the top-2 gap, in spacings, over the positions of greedy runs
+    of the test's bf16 target (20 prompts x 24 tokens)."""
+    import random
+    import statistics
+
+    import bf16_greedy_check as b
+
+    target, _ = b.pair()
+    rng, moved = random.Random(0), []
+    for _ in range(20):
+        prompt = [rng.randrange(2, b.VOCAB) for _ in range(rng.randint(3, 8))]
+        ref = Engine(target, None, Greedy(), Warping(0)).generate(prompt, 24).output_ids
+        moved += b.hidden_rounding_spacings(target, prompt, ref)
+    assert 2 + 2 * statistics.quantiles(moved, n=100)[98] <= gpu_check.NEAR_TIE_ULPS
+
+
+def test_the_greedy_check_allows_a_flip_at_a_near_tie_only():
+    target, _ = _pair(dtype=torch.bfloat16, scale=32.0)
+    ref = Engine(target, None, Greedy(), Warping(0)).generate(PROMPT, 16).output_ids
+    assert gpu_check.greedy_mismatch(target, PROMPT, ref, list(ref)) is None
+    ids = torch.tensor([PROMPT + ref])
+    with torch.no_grad():
+        top2 = target(input_ids=ids).logits[0, len(PROMPT) - 1 : -1].float().topk(2)
+    margin = gpu_check.near_tie_margin(torch.bfloat16, top2.values[:, 0])
+    gaps = top2.values[:, 0] - top2.values[:, 1]
+    clear = next(i for i in range(len(ref)) if gaps[i] >= margin[i])
+    flipped = ref[:clear] + [int(top2.indices[clear, 1])] + ref[clear + 1 :]
+    assert "no near-tie" in gpu_check.greedy_mismatch(target, PROMPT, ref, flipped)
+    tie = [i for i in range(len(ref)) if gaps[i] < margin[i]]
+    if tie:  # a second-best token at a near-tie, and anything after it, passes
+        i = tie[0]
+        assert gpu_check.greedy_mismatch(target, PROMPT, ref, ref[:i] + [int(top2.indices[i, 1])] + [0] * (len(ref) - i - 1)) is None
+
+
+@pytest.mark.slow
+def test_the_bfloat16_greedy_check_on_200_prompts_on_the_cpu():
+    """Never fails a correct decoder; fails SpD with an off-by-one in verification on most prompts
+    (not all: its first wrong token may come at a near-tie, where the check cannot tell)."""
+    import bf16_greedy_check as b
+
+    res = b.check(200, 24, seed=0)
+    assert all(d["failed"] == 0 for d in res["decoders"].values()), res["decoders"]
+    assert res["planted"]["failed"] >= 100, res["planted"]  # 129 of 200 when measured

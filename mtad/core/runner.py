@@ -27,7 +27,8 @@ whose row 0 is the root's, with no offset, and a runner's node ids are these row
   keys and values, so any matching node can be kept.
 
 Architectures: every model gets the same inputs (token ids, explicit
-``position_ids``, the 4-D mask, ``cache=``). Qwen2 and Llama feed ``position_ids``
+``position_ids``, the 4-D mask, the cache by the keyword its ``forward`` names:
+``mtad.core.stack``). Qwen2 and Llama feed ``position_ids``
 to the rotary embedding; OPT (learned positions, offset 2) and GPT-2 (``wpe``) look
 their position embeddings up from ``position_ids`` when given one, and only fall
 back to a mask cumsum / cache length without it, which would be wrong for a tree.
@@ -60,6 +61,7 @@ from transformers.cache_utils import DynamicLayer
 
 from mtad.core.devices import ForwardTimer, model_devices
 from mtad.core.protocols import ROOT  # noqa: E402  (re-exported: row of the root)
+from mtad.core.stack import checked_cache_keyword
 
 _UNSUPPORTED_ATTN = ("flash_attention_2", "flash_attention_3", "flex_attention")
 
@@ -117,6 +119,8 @@ class ModelRunner:
 
     def __init__(self, model, vocab_size: int | None = None, name: str = "model"):
         check_model_supported(model)
+        # the keyword this transformers takes the cache by; range check and cache probe (mtad.core.stack)
+        self._cache_kw = checked_cache_keyword(model)
         self.model = model
         self.name = name
         self.devices = model_devices(model)  # every device it spans (device_map="auto": several)
@@ -239,7 +243,7 @@ class ModelRunner:
                 input_ids=ids_pos[0:1],
                 attention_mask=mask,
                 position_ids=ids_pos[1:2],
-                cache=self.cache,
+                **{self._cache_kw: self.cache},
                 use_cache=True,
                 logits_to_keep=m + (1 if n_pend else 0),
             )

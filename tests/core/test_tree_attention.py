@@ -36,6 +36,8 @@ import mtad.core.runner as runner_mod
 from mtad.core.runner import ROOT, ModelRunner
 from mtad.models.tiny import ARCHS, tiny_causal_lm
 
+pytestmark = pytest.mark.stack  # depends on transformers' masks and cache API (make test-stack)
+
 V = 64
 TOL = 1e-9
 CONFIGS = [(a, k) for a in ARCHS for k in ("eager", "sdpa")]

@@ -28,6 +28,8 @@ from mtad.models.tiny import tiny_causal_lm
 from mtad.run.cli import group_options, load_decoder
 from mtad.testing.devicecheck import DeviceError, VirtualDevices, device_of, place, virtual_pair
 
+pytestmark = pytest.mark.stack  # the device checker follows torch's dispatch (make test-stack)
+
 DECODERS = group_options("decoder")
 PROMPT = [3, 4, 5]
 TOKENS = 14

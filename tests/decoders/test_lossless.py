@@ -61,12 +61,14 @@ def _pvalue(toy_pair, decoder, warping, n):
     return pval
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize("name", LOSSLESS)
 def test_lossless_fast(toy_pair, name):
     pval = _pvalue(toy_pair, _decoder(name), WARPINGS["T0.8-k4-p0.9"], 1500)
     assert pval > ALPHA, f"{name}: output differs from the warped target joint (p={pval:.2e})"
 
 
+@pytest.mark.stack
 def test_lossy_control_rejected_fast(toy_pair):
     assert _pvalue(toy_pair, LongestOfKSpD(), WARPINGS["T0.8-k4-p0.9"], 1500) < ALPHA
 

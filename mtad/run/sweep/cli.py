@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mtad.core.io import read_json, shown_path
+from mtad.core.stack import require_supported_stack
 from mtad.run.results import (
     BUSY,
     CACHED,
@@ -166,6 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 pick(args.point_overhead_s, "point_overhead_s", 20.0),
                 pick(args.example_overhead_s, "example_overhead_s", 0.0))
         return 0
+    require_supported_stack()  # before any point loads a model
     if args.launcher:
         try:
             rc = launch(sweep, args.launcher, jobs_per_pair=args.jobs_per_pair)
