@@ -50,6 +50,13 @@ class ConfigError(ValueError):
     """A config field has a bad value; the message names the field and the fix."""
 
 
+class MachineUnfit(ConfigError):
+    """The config is valid but this machine cannot run it (a scorer's preflight: e.g. no
+    bubblewrap); the message names what is missing and the fix. A sweep refuses as a whole on
+    it (it is not a property of one grid point, and skipping the points would end the sweep
+    "finished" with points never run)."""
+
+
 @dataclass(frozen=True)
 class Rule:
     """What one config field accepts. ``kind``: ``integer``, ``number`` (int or float; ``inf``
@@ -500,8 +507,10 @@ def check_scorer(cfg: Any) -> None:
         return
     try:
         preflight(**settings)
-    except (ValueError, RuntimeError) as e:
+    except ValueError as e:  # the settings themselves
         raise ConfigError(str(e)) from None
+    except RuntimeError as e:  # this machine (Scorer.preflight's contract)
+        raise MachineUnfit(str(e)) from None
 
 
 def decoder_knobs(decoder: Any) -> list[str]:

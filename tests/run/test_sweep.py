@@ -601,3 +601,25 @@ def test_sweep_killed_five_times_then_resumed_equals_an_uninterrupted_run(tmp_pa
     clean = subprocess.run(_sweep_cmd(clean_root), cwd=ROOT, env=_env(), capture_output=True, text=True)
     assert clean.returncode == 0
     assert _content(killed_root) == _content(clean_root)
+
+
+def test_a_machine_that_cannot_score_refuses_the_sweep_and_runs_nothing(tmp_path, monkeypatch, capsys):
+    """No bubblewrap here (HumanEval's scorer preflight): not "points not run" and exit 0 with
+    "every point is finished", but one line per reason, exit 2, nothing written; a dry run still
+    lists the points, and the points themselves are not called broken."""
+    from eval import sandbox
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # bwrap on no PATH entry, probed afresh
+    monkeypatch.setattr(sandbox, "_PROBED", {})
+    root = tmp_path / "sweeps"
+    args = [str(SMOKE), "--profile", "smoke", "decoder=spd,mtad", "--root", str(root), *TINY]
+    assert sw.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "2 of 2 points" in err[0] and "cannot run on this machine" in err[0]
+    assert "bubblewrap" in err[0] and "task.scorer.isolation=rlimits" in err[0]
+    assert not (root / "table2_smoke").exists() or not any((root / "table2_smoke").iterdir())
+    assert sw.main([*args, "--dry-run"]) == 0
+    s = load_smoke(["decoder=spd", *TINY], root=root)
+    assert s.points[0].machine and s.points[0].hash is None
+    assert sw.main([*args, "task.scorer.isolation=rlimits", "--dry-run"]) == 0
+    assert all(p.hash and not p.machine for p in load_smoke(["decoder=spd", "task.scorer.isolation=rlimits", *TINY], root=root).points)

@@ -157,6 +157,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.warning("sweep %s: point not run (%s): %s", sweep.name, p.label, p.problem)
     if args.strict and problems:
         return 2
+    unfit = [p for p in problems if p.machine]
+    if unfit and not args.dry_run:  # this machine, not the grid: refuse rather than end "finished"
+        for reason in dict.fromkeys(p.problem for p in unfit):
+            print(f"mtad-sweep: {sum(p.problem == reason for p in unfit)} of {len(sweep.points)} points "
+                  f"of sweep {sweep.name} cannot run on this machine: {reason}", file=sys.stderr)
+        return 2
     if args.dry_run:
         est = (sweep.meta.get("estimates") or {}).get(args.profile) or sweep.meta.get("estimate") or {}
 

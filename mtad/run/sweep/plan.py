@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from mtad.run.cli import CONF_DIR, check_keys, expand
 from mtad.run.config import (
     ConfigError,
+    MachineUnfit,
     check_knobs,
     check_scorer,
     describe_error,
@@ -36,6 +37,7 @@ class Point:
     hash: str | None = None  # identity hash (mtad.run.results.identity)
     limit: int | None = None  # examples requested (None: all of the task's)
     problem: str | None = None  # why it cannot be run (unknown name, bad value, unused knob)
+    machine: bool = False  # the problem is this machine's (MachineUnfit), not the point's
 
     @property
     def label(self) -> str:
@@ -246,6 +248,7 @@ def _point(composer: Composer, job: list[str], sweep_file: Path, conf_dir: Path)
         point.limit = requested_limit(point.cfg)
     except (ConfigError, ValueError) as e:
         point.problem = str(e)
+        point.machine = isinstance(e, MachineUnfit)
         point.hash = None
     return point
 
