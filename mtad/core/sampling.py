@@ -45,6 +45,7 @@ __all__ = [
     "draw",
     "host_support",
     "host_supports",
+    "host_supports_with",
     "residual",
     "sample",
     "support",
@@ -106,33 +107,58 @@ def host_supports(
     ``bound + 1`` entries of each row cross (a row whose last one is still nonzero crosses
     again whole: a second transfer); without one, the rows cross whole.
     """
+    return [s for s, _ in host_supports_with(rows, None, bound)]
+
+
+def host_supports_with(
+    rows: torch.Tensor,  # [R, V] non-negative rows on any device
+    other: torch.Tensor | None,  # [R, V] companion values on the same device (or None)
+    bound: int | None = None,
+) -> list[tuple[Support, torch.Tensor | None]]:  # per row: its support, ``other`` at its ids
+    """``host_supports`` that also brings ``other``'s entries at each support's ids, in the
+    same transfer (host tensors of ``other``'s dtype, exactly its values)."""
+    odt = other.dtype if other is not None else None
     if rows.dtype in (torch.float16, torch.bfloat16):
         rows = rows.float()
     num, vocab = rows.shape
+
+    def back(x):  # companion values on the host, in their own dtype (the round trip is exact)
+        return None if x is None else x.to(odt)
+
     if rows.device.type == "cpu":
-        return [Support(*support(r), vocab) for r in rows]
+        out = []
+        for i, r in enumerate(rows):
+            s = Support(*support(r), vocab)
+            out.append((s, None if other is None else other[i][s.ids]))
+        return out
+    wide = rows if other is None else torch.cat([rows, other.to(rows.dtype)], -1)  # [R, V or 2V]
     if vocab <= DENSE_MAX:
-        host = rows.clamp_min(0).cpu()
+        host = wide.clamp_min(0) if other is None else torch.cat([rows.clamp_min(0), wide[:, vocab:]], -1)
+        host = host.cpu()
         ids = torch.arange(vocab)
-        return [Support(ids, host[i], vocab) for i in range(num)]
-    out: list[Support | None] = [None] * num
+        return [(Support(ids, host[i, :vocab], vocab), back(host[i, vocab:]) if other is not None else None)
+                for i in range(num)]
+    out: list[tuple[Support, torch.Tensor | None] | None] = [None] * num
     if bound is not None and bound + 1 < vocab and vocab < _EXACT_FLOAT_INDEX:
         k = bound + 1
         vals, idx = rows.topk(k, dim=-1)  # [R, k] descending
-        host = torch.cat([vals, idx.to(vals.dtype)], -1).cpu()  # [R, 2k]: one transfer
+        parts = [vals, idx.to(vals.dtype)] + ([other.to(vals.dtype).gather(-1, idx)] if other is not None else [])
+        host = torch.cat(parts, -1).cpu()  # [R, 2k or 3k]: one transfer
         for i in range(num):
-            v, ids = host[i, :k], host[i, k:].long()
+            v, ids = host[i, :k], host[i, k : 2 * k].long()
             if float(v[-1]) > 0:
                 continue  # the support may go on past the top k + 1: read the row whole below
             keep = v > 0
             ids, v = ids[keep], v[keep]
             order = torch.argsort(ids)
-            out[i] = Support(ids[order], v[order], vocab)
+            comp = back(host[i, 2 * k :][keep][order]) if other is not None else None
+            out[i] = (Support(ids[order], v[order], vocab), comp)
     rest = [i for i in range(num) if out[i] is None]
     if rest:
-        host = rows[rest].cpu() if len(rest) < num else rows.cpu()
+        host = (torch.stack([wide[i] for i in rest]) if len(rest) < num else wide).cpu()
         for j, i in enumerate(rest):
-            out[i] = Support(*support(host[j]), vocab)
+            s = Support(*support(host[j, :vocab]), vocab)
+            out[i] = (s, back(host[j, vocab:][s.ids]) if other is not None else None)
     return out  # type: ignore[return-value]
 
 
