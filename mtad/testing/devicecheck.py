@@ -37,7 +37,9 @@ decoder steps.
   wait), under ``pinned_<phase>``. ``pin_memory()`` and ``pin_memory=True`` are stood in
   for (a CPU build has no pinned allocator): the tensor is marked pinned.
 
-``torch.cuda.synchronize`` calls are counted as ``syncs``. ``torch.cuda.Event``,
+``largest_read`` is the longest row (last dimension) of any
+device-to-host copy (``.cpu()``, ``tolist``): a whole vocabulary row shows as its length. ``torch.cuda.synchronize`` calls are counted as
+``syncs``. ``torch.cuda.Event``,
 ``torch.cuda.current_stream``, ``torch.cuda.Stream``, ``torch.cuda.stream`` and
 ``torch.cuda.current_device`` are replaced by stand-ins: an event remembers the device and
 stream it was recorded on (``VirtualDevices.events``); its waits are counted as
@@ -191,6 +193,7 @@ class VirtualDevices(TorchFunctionMode):
         self.counts: Counter = Counter()  # "draft" / "verify" / "engine" transfers, "syncs"
         self.steps: list[dict] = []  # per decoder step: transfers by phase, syncs
         self.events: list[tuple[_FakeEvent, _FakeStream]] = []  # recorded events and their streams
+        self.largest_read = 0  # the longest row (last dimension) copied from a device to the host
         self.current_device = "cuda:0"
         self._streams: dict[str, _FakeStream] = {}  # the current stream of each device
         self.phase = "engine"
@@ -358,6 +361,8 @@ class VirtualDevices(TorchFunctionMode):
             raise DeviceError("numpy: can't convert a device tensor to numpy; copy it to the host first")
         if dev != "cpu" and self._to_host(name, args):
             self.counts[self.phase] += 1
+            if name in ("tolist", "numpy") and tensors:
+                self.largest_read = max(self.largest_read, tensors[0].shape[-1] if tensors[0].dim() else 1)
         if dev != "cpu":
             self._count_host_operands(name, args, kwargs, dev)
         out = func(*args, **kwargs)
@@ -443,6 +448,7 @@ class VirtualDevices(TorchFunctionMode):
                 dst = device_of(src)
         if device_of(src) != "cpu" and dst == "cpu":
             self.counts[self.phase] += 1
+            self.largest_read = max(self.largest_read, src.shape[-1] if src.dim() else 1)
         if device_of(src) == "cpu" and dst != "cpu":
             non_blocking = call_kwargs.get("non_blocking", False) or any(
                 a is True for a in call_args[1:])

@@ -96,6 +96,18 @@ def test_every_decoder_runs_on_virtual_devices_as_on_the_cpu(request, vocab, nam
     assert vd.counts["pinned_engine"] <= devices * (1 + out.num_steps)
 
 
+@pytest.mark.parametrize("name", ["spd", "tree_mtad", "specinfer", "multinomial"])
+@pytest.mark.parametrize("top_k", [10, 0])
+def test_draws_move_no_whole_vocabulary_rows(long_vocab, name, top_k):
+    """With top-k and with top-p alone, every draw equals the CPU run's (float64 pair, same
+    seed) and no device-to-host copy is a whole vocabulary row: only supports cross (the
+    random pair is nearly flat: top-p 0.1 keeps a few hundred tokens of 5,000)."""
+    ref, out, vd, _ = _run_checked(long_vocab, name, Warping(1.0, top_k=top_k, top_p=0.1))
+    assert out.output_ids == ref.output_ids
+    vocab = long_vocab[0].config.vocab_size
+    assert 0 < vd.largest_read < vocab, (vd.largest_read, vocab)
+
+
 @pytest.mark.parametrize("name", ["spd", "tree_mtad", "specinfer", "spectr", "bild_sampling", "mcss"])
 def test_a_target_spread_over_two_devices(toy, name):
     """device_map="auto": inputs on the first device, logits on the last; the draft on a third."""
