@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 import torch
 
-
 TOP_P_HINT = 255  # support_bound's guess for a nucleus without top-k (a transfer hint only)
 
 
