@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
 
 import torch
@@ -128,7 +129,7 @@ def main(argv=None) -> None:
                     f"{k} {r[k + '_mean']:.2f} (max {r[k + '_max']})" for k in KEYS), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"command": "python bench/transfers.py " + " ".join(argv or []),
+    meta = {"command": "python bench/transfers.py " + " ".join(sys.argv[1:] if argv is None else argv),
             "vocab": args.vocab, "tokens": args.tokens, "prompts": len(prompts),
             "sampling": "top-k 10, top-p 0.9", "devices": "target cuda:0, draft cuda:1 (virtual)"}
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
