@@ -34,6 +34,14 @@ Systems: ``hf_assisted`` (constant ``--gamma`` draft tokens, confidence stopping
 accepted) and ``equal`` (a copy of the target: everything is accepted).
 Goals checked per setting: SpD's overhead per token <= HF assisted's; every tree decoder's
 (``TREE_DECODERS``) <= ``--tree-limit`` x SpD's.
+
+Modes: ``greedy`` (T = 0), ``sample`` (``--temperature``, ``--top-k``, ``--top-p``) and
+``sample_nok`` (the same without top-k: top-p only, so a draw's support is not bounded).
+
+Device ops: after a setting's timed runs, every system runs the first prompt once more under
+``OpCounter`` (a ``TorchFunctionMode``): torch calls outside the two models' forward passes
+(the models' top-level forward hooks pause the count), per emitted token. A count, not a time:
+it is what a GPU would launch or dispatch for the harness's own work, whatever the CPU's load.
 """
 
 from __future__ import annotations
@@ -91,6 +99,55 @@ def build_pair(vocab: int, hidden: int, layers: int, draft_hidden: int, draft_la
 def make_prompts(n: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
     return [torch.randint(2, vocab, (length,), generator=g).tolist() for _ in range(n)]
+
+
+# ----------------------------------------------------------------------------- device ops
+class OpCounter(torch.overrides.TorchFunctionMode):
+    """Torch calls outside the watched models' forward passes (``watch``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops, self._inside, self._hooks = 0, 0, []
+
+    def watch(self, *models) -> OpCounter:
+        for m in models:
+            self._hooks.append(m.register_forward_pre_hook(lambda *a: self._enter()))
+            self._hooks.append(m.register_forward_hook(lambda *a: self._leave()))
+        return self
+
+    def _enter(self):
+        self._inside += 1
+
+    def _leave(self):
+        self._inside -= 1
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if not self._inside:
+            self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+    def close(self):
+        for h in self._hooks:
+            h.remove()
+
+
+def count_ops(system: str, pair: ModelPair, decoder, ids: list[int], max_new: int, warping: Warping,
+              gamma: int) -> dict:
+    """Torch calls outside the models per emitted token (and per step) for one run."""
+    counter = OpCounter().watch(pair.target, pair.draft)
+    try:
+        with counter:
+            if system in HF_SYSTEMS:
+                out, _ = hf_generate(pair, ids, max_new, warping, system, gamma, 0)
+                steps = None
+            else:
+                res = Engine(pair.target, pair.draft, decoder, warping, pair.vocab_size, ()).generate(
+                    ids, max_new, seed=0)
+                out, steps = res.output_ids, res.num_steps
+    finally:
+        counter.close()
+    return dict(ops=counter.ops, tokens=len(out), steps=steps,
+                ops_per_token=counter.ops / max(len(out), 1))
 
 
 # ----------------------------------------------------------------------------- one run
@@ -216,6 +273,26 @@ def markdown(report: dict, header: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def ops_table(ops: dict, systems: list[str]) -> str:
+    """Torch calls outside the models per emitted token (x SpD), one run of the first prompt."""
+    if not ops:
+        return ""
+    settings = list(ops)
+    lines = ["", "### torch calls outside the models per emitted token (x SpD; first prompt, one run)", "",
+             "| system | " + " | ".join(settings) + " |", "| --- |" + " ---: |" * len(settings)]
+    for s in systems:
+        cells = []
+        for k in settings:
+            r, spd = ops[k].get(s), ops[k].get("spd")
+            if r is None:
+                cells.append("-")
+                continue
+            x = f" ({r['ops_per_token'] / spd['ops_per_token']:.2f}x)" if spd else ""
+            cells.append(f"{r['ops_per_token']:.0f}{x}")
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def machine_load() -> dict:
     """Load average and the other processes using CPU now (what else was running)."""
     try:
@@ -238,7 +315,8 @@ def main(argv=None):
     ap.add_argument("--draft-hidden", type=int, default=64)
     ap.add_argument("--draft-layers", type=int, default=1)
     ap.add_argument("--drafts", default="random,equal")
-    ap.add_argument("--modes", default="greedy,sample")
+    ap.add_argument("--modes", default="greedy,sample,sample_nok")
+    ap.add_argument("--no-ops", action="store_true", help="skip the device-op counts")
     ap.add_argument("--systems", default=ALL_SYSTEMS)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--prompt-length", type=int, default=32)
@@ -274,7 +352,9 @@ def main(argv=None):
 
 def run(args, cmd: str) -> None:
     systems = args.systems.split(",")
-    modes = {"greedy": Warping(0.0), "sample": Warping(args.temperature, args.top_k, args.top_p)}
+    modes = {"greedy": Warping(0.0), "sample": Warping(args.temperature, args.top_k, args.top_p),
+             "sample_nok": Warping(args.temperature, 0, args.top_p)}
+    ops: dict[str, dict] = {}
     load_before = machine_load()
     rows, loads = [], {}
     t_start = time.perf_counter()
@@ -300,11 +380,14 @@ def run(args, cmd: str) -> None:
                                           args.gamma, 1000 * pi + rep)
                             rows.append(dict(setting=setting, vocab=vocab, draft=draft, mode=mname,
                                              prompt=pi, repeat=rep, **row))
+                if not args.no_ops:
+                    ops[setting] = {s: count_ops(s, pair, decs.get(s), prompts[0], args.max_new_tokens, w,
+                                                 args.gamma) for s in systems}
                 loads[setting] = os.getloadavg()
                 print(f"[{setting}] done ({time.perf_counter() - t_start:.0f} s, load {loads[setting][0]:.2f})",
                       file=sys.stderr, flush=True)
                 # after every setting: a run stopped early keeps the settings it finished
-                md = write(args, cmd, rows, systems, loads, load_before, t_start)
+                md = write(args, cmd, rows, systems, loads, load_before, t_start, ops)
             for t in timers.values():
                 for h in t._h:
                     h.remove()
@@ -312,7 +395,7 @@ def run(args, cmd: str) -> None:
     print(f"written: {args.out}, {args.md or Path(args.out).with_suffix('.md')}")
 
 
-def write(args, cmd, rows, systems, loads, load_before, t_start) -> str:
+def write(args, cmd, rows, systems, loads, load_before, t_start, ops=None) -> str:
     """Summarize the rows so far; write the JSON and the markdown table; return the markdown."""
     report = summarize(rows, systems, args.tree_limit)
     prov = provenance()
@@ -322,7 +405,8 @@ def write(args, cmd, rows, systems, loads, load_before, t_start) -> str:
         f"Harness overhead per token and per step, tiny models (hidden {args.hidden}, {args.layers} layers "
         f"target; draft: random = hidden {args.draft_hidden}, {args.draft_layers} layer(s); equal = a copy of "
         f"the target), {args.prompts} prompts x {args.repeats} repeats, {args.max_new_tokens} new tokens, "
-        f"gamma {args.gamma}, sample = T {args.temperature:g} top-k {args.top_k} top-p {args.top_p:g}; "
+        f"gamma {args.gamma}, sample = T {args.temperature:g} top-k {args.top_k} top-p {args.top_p:g}, "
+        f"sample_nok = T {args.temperature:g} top-p {args.top_p:g} without top-k; "
         f"systems interleaved (order rotated per prompt and repeat).",
         "",
         f"Command: `{cmd}`",
@@ -337,8 +421,8 @@ def write(args, cmd, rows, systems, loads, load_before, t_start) -> str:
         "overhead = wall - (target + draft forward), forward timed by hooks on both models for every "
         "system; per token = overhead / emitted tokens, per step = overhead / steps (HF: target calls).",
     ]
-    md = markdown(report, header)
-    write_json_atomic(args.out, {"report": report, "rows": rows, "args": vars(args), "command": cmd, "header": header,
+    md = markdown(report, header) + ops_table(ops or {}, systems)
+    write_json_atomic(args.out, {"report": report, "rows": rows, "ops": ops or {}, "args": vars(args), "command": cmd, "header": header,
                                  "load": {"before": load_before, "after": load_after, "per_setting": loads},
                                  "torch_threads": torch.get_num_threads(), "provenance": prov})
     Path(args.md or Path(args.out).with_suffix(".md")).write_text(md)

@@ -125,15 +125,18 @@ class Variant:
         from transformers import DynamicCache
 
         set_kernel(self.model, self.kernel)
+        from mtad.core.stack import checked_cache_keyword
+
         self.cache = DynamicCache(config=self.model.config)
-        self.model(ids, cache=self.cache, use_cache=True)
+        self.cache_kw = checked_cache_keyword(self.model)  # never a keyword this transformers ignores
+        self.model(ids, **{self.cache_kw: self.cache}, use_cache=True)
         self.prefix_len = ids.shape[1]
 
     @torch.no_grad()
     def step(self, ids: torch.Tensor) -> torch.Tensor:
         """Logits of ``ids`` after the prefix; the cache is cropped back afterwards."""
         set_kernel(self.model, self.kernel)
-        logits = self.model(ids, cache=self.cache, use_cache=True).logits
+        logits = self.model(ids, **{self.cache_kw: self.cache}, use_cache=True).logits
         extra = self.cache.get_seq_length() - self.prefix_len
         if extra:
             self.cache.crop(-extra)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
 
 import torch
@@ -75,8 +76,13 @@ def load_decoder(name: str, **fields):
     return instantiate(cfg.decoder)
 
 
+#: per-step counts of the table: device-to-host ("draft", "verify"), host-to-device copies,
+#: pageable ("h2d_*": each waits for the stream) and pinned non-blocking ("pinned_*": no wait)
+KEYS = ("draft", "verify", "h2d_draft", "h2d_verify", "pinned_draft", "pinned_verify")
+
+
 def measure(target, draft, name: str, over: dict, warping: Warping, tokens: int, prompts) -> dict:
-    per_step = []
+    per_step, engine_h2d, engine_pinned = [], 0, 0
     for i, prompt in enumerate(prompts):
         dec = load_decoder(name, **over)
         with virtual_pair(target, draft) as vd:
@@ -85,15 +91,17 @@ def measure(target, draft, name: str, over: dict, warping: Warping, tokens: int,
             engine.generate(prompt, tokens, seed=i)
         per_step += vd.steps
         syncs = vd.counts["syncs"]
+        engine_h2d += vd.counts["h2d_engine"]
+        engine_pinned += vd.counts["pinned_engine"]
     n = len(per_step)
-    return {
-        "decoder": name, "overrides": over, "steps": n,
-        "draft_mean": statistics.fmean(s["draft"] for s in per_step),
-        "draft_max": max(s["draft"] for s in per_step),
-        "verify_mean": statistics.fmean(s["verify"] for s in per_step),
-        "verify_max": max(s["verify"] for s in per_step),
-        "syncs_per_step_last_prompt": syncs / max(len(vd.steps), 1),
-    }
+    row = {"decoder": name, "overrides": over, "steps": n,
+           "syncs_per_step_last_prompt": syncs / max(len(vd.steps), 1),
+           # begin/end (cache compaction) and prefill, outside decoder steps, per step
+           "h2d_engine_per_step": engine_h2d / n, "pinned_engine_per_step": engine_pinned / n}
+    for k in KEYS:
+        row[f"{k}_mean"] = statistics.fmean(s[k] for s in per_step)
+        row[f"{k}_max"] = max(s[k] for s in per_step)
+    return row
 
 
 def main(argv=None) -> None:
@@ -117,32 +125,42 @@ def main(argv=None) -> None:
                 r = measure(target, draft, name, over, warping, args.tokens, prompts)
                 r["temperature"] = temperature
                 rows.append(r)
-                print(f"T={temperature} {name} {over}: draft {r['draft_mean']:.2f} (max {r['draft_max']}), "
-                      f"verify {r['verify_mean']:.2f} (max {r['verify_max']})", flush=True)
+                print(f"T={temperature} {name} {over}: " + ", ".join(
+                    f"{k} {r[k + '_mean']:.2f} (max {r[k + '_max']})" for k in KEYS), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"command": "python bench/transfers.py " + " ".join(argv or []),
+    meta = {"command": "python bench/transfers.py " + " ".join(sys.argv[1:] if argv is None else argv),
             "vocab": args.vocab, "tokens": args.tokens, "prompts": len(prompts),
             "sampling": "top-k 10, top-p 0.9", "devices": "target cuda:0, draft cuda:1 (virtual)"}
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     lines = [
-        "# Host round-trips per step (device-to-host transfers, by phase)",
+        "# Copies per step, both directions, by phase",
         "",
         f"`make bench-transfers` (`{meta['command'].strip()}`): tiny random models, vocabulary "
         f"{args.vocab}, {len(prompts)} prompts x {args.tokens} new tokens, {meta['sampling']}, "
-        f"{meta['devices']}, counted by `mtad.testing.devicecheck`. *draft*: transfers before the target's "
+        f"{meta['devices']}, counted by `mtad.testing.devicecheck`. *draft*: copies before the target's "
         "first pass in a step; *verify*: after it (MTJD/MJGD have no draft: their beam search over "
         "the block's positions runs on the target, one transfer per position). Mean (max) per step. "
-        "Synchronisations: one per device per step (the engine's), none inside a step.",
+        "*D2H*: device-to-host transfers (host round-trips). *H2D sync*: host-to-device copies from "
+        "pageable memory (each waits for the device's stream). *H2D pinned*: host-to-device copies "
+        "from pinned memory with `non_blocking=True` (queued, no wait). *engine*: pageable + pinned "
+        "host-to-device copies outside decoder steps (prefill, `begin`/`end` and the cache "
+        "compaction), per step. Synchronisations: one per device per step (the engine's), none "
+        "inside a step.",
         "",
-        "| T | decoder | gamma | W | draft | verify | steps |",
-        "|---|---|---|---|---|---|---|",
+        "| T | decoder | gamma | W | D2H draft | D2H verify | H2D sync draft | H2D sync verify "
+        "| H2D pinned draft | H2D pinned verify | engine H2D sync + pinned | steps |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def cell(r, k):
+        return f"{r[k + '_mean']:.2f} ({r[k + '_max']})"
+
     for r in rows:
         g, w = label(r["decoder"], r["overrides"])
         lines.append(f"| {r['temperature']:g} | {r['decoder']} | {g} | {w} | "
-                     f"{r['draft_mean']:.2f} ({r['draft_max']}) | {r['verify_mean']:.2f} ({r['verify_max']}) | "
-                     f"{r['steps']} |")
+                     + " | ".join(cell(r, k) for k in KEYS)
+                     + f" | {r['h2d_engine_per_step']:.2f} + {r['pinned_engine_per_step']:.2f} | {r['steps']} |")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print(f"-> {out.with_suffix('.md')}")
 

@@ -10,9 +10,13 @@ The placement rule (``docs/devices.md``; draws and supports in ``mtad.core.sampl
   the draft's tensors move to the target's logits' device, never the other way.
 * Host round-trips are few and deliberate: a verification rule gathers what it needs with
   tensor operations and crosses once; a draw crosses once with the support.
+* Host-to-device copies are few and never wait: ``to_device`` moves a group of host tensors
+  in one copy, from pinned memory with ``non_blocking=True`` on CUDA (a copy from pageable
+  memory would wait for the device's stream, as a read does).
 * Timing: ``ForwardTimer`` times forward passes without a synchronisation around each
-  (CUDA events on a single-GPU model, read after the engine's one synchronisation per
-  step); ``synchronize`` waits on every device given.
+  (CUDA events on a single-GPU model, recorded on that model's device's current stream,
+  read after the engine's one synchronisation per step); ``synchronize`` waits on every
+  device given.
 
 This module knows devices and clocks; nothing about models' contents or decoding.
 """
@@ -20,11 +24,11 @@ This module knows devices and clocks; nothing about models' contents or decoding
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 
-__all__ = ["ForwardTimer", "model_devices", "synchronize"]
+__all__ = ["ForwardTimer", "model_devices", "synchronize", "to_device"]
 
 
 def model_devices(model: torch.nn.Module) -> list[torch.device]:
@@ -45,13 +49,41 @@ def synchronize(devices: Iterable[torch.device]) -> None:
             torch.cuda.synchronize(d)
 
 
+def to_device(parts: Sequence[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    """Host tensors on ``device``, in one host-to-device copy (each part keeps its shape, dtype).
+
+    On CUDA the parts are packed into one pinned buffer (their bytes, each at an 8-byte
+    boundary) and copied with ``non_blocking=True``: queued on the current stream, no wait.
+    PyTorch's pinned allocator keeps the buffer until the copy has run. On the CPU the parts
+    are returned as they are.
+    """
+    device = torch.device(device)
+    parts = [p.contiguous() for p in parts]
+    if device.type == "cpu":
+        return parts
+    pieces, spans, at = [], [], 0
+    for p in parts:
+        b = p.reshape(-1).view(torch.uint8)
+        pad = -b.numel() % 8
+        pieces.append(b if not pad else torch.cat([b, b.new_zeros(pad)]))
+        spans.append((at, b.numel()))
+        at += b.numel() + pad
+    host = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
+    if device.type == "cuda":
+        dev = host.pin_memory().to(device, non_blocking=True)
+    else:
+        dev = host.to(device)
+    return [dev[a:a + n].view(p.dtype).view(p.shape) for p, (a, n) in zip(parts, spans)]
+
+
 class ForwardTimer:
     """Accumulated seconds in forward passes of one model: ``with timer: model(...)``.
 
     * CPU (and other synchronous devices): wall time around the call.
-    * One CUDA device: a pair of CUDA events per call, no synchronisation; ``seconds``
-      reads them (waiting on the last one, which the engine's per-step synchronisation
-      has already completed).
+    * One CUDA device: a pair of CUDA events per call, recorded on that device's current
+      stream (not the current device's: a draft on ``cuda:1`` is timed on ``cuda:1``), no
+      synchronisation; ``seconds`` reads them (waiting on the last one, which the engine's
+      per-step synchronisation has already completed).
     * Several devices (a spread model): a synchronisation of every device before and after
       each call, so the time covers the whole pass (events on two devices cannot be
       compared).
@@ -69,7 +101,7 @@ class ForwardTimer:
     def __enter__(self) -> ForwardTimer:
         if self.mode == "events":
             start = torch.cuda.Event(enable_timing=True)
-            start.record()
+            start.record(torch.cuda.current_stream(self.devices[0]))
             self._pending.append((start, None))
         else:
             if self.mode == "sync":
@@ -80,7 +112,7 @@ class ForwardTimer:
     def __exit__(self, *exc) -> None:
         if self.mode == "events":
             end = torch.cuda.Event(enable_timing=True)
-            end.record()
+            end.record(torch.cuda.current_stream(self.devices[0]))
             self._pending[-1] = (self._pending[-1][0], end)
         else:
             if self.mode == "sync":

@@ -21,10 +21,12 @@ smaller than its own (``parents[r] < r``, ``parents[0] = -1`` where a full row l
 is kept). So row ``r``'s next-token distribution is ``p[r]`` of a ``[N+1, V]`` tensor
 whose row 0 is the root's, with no offset, and a runner's node ids are these rows.
 * ``end(committed)`` keeps, in the cache, the longest path of fed nodes that
-  matches the newly committed tokens (``index_select`` on the sequence axis of
-  every layer's keys and values; a crop when the path is a prefix) and drops
-  every other branch. Nodes with equal tokens under the same parent have equal
-  keys and values, so any matching node can be kept.
+  matches the newly committed tokens (the path's entries move into place with one
+  ``index_select`` per layer on the sequence axis, the context stays; a crop when the path
+  is a prefix) and drops every other branch. Nodes with equal tokens under the same parent
+  have equal keys and values, so any matching node can be kept. ``begin`` and ``end``
+  cost O(step), not O(context): they read the tokens past the cache and check the last
+  ``TAIL_CHECK`` cached ones.
 
 Architectures: every model gets the same inputs (token ids, explicit
 ``position_ids``, the 4-D mask, the cache by the keyword its ``forward`` names:
@@ -38,9 +40,13 @@ sliding-window (or other non-plain) layers, which cannot be rolled back by
 position. A call without tree nodes (prefill, a root-only step) passes no mask at
 all: the model builds its own causal mask (sdpa can then use ``is_causal``).
 
-The mask is built with a few tensor operations per call: the committed context is
-a slice fill, the pending rows a ``triu_``, and every node's ancestor columns one
-``index_fill_`` from ancestor lists kept per node (no per-element writes).
+The mask is built on the model's device with a few tensor operations per call: the
+committed context is a slice fill, the pending rows a ``triu_``, and every node's ancestor
+columns one ``index_fill_`` from ancestor lists kept per node (no per-element writes).
+A pass makes one host-to-device copy (``mtad.core.devices.to_device``: pinned, non-blocking
+on CUDA) holding its token ids, positions, parent rows and the mask's ancestor cells; the
+new nodes' tokens and parents stay on the device (``fed_tokens``, ``fed_parents``) for the
+verification rules' gathers.
 
 The runner knows nothing about sampling or acceptance rules: token ids in,
 logits out. Batch size is 1. Forward time is accumulated in ``forward_time``
@@ -59,9 +65,12 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from mtad.core.devices import ForwardTimer, model_devices
+from mtad.core.devices import ForwardTimer, model_devices, to_device
 from mtad.core.protocols import ROOT  # noqa: E402  (re-exported: row of the root)
 from mtad.core.stack import checked_cache_keyword
+
+#: tokens before the endpoint that ``begin``/``end`` compare with the cache (O(1) checks)
+TAIL_CHECK = 32
 
 _UNSUPPORTED_ATTN = ("flash_attention_2", "flash_attention_3", "flex_attention")
 
@@ -96,18 +105,54 @@ def check_model_supported(model) -> None:
         )
 
 
-def keep_cache_positions(cache: DynamicCache, keep: torch.Tensor | int) -> None:
-    """Keep only the given sequence positions of every layer (int = crop to that length)."""
+def keep_cache_positions(cache: DynamicCache, keep: torch.Tensor | int, start: int = 0) -> None:
+    """Keep only the given sequence positions of every layer.
+
+    ``keep`` an int: crop every layer to that length (views, nothing moves). ``keep`` a host
+    tensor of ascending positions, all ``>= start``: positions before ``start`` stay where
+    they are, and only the entries at ``keep`` move, to positions ``start, start + 1, ...``
+    (one ``index_select`` and one write per layer of ``len(keep)`` entries, whatever the
+    cache's length); the index crosses to each device once (``to_device``, pinned).
+    """
+    if isinstance(keep, int):
+        for layer in cache.layers:
+            if not getattr(layer, "is_initialized", True) or layer.keys is None:
+                continue
+            layer.keys = layer.keys[..., :keep, :]
+            layer.values = layer.values[..., :keep, :]
+        return
+    n = start + keep.numel()
+    on: dict[torch.device, torch.Tensor] = {}  # the index, once per device
     for layer in cache.layers:
         if not getattr(layer, "is_initialized", True) or layer.keys is None:
             continue
-        if isinstance(keep, int):
-            layer.keys = layer.keys[..., :keep, :]
-            layer.values = layer.values[..., :keep, :]
-        else:
-            idx = keep.to(layer.keys.device)
-            layer.keys = layer.keys.index_select(-2, idx)
-            layer.values = layer.values.index_select(-2, idx)
+        dev = layer.keys.device
+        if dev not in on:
+            (on[dev],) = to_device([keep], dev)
+        idx = on[dev]
+        keys, values = layer.keys.index_select(-2, idx), layer.values.index_select(-2, idx)
+        layer.keys = layer.keys[..., :n, :]
+        layer.values = layer.values[..., :n, :]
+        layer.keys[..., start:n, :] = keys
+        layer.values[..., start:n, :] = values
+
+
+def fed_tensors(
+    runner, tokens: Sequence[int], parents: Sequence[int] | None, device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``tokens`` (and ``parents``) as long tensors on ``device``.
+
+    When they are the nodes of ``runner``'s last forward call, the pass's own device copy
+    is used (``ModelRunner.fed_tokens`` / ``fed_parents``; no host-to-device copy, at most a
+    device-to-device one); otherwise they are copied over once (``to_device``).
+    """
+    last = getattr(runner, "_fed_host", None)
+    tokens, parents = [int(t) for t in tokens], None if parents is None else [int(p) for p in parents]
+    if last is not None and last[0] == tokens and (parents is None or last[1] == parents):
+        return runner.fed_tokens.to(device), None if parents is None else runner.fed_parents.to(device)
+    host = torch.tensor([tokens, parents if parents is not None else tokens], dtype=torch.long)
+    (dev,) = to_device([host], device)
+    return dev[0], None if parents is None else dev[1]
 
 
 def cache_length(cache: DynamicCache | None) -> int:
@@ -140,8 +185,8 @@ class ModelRunner:
     def reset(self) -> None:
         self.cache = DynamicCache(config=self.model.config)
         self.cached_ids: list[int] = []  # committed tokens whose keys/values are cached
-        self._committed: list[int] = []
-        self._pending: list[int] = []
+        self._n_committed = 0  # length of the step's committed sequence
+        self._pending: list[int] = []  # its tokens past the cache (fed with the first call)
         self._pending_fed = False
         self._in_step = False
         self._root_logits: torch.Tensor | None = None
@@ -154,32 +199,48 @@ class ModelRunner:
         self._depth: list[int] = []
         self._anc: list[list[int]] = []  # ancestors' offsets (row - 1), root side first, incl. itself
         self._node_pos0 = 0  # cache position of row 1 (= committed length once pending is fed)
+        self.fed_tokens: torch.Tensor | None = None  # [m] the last call's node tokens (input device)
+        self.fed_parents: torch.Tensor | None = None  # [m] their parent rows (input device)
+        self._fed_host: tuple[list[int], list[int]] | None = None  # the same, on the host
 
     def begin(self, committed: Sequence[int]) -> None:
-        """Start a step for the committed sequence (prompt + everything emitted)."""
-        committed = [int(t) for t in committed]
-        if not committed:
+        """Start a step for the committed sequence (prompt + everything emitted).
+
+        O(step) when ``committed`` extends what is cached (the engine's case): only its
+        tokens past the cache are read, and the last ``TAIL_CHECK`` cached tokens are
+        compared with it. A sequence that differs there (or is not longer than the cache)
+        is compared whole and the cache cropped to the common prefix. A caller that rewrites
+        the sequence further back must start over with ``prefill``.
+        """
+        n_c = len(committed)
+        if not n_c:
             raise ValueError("begin() needs at least one committed token (the endpoint)")
         n = len(self.cached_ids)
-        if n >= len(committed) or committed[:n] != self.cached_ids:
+        if n >= n_c or not self._tail_matches(committed, n):
             # The cache must hold a strict prefix of the committed tokens.
+            committed = [int(t) for t in committed]
             common = 0
             for a, b in zip(self.cached_ids, committed[:-1]):
                 if a != b:
                     break
                 common += 1
             keep_cache_positions(self.cache, common)
-            self.cached_ids = committed[:common]
-        self._committed = committed
-        self._pending = committed[len(self.cached_ids) :]
+            del self.cached_ids[common:]
+        self._n_committed = n_c
+        self._pending = [int(t) for t in committed[len(self.cached_ids) :]]
         self._pending_fed = False
         self._in_step = True
         self._root_logits = None
         self._clear_tree()
 
+    def _tail_matches(self, seq: Sequence[int], n: int) -> bool:
+        """``seq[n - TAIL_CHECK : n]`` equals the cached ids there (O(1) in the context)."""
+        k = max(0, n - TAIL_CHECK)
+        return [int(t) for t in seq[k:n]] == self.cached_ids[k:n]
+
     @property
     def endpoint_position(self) -> int:
-        return len(self._committed) - 1
+        return self._n_committed - 1
 
     @property
     def num_nodes(self) -> int:
@@ -223,7 +284,7 @@ class ModelRunner:
             return torch.empty(0, width, dtype=self.dtype, device=self.devices[-1])
 
         endpoint = self.endpoint_position
-        positions = list(range(len(self.cached_ids), len(self._committed))) if n_pend else []
+        positions = list(range(len(self.cached_ids), self._n_committed)) if n_pend else []
         for t, p in zip(tokens, parents):
             if p == ROOT:
                 d, anc = 1, []
@@ -234,15 +295,20 @@ class ModelRunner:
             self._parents.append(p)
             self._depth.append(d)
             positions.append(endpoint + d)
-        mask = self._tree_mask(past, n_pend, first_new) if m else None
+        # One host-to-device copy per pass: ids, positions, parents, the mask's ancestor cells.
+        cells = self._ancestor_cells(past, n_pend, first_new) if m else []
+        host = torch.tensor((self._pending if n_pend else []) + tokens + positions + parents + cells)
+        (dev,) = to_device([host], self.device)
+        input_ids, position_ids = dev[None, :q_len], dev[None, q_len : 2 * q_len]
+        self.fed_tokens, self.fed_parents = dev[q_len - m : q_len], dev[2 * q_len : 2 * q_len + m]
+        self._fed_host = (tokens, parents)
+        mask = self._tree_mask(past, n_pend, first_new, dev[2 * q_len + m :]) if m else None
 
-        ids_pos = torch.tensor([(self._pending if n_pend else []) + tokens, positions])
-        ids_pos = ids_pos.to(self.device)
         with self._timer:
             out = self.model(
-                input_ids=ids_pos[0:1],
+                input_ids=input_ids,
                 attention_mask=mask,
-                position_ids=ids_pos[1:2],
+                position_ids=position_ids,
                 **{self._cache_kw: self.cache},
                 use_cache=True,
                 logits_to_keep=m + (1 if n_pend else 0),
@@ -253,34 +319,42 @@ class ModelRunner:
             logits = logits[:, : self.vocab_size]
         if n_pend:
             self._pending_fed = True
-            self.cached_ids = list(self._committed)  # pending rows are now cached
+            self.cached_ids.extend(self._pending)  # pending rows are now cached
             self._root_logits = logits[0]
             return logits[1:]
         return logits
 
-    def _tree_mask(self, past: int, n_pend: int, first_new: int) -> torch.Tensor:
+    def _ancestor_cells(self, past: int, n_pend: int, first_new: int) -> list[int]:
+        """Flat mask indices of every new node row's ancestors and itself (``_tree_mask``)."""
+        kv_len = past + n_pend + self.num_nodes - first_new
+        ctx = self._node_pos0
+        flat: list[int] = []
+        for row, anc in enumerate(self._anc[first_new:], start=n_pend):
+            base = row * kv_len + ctx
+            flat += [base + a for a in anc]
+        return flat
+
+    def _tree_mask(self, past: int, n_pend: int, first_new: int, cells: torch.Tensor) -> torch.Tensor:
         """Additive mask [1, 1, q, past + q] for ``n_pend`` pending rows then the new nodes.
 
-        Every row sees the committed context (cache + pending rows, causally among the
-        pending rows); a node row also sees its ancestors and itself, at cache column
-        ``node_pos0 + tree row - 1``: one ``index_fill_`` on the flattened mask.
+        Built on the model's device. Every row sees the committed context (cache + pending
+        rows, causally among the pending rows); a node row also sees its ancestors and
+        itself, at cache column ``node_pos0 + tree row - 1``: one ``index_fill_`` on the
+        flattened mask at ``cells`` (``_ancestor_cells``, already on the device).
         """
         q_len = n_pend + self.num_nodes - first_new
         kv_len = past + q_len
         ctx = self._node_pos0
-        mask = torch.full((q_len, kv_len), torch.finfo(self.dtype).min, dtype=self.dtype)
+        mask = torch.full((q_len, kv_len), torch.finfo(self.dtype).min, dtype=self.dtype,
+                          device=self.device)
         if n_pend <= 1:  # (a single pending row, the endpoint, sees exactly the context)
             mask[:, :ctx] = 0
         else:
             mask[:, :past] = 0
             mask[:n_pend, past:ctx].triu_(1)  # pending rows: causal among themselves
             mask[n_pend:, past:ctx] = 0
-        flat: list[int] = []
-        for row, anc in enumerate(self._anc[first_new:], start=n_pend):
-            base = row * kv_len + ctx
-            flat += [base + a for a in anc]
-        mask.view(-1).index_fill_(0, torch.tensor(flat), 0)
-        return mask.to(self.device)[None, None]
+        mask.view(-1).index_fill_(0, cells, 0)
+        return mask[None, None]
 
     def prefill(self, ids: Sequence[int]) -> None:
         """Cache all of ``ids`` but the last token (which stays pending for the first step)."""
@@ -293,26 +367,28 @@ class ModelRunner:
 
     # -------------------------------------------------------------------- end
     def end(self, committed: Sequence[int]) -> None:
-        """Keep the cached path matching ``committed`` (minus its last token); drop the rest."""
-        committed = [int(t) for t in committed]
+        """Keep the cached path matching ``committed`` (minus its last token); drop the rest.
+
+        O(step): the step's new tokens are read, and the last ``TAIL_CHECK`` tokens before
+        them compared with the cache; the kept path's entries move (``keep_cache_positions``),
+        not the context's.
+        """
         self._in_step = False
         if not self._pending_fed:
             return  # nothing fed this step: the cache is unchanged and still a prefix
-        base = len(self._committed)
-        target = committed[: len(committed) - 1]
-        if target[:base] != self._committed:
+        base = self._n_committed
+        if len(committed) - 1 < base or not self._tail_matches(committed, base):
             # The committed sequence diverged before the endpoint: keep the common prefix.
             self.begin(committed)
             self._in_step = False
             return
-        path = self._matching_path(target[base:])
+        path = self._matching_path([int(t) for t in committed[base : len(committed) - 1]])
         n_ctx = self._node_pos0
         if path == list(range(len(path))):
             keep_cache_positions(self.cache, n_ctx + len(path))
         else:
-            idx = torch.cat([torch.arange(n_ctx), torch.tensor(path, dtype=torch.long) + n_ctx])
-            keep_cache_positions(self.cache, idx)
-        self.cached_ids = self._committed + [self._tokens[n] for n in path]
+            keep_cache_positions(self.cache, torch.tensor(path, dtype=torch.long) + n_ctx, start=n_ctx)
+        self.cached_ids.extend(self._tokens[n] for n in path)
         self._clear_tree()
 
     def _matching_path(self, tokens: list[int]) -> list[int]:

@@ -12,9 +12,14 @@ Where randomness lives (the rule every decoder follows; ``docs/devices.md``):
   vector, every entry of a short one (at most ``DENSE_MAX``, drawn densely as
   ``torch.multinomial`` on the vector would). On an accelerator that is one transfer:
   the top ``bound + 1`` entries when the warping bounds the support (top-k: at most
-  ``4 k + 64`` tokens with ties, ``mtad.core.warping.Warping.support_bound``), else the whole
-  vector; several rows cross together (``host_supports``). On the CPU the support is read
-  in place (no copy).
+  ``4 k + 64`` tokens with ties; top-p alone: a hint, ``TOP_P_HINT``; see
+  ``mtad.core.warping.Warping.support_bound``), with a second transfer of exactly the support
+  when it is longer; else (plain temperature: every token has mass) the whole vector.
+  Several rows cross together (``host_supports``). On the CPU the support is read in place
+  (no copy). Plain temperature keeps the whole row because the draw is
+  ``torch.multinomial`` over the support, which takes one exponential per support entry
+  from the CPU generator: drawing with another method (an inverse CDF on the device) would
+  change every seeded output.
 * Verification rules gather what they need on the device and cross once (``mtad.core.devices``).
 
 After top-k / top-p a warped distribution over the vocabulary (V ~ 152k for the Qwen
@@ -45,6 +50,7 @@ __all__ = [
     "draw",
     "host_support",
     "host_supports",
+    "host_supports_with",
     "residual",
     "sample",
     "support",
@@ -103,36 +109,75 @@ def host_supports(
     """``support`` of every row, on the host: one device-to-host transfer for all rows.
 
     On the CPU nothing is copied. On an accelerator, with a ``bound``, only the top
-    ``bound + 1`` entries of each row cross (a row whose last one is still nonzero crosses
-    again whole: a second transfer); without one, the rows cross whole.
+    ``bound + 1`` entries of each row cross, with the support's size (a row whose last one
+    is still nonzero crosses again: its whole support, exactly that many top entries, in a
+    second transfer); without one, the rows cross whole.
     """
+    return [s for s, _ in host_supports_with(rows, None, bound)]
+
+
+def host_supports_with(
+    rows: torch.Tensor,  # [R, V] non-negative rows on any device
+    other: torch.Tensor | None,  # [R, V] companion values on the same device (or None)
+    bound: int | None = None,
+) -> list[tuple[Support, torch.Tensor | None]]:  # per row: its support, ``other`` at its ids
+    """``host_supports`` that also brings ``other``'s entries at each support's ids, in the
+    same transfer (host tensors of ``other``'s dtype, exactly its values)."""
+    odt = other.dtype if other is not None else None
     if rows.dtype in (torch.float16, torch.bfloat16):
         rows = rows.float()
     num, vocab = rows.shape
+
+    def back(x):  # companion values on the host, in their own dtype (the round trip is exact)
+        return None if x is None else x.to(odt)
+
     if rows.device.type == "cpu":
-        return [Support(*support(r), vocab) for r in rows]
+        out = []
+        for i, r in enumerate(rows):
+            s = Support(*support(r), vocab)
+            out.append((s, None if other is None else other[i][s.ids]))
+        return out
+    wide = rows if other is None else torch.cat([rows, other.to(rows.dtype)], -1)  # [R, V or 2V]
     if vocab <= DENSE_MAX:
-        host = rows.clamp_min(0).cpu()
+        host = wide.clamp_min(0) if other is None else torch.cat([rows.clamp_min(0), wide[:, vocab:]], -1)
+        host = host.cpu()
         ids = torch.arange(vocab)
-        return [Support(ids, host[i], vocab) for i in range(num)]
-    out: list[Support | None] = [None] * num
+        return [(Support(ids, host[i, :vocab], vocab), back(host[i, vocab:]) if other is not None else None)
+                for i in range(num)]
+    out: list[tuple[Support, torch.Tensor | None] | None] = [None] * num
     if bound is not None and bound + 1 < vocab and vocab < _EXACT_FLOAT_INDEX:
         k = bound + 1
         vals, idx = rows.topk(k, dim=-1)  # [R, k] descending
-        host = torch.cat([vals, idx.to(vals.dtype)], -1).cpu()  # [R, 2k]: one transfer
+        count = (rows > 0).sum(-1, keepdim=True).to(vals.dtype)  # [R, 1]: each support's size
+        parts = [vals, idx.to(vals.dtype)] + ([other.to(vals.dtype).gather(-1, idx)] if other is not None else [])
+        host = torch.cat(parts + [count], -1).cpu()  # [R, 2k or 3k, + 1]: one transfer
+        longer = []
         for i in range(num):
-            v, ids = host[i, :k], host[i, k:].long()
-            if float(v[-1]) > 0:
-                continue  # the support may go on past the top k + 1: read the row whole below
+            v, ids = host[i, :k], host[i, k : 2 * k].long()
+            if float(v[-1]) > 0:  # the support goes on past the top k: read exactly its size below
+                longer.append((i, int(host[i, -1])))
+                continue
             keep = v > 0
             ids, v = ids[keep], v[keep]
             order = torch.argsort(ids)
-            out[i] = Support(ids[order], v[order], vocab)
+            comp = back(host[i, 2 * k : -1][keep][order]) if other is not None else None
+            out[i] = (Support(ids[order], v[order], vocab), comp)
+        for i, n in longer:  # a second transfer: the top n entries (the whole support), not the row
+            if n >= vocab // 2:
+                continue  # about the whole row anyway: read it whole below
+            v, ids = rows[i].topk(n)
+            parts = [v, ids.to(v.dtype)] + ([other[i].to(v.dtype)[ids]] if other is not None else [])
+            h = torch.stack(parts).cpu()
+            ids = h[1].long()
+            order = torch.argsort(ids)
+            comp = back(h[2][order]) if other is not None else None
+            out[i] = (Support(ids[order], h[0][order], vocab), comp)
     rest = [i for i in range(num) if out[i] is None]
     if rest:
-        host = rows[rest].cpu() if len(rest) < num else rows.cpu()
+        host = (torch.stack([wide[i] for i in rest]) if len(rest) < num else wide).cpu()
         for j, i in enumerate(rest):
-            out[i] = Support(*support(host[j]), vocab)
+            s = Support(*support(host[j, :vocab]), vocab)
+            out[i] = (s, back(host[j, vocab:][s.ids]) if other is not None else None)
     return out  # type: ignore[return-value]
 
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
+TOP_P_HINT = 255  # support_bound's guess for a nucleus without top-k (a transfer hint only)
+
 
 @dataclass(frozen=True)
 class Warping:
@@ -49,13 +51,16 @@ class Warping:
         """How many nonzero entries a warped row has at most, as a hint for host transfers.
 
         1 at temperature 0 (one-hot); with top-k, ``4 k + 64`` (ties at the k-th logit keep
-        every tied token; the fast path handles that many); None when unbounded (no top-k).
-        A row past the hint is still handled exactly (``mtad.core.sampling.host_supports`` reads
-        it whole).
+        every tied token; the fast path handles that many); with top-p alone, ``TOP_P_HINT``
+        (a nucleus is usually far smaller than the vocabulary); None when unbounded (plain
+        temperature: every token has mass). A row past the hint is still handled exactly
+        (``mtad.core.sampling.host_supports`` reads its support in a second transfer).
         """
         if self.greedy:
             return 1
-        return 4 * self.top_k + 64 if self.top_k > 0 else None
+        if self.top_k > 0:
+            return 4 * self.top_k + 64
+        return TOP_P_HINT if self.top_p < 1.0 else None
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
         return warp_probs(logits, self.temperature, self.top_k, self.top_p)

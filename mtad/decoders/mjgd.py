@@ -165,7 +165,9 @@ class JointDecoder(Decoder):
             keep = torch.sort(host[0][host[1].bool()]).values  # lexicographic: full width = exact
             prefixes = [prefixes[i // vocab] + [i % vocab] for i in keep.tolist()]
             nodes = [nodes[i // vocab] for i in keep.tolist()]
-            score = cand[keep.to(cand.device)]
+            # the same entries picked on the device (no index copied over): finite ones first, sorted
+            last = torch.where(torch.isfinite(cand[top]), top, torch.full_like(top, cand.numel()))
+            score = cand[torch.sort(last).values[: len(keep)]]
         raise AssertionError("unreachable")
 
 

@@ -39,9 +39,12 @@ Draft passes: the root logits, then one ``ctx.draft.forward`` per depth ``2..gam
 over the previous depth's beams as tree nodes (W rows in one pass). The runner's
 ``end`` keeps the committed path in the draft cache; nothing is pruned here.
 
-Devices: the draft's rows and the beams' cumulative log Q stay on the draft's device; the
-selected entries (ids and scores) cross to the host once per depth, where the draws
-happen; tokens, parents and weights are host tensors.
+Devices: the draft's rows and scores stay on the draft's device; the selected entries (ids,
+scores and the draft probabilities there) cross to the host once per depth, where the draws
+happen; tokens, parents, weights and cumulative log Q are host tensors (the cumulative log Q
+adds the same logarithms of the same values as on the device). Nothing is copied to the
+device but the draft pass's inputs: weights scale the rows as scalar arguments, and a
+depth's rows are gathered with integer views.
 
 The token tree (``mtad.core.tree.TokenTree``): one row per slot, depth by depth, slots in
 order; slots with the same path share a canonical row (the one (parent, token) merge of the
@@ -66,7 +69,7 @@ import torch
 
 from mtad.core.decoder import plain_probs
 from mtad.core.protocols import ROOT, StepContext
-from mtad.core.sampling import host_support
+from mtad.core.sampling import host_supports_with
 from mtad.core.tree import TokenTree, warped_rows
 from mtad.core.warping import Warping
 
@@ -77,7 +80,7 @@ class Beams:
 
     tokens: list[torch.Tensor]  # per depth t: [n_t] long, token of each slot (host)
     parents: list[torch.Tensor]  # per depth t: [n_t] long, slot at depth t-1 (-1 at t = 0) (host)
-    cum_logq: list[torch.Tensor]  # per depth t: [n_t] raw cumulative draft log-likelihood (draft's device)
+    cum_logq: list[torch.Tensor]  # per depth t: [n_t] raw cumulative draft log-likelihood (host)
     weights: torch.Tensor  # [n_{gamma-1}] final renormalised beam weights (host)
     rows: list[list[int]] = field(default_factory=list)  # per depth t: [n_t] tree row of each slot
 
@@ -147,56 +150,72 @@ def _select(
     replacement: bool,
     generator: torch.Generator,
     bound: int | None = None,  # at most this many nonzero scores (a transfer hint)
-) -> tuple[torch.Tensor, torch.Tensor]:  # host: [k] indices into scores, [k] their scores
-    """``select_entries`` with the chosen scores; one device-to-host transfer (rarely two)."""
+    other: torch.Tensor | None = None,  # [n * V] values to read at the chosen entries too
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:  # host: [k] indices, scores, ``other``
+    """``select_entries`` with the chosen scores (and ``other`` there); one device-to-host
+    transfer (rarely two)."""
     if greedy:
-        return _top_entries(scores, min(width, scores.numel()))
-    s = host_support(scores, bound)  # a long vector: its nonzero entries only (same distribution)
+        return _top_entries(scores, min(width, scores.numel()), other)
+    # a long vector: its nonzero entries only (same distribution)
+    s, comp = host_supports_with(scores[None], None if other is None else other[None], bound)[0]
     nonzero = int((s.vals > 0).sum())
     if nonzero == 0:
         raise RuntimeError("beam sampling: every draft score is zero (check the warping settings)")
     k = width if replacement else min(width, nonzero)
     pos = torch.multinomial(s.vals, k, replacement=replacement, generator=generator)
-    return s.ids[pos], s.vals[pos]
+    return s.ids[pos], s.vals[pos], None if comp is None else comp[pos]
 
 
 _TIE_MARGIN = 64  # greedy: entries read past the k-th, so ties with it rarely need a second read
 
 
-def _top_entries(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first k of a stable descending sort of ``scores`` (ties: lower index first), on the host.
+def _top_entries(
+    scores: torch.Tensor, k: int, other: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The first k of a stable descending sort of ``scores`` (ties: lower index first), on the
+    host, with ``other`` (same shape and dtype as ``scores``) at those entries.
 
     Without sorting all W x V entries: the top ``k + 64`` cross to the host; every entry
     tied with the k-th is read in a second transfer only if the ties may go on past those.
     """
     n = scores.numel()
+    comp = None
+    odt = None if other is None else other.dtype
     if scores.device.type == "cpu":
         cand = torch.nonzero(scores >= torch.topk(scores, k).values[-1]).flatten()  # ascending index
         vals = scores[cand]
+        comp = None if other is None else other[cand]
     else:
+        if other is not None:
+            other = other.to(scores.dtype)  # crosses with the scores (exact), back to its dtype below
         m = min(n, k + _TIE_MARGIN)
         top_vals, top_idx = torch.topk(scores, m)
-        host = torch.stack([top_vals, top_idx.to(top_vals.dtype)]).cpu()  # one transfer
+        parts = [top_vals, top_idx.to(top_vals.dtype)] + ([other[top_idx]] if other is not None else [])
+        host = torch.stack(parts).cpu()  # one transfer
         kth = host[0, k - 1]
         if m < n and bool(host[0, -1] >= kth):  # ties may go on: every entry >= the k-th
-            cand = torch.nonzero(scores >= kth.to(scores.device)).flatten()
-            both = torch.stack([cand.to(scores.dtype), scores[cand]]).cpu()
+            cand = torch.nonzero(scores >= float(kth)).flatten()
+            parts = [cand.to(scores.dtype), scores[cand]] + ([other[cand]] if other is not None else [])
+            both = torch.stack(parts).cpu()
             cand, vals = both[0].long(), both[1]
+            comp = both[2] if other is not None else None
         else:
             keep = host[0] >= kth
             cand, vals = host[1][keep].long(), host[0][keep]
             order = torch.argsort(cand)
             cand, vals = cand[order], vals[order]
+            comp = host[2][keep][order] if other is not None else None
     order = torch.sort(vals, descending=True, stable=True).indices[:k]
-    return cand[order], vals[order]
+    return cand[order], vals[order], None if comp is None else comp[order].to(odt)
 
 
 def beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool = True) -> Beams:
     """Run beam sampling for ``gamma`` depths on ``ctx.draft`` (one draft pass per depth).
 
-    Device-to-host transfers: one per depth (the selected entries and their scores); the
-    beams' tokens, parents and weights live on the host, their cumulative log Q on the
-    draft's device. The step's token tree is ``propose``'s (``Beams`` alone: ``slot_tree``).
+    Device-to-host transfers: one per depth (the selected entries, their scores and their
+    draft probabilities); the beams' tokens, parents, weights and cumulative log Q live on
+    the host. Host-to-device copies: the draft pass's inputs only (the weights scale the
+    rows as scalars). The step's token tree is ``propose``'s (``Beams`` alone: ``slot_tree``).
     """
     return _beam_sample(ctx, gamma, width, replacement).beams
 
@@ -207,24 +226,25 @@ def _beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool) ->
     root = ctx.draft.root_logits
     rows = scoring_probs(ctx.warping, root)[None]  # [1, V]
     vocab = rows.shape[-1]
-    dev = rows.device
     weights = torch.ones(1, dtype=rows.dtype)  # [n] on the host: the root is one beam of weight 1
-    cum_prev = torch.zeros(1, dtype=rows.dtype, device=dev)
+    cum_prev = torch.zeros(1, dtype=rows.dtype)  # [n] on the host
     out = Beams(tokens=[], parents=[], cum_logq=[], weights=weights)
     tree = TokenTree(depth=gamma, beams=out)
     fed = _Fed()
     for t in range(gamma):
         if t > 0:
             rows = _expand(ctx, tree, out.rows[-1], fed)  # [n, V]
-        scores = (weights.to(dev)[:, None] * rows).flatten()  # [n * V]
-        idx, chosen = _select(scores, width, greedy, replacement, ctx.generator,
-                              bound * len(weights) if bound else None)  # [k] each, host
+        # weight_i * row_i, each weight a scalar argument (no copy to the device)
+        wide = rows.to(torch.promote_types(rows.dtype, weights.dtype))  # as weights * rows promotes
+        scores = torch.cat([wide[i] * float(w) for i, w in enumerate(weights.tolist())])  # [n * V]
+        idx, chosen, q_chosen = _select(scores, width, greedy, replacement, ctx.generator,
+                                        bound * len(weights) if bound else None,
+                                        rows.reshape(-1))  # [k] each, host
         parent, token = idx // vocab, idx % vocab
         weights = (
             chosen / chosen.sum() if chosen.sum() > 0 else torch.full_like(chosen, 1 / len(idx))
         )
-        parent_d, token_d = parent.to(dev), token.to(dev)
-        cum = cum_prev[parent_d] + rows[parent_d, token_d].log()
+        cum = cum_prev[parent] + q_chosen.log()  # q(token | beam) read with the selection
         out.tokens.append(token)
         out.parents.append(parent if t > 0 else torch.full_like(parent, -1))
         out.cum_logq.append(cum)
@@ -282,5 +302,7 @@ def _expand(
     fed.logits.append(logits)
     probs = scoring_probs(ctx.warping, logits)
     index = {r: i for i, r in enumerate(todo)}
-    which = torch.tensor([index[tree.canon[r]] for r in slots], device=probs.device)
-    return probs[which]
+    which = [index[tree.canon[r]] for r in slots]
+    if which == list(range(len(todo))):
+        return probs
+    return torch.stack([probs[i] for i in which])  # integer views: no index copied to the device

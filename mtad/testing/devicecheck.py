@@ -20,16 +20,33 @@ tagged (spread over several devices when a list is given, like ``device_map="aut
 the forward pass itself runs untraced, and its logits come out on the model's last
 device, its cache on its first.
 
-It also counts device-to-host transfers (host round-trips): ``item``, ``tolist``,
-``float()``/``int()``/``bool()``/``index()`` of a device tensor, ``.cpu()``/``.to("cpu")``,
-``numpy``, ``nonzero``, ``masked_select``, ``unique`` and boolean-mask indexing, by phase:
-``draft`` from the start of a decoder step until the target model first runs, ``verify``
-after it, ``engine`` outside decoder steps. ``torch.cuda.synchronize`` calls are counted
-as ``syncs``; ``torch.cuda.Event`` is replaced by a stand-in that records nothing (its
-waits are counted as ``event_waits``: reading a timer after the step's synchronisation).
+It counts copies in both directions, by phase: ``draft`` from the start of a decoder step
+until the target model first runs (or, with the draft on other devices, until the first
+copy to the target's input device: its inputs), ``verify`` after it, ``engine`` outside
+decoder steps.
 
-What it does not see: kernels' numerics (the logits are the CPU's), streams and
-asynchrony, memory. It is a test tool: it slows every torch call down.
+* Device to host (host round-trips), under the phase's own name (``counts["draft"]``...):
+  ``item``, ``tolist``, ``float()``/``int()``/``bool()``/``index()`` of a device tensor,
+  ``.cpu()``/``.to("cpu")``, ``numpy``, ``nonzero``, ``masked_select``, ``unique`` and
+  boolean-mask indexing.
+* Host to device from pageable memory, which waits for the device's stream as a read does,
+  under ``h2d_<phase>``: ``.to(device)``/``.cuda()``/``copy_`` of a host tensor,
+  ``torch.tensor(data, device=...)``, and a device tensor indexed with a host index tensor
+  or a list (CUDA copies the index over).
+* Host to device from pinned memory with ``non_blocking=True`` (queued on the stream, no
+  wait), under ``pinned_<phase>``. ``pin_memory()`` and ``pin_memory=True`` are stood in
+  for (a CPU build has no pinned allocator): the tensor is marked pinned.
+
+``largest_read`` is the longest row (last dimension) of any
+device-to-host copy (``.cpu()``, ``tolist``): a whole vocabulary row shows as its length. ``torch.cuda.synchronize`` calls are counted as
+``syncs``. ``torch.cuda.Event``,
+``torch.cuda.current_stream``, ``torch.cuda.Stream``, ``torch.cuda.stream`` and
+``torch.cuda.current_device`` are replaced by stand-ins: an event remembers the device and
+stream it was recorded on (``VirtualDevices.events``); its waits are counted as
+``event_waits`` (reading a timer after the step's synchronisation).
+
+What it does not see: kernels' numerics (the logits are the CPU's), real asynchrony,
+memory. It is a test tool: it slows every torch call down.
 """
 
 from __future__ import annotations
@@ -45,6 +62,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 __all__ = ["DeviceError", "VirtualDevices", "device_of", "place"]
 
 _TAG = "_vdev"
+_PINNED = "_vpinned"
 
 
 class DeviceError(RuntimeError):
@@ -105,17 +123,55 @@ _TO_HOST = {"item", "tolist", "__float__", "__int__", "__bool__", "__index__", "
             "numpy", "nonzero", "masked_select", "unique", "unique_consecutive", "argwhere",
             "__repr__", "__format__", "__str__"}
 _INDEXING = {"__getitem__", "__setitem__", "index_put_", "index_put"}
+_FROM_HOST_DATA = {"tensor", "as_tensor", "asarray", "from_numpy"}
+#: what ``VirtualDevices.steps`` holds per decoder step: device-to-host transfers ("draft",
+#: "verify"), pageable host-to-device copies ("h2d_*"), pinned non-blocking ones ("pinned_*")
+STEP_KEYS = ("draft", "verify", "syncs", "h2d_draft", "h2d_verify", "pinned_draft", "pinned_verify")
+
+
+def _pin(t: torch.Tensor) -> torch.Tensor:
+    setattr(t, _PINNED, True)
+    return t
 _CROSS_OK = {"copy_", "__setitem__"}
 
 
+class _FakeStream:
+    """Stand-in for ``torch.cuda.Stream``: a device and a number (0: the default stream)."""
+
+    _next = 1
+
+    def __init__(self, device=None, priority=0, stream_id=None, **kwargs):
+        vd = VirtualDevices.active
+        self.device = torch.device(_norm(device) if device is not None else vd.current_device)
+        if stream_id is None:
+            stream_id, _FakeStream._next = _FakeStream._next, _FakeStream._next + 1
+        self.stream_id = stream_id
+
+    def __repr__(self) -> str:
+        return f"<stream {self.stream_id} on {self.device}>"
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, _FakeStream) and (self.device, self.stream_id)
+                == (other.device, other.stream_id))
+
+    def __hash__(self) -> int:
+        return hash((self.device, self.stream_id))
+
+
 class _FakeEvent:
-    """Stand-in for ``torch.cuda.Event`` under the checker (no CUDA in a CPU build)."""
+    """Stand-in for ``torch.cuda.Event`` under the checker (no CUDA in a CPU build).
+
+    ``record`` remembers the stream (the current device's current stream when none is
+    given) in ``VirtualDevices.active.events`` as ``(event, stream)``.
+    """
 
     def __init__(self, *args, **kwargs):
-        pass
+        self.stream: _FakeStream | None = None
 
     def record(self, stream=None):
-        pass
+        vd = VirtualDevices.active
+        self.stream = stream if stream is not None else vd.current_stream()
+        vd.events.append((self, self.stream))
 
     def synchronize(self):
         VirtualDevices.active.counts["event_waits"] += 1
@@ -136,7 +192,13 @@ class VirtualDevices(TorchFunctionMode):
         super().__init__()
         self.counts: Counter = Counter()  # "draft" / "verify" / "engine" transfers, "syncs"
         self.steps: list[dict] = []  # per decoder step: transfers by phase, syncs
+        self.events: list[tuple[_FakeEvent, _FakeStream]] = []  # recorded events and their streams
+        self.largest_read = 0  # the longest row (last dimension) copied from a device to the host
+        self.current_device = "cuda:0"
+        self._streams: dict[str, _FakeStream] = {}  # the current stream of each device
         self.phase = "engine"
+        self._target_input: str | None = None  # the target's input device
+        self._draft_devices: set[str] = set()
         self._inside = 0  # > 0 while a placed model's forward runs (untraced)
         self._hooks: list = []
         self._patches: list = []
@@ -147,6 +209,10 @@ class VirtualDevices(TorchFunctionMode):
         devs = getattr(model, "_vdevs", None)
         if devs is None:
             raise ValueError(f"{role}: place(model, devices) first")
+        if role == "target":
+            self._target_input = devs[0]
+        else:
+            self._draft_devices |= set(devs)
 
         def pre(mod, args, kwargs):
             flat, _ = tree_flatten((args, {k: v for k, v in kwargs.items() if k != "cache"}))
@@ -187,21 +253,63 @@ class VirtualDevices(TorchFunctionMode):
             finally:
                 self.phase = "engine"
                 diff = self.counts - before
-                self.steps.append({k: diff.get(k, 0) for k in ("draft", "verify", "syncs")})
+                self.steps.append({k: diff.get(k, 0) for k in STEP_KEYS})
 
         decoder.step = counted
+
+    # ------------------------------------------------------------------ streams
+    def current_stream(self, device=None) -> _FakeStream:
+        dev = _norm(device) if device is not None else self.current_device
+        if dev not in self._streams:
+            self._streams[dev] = _FakeStream(dev, stream_id=0)
+        return self._streams[dev]
+
+    @contextlib.contextmanager
+    def _stream_context(self, stream):
+        if stream is None:
+            yield
+            return
+        dev = str(stream.device)
+        old_dev, old = self.current_device, self._streams.get(dev)
+        self.current_device, self._streams[dev] = dev, stream
+        try:
+            yield
+        finally:
+            self.current_device = old_dev
+            if old is None:
+                del self._streams[dev]
+            else:
+                self._streams[dev] = old
+
+    @contextlib.contextmanager
+    def _device_context(self, device):
+        old = self.current_device
+        if device is not None:
+            self.current_device = _norm(device)
+        try:
+            yield
+        finally:
+            self.current_device = old
 
     # ------------------------------------------------------------------ the mode itself
     def __enter__(self):
         VirtualDevices.active = self
-        sync, event = torch.cuda.synchronize, torch.cuda.Event
 
         def counting_sync(device=None):
             self.counts["syncs"] += 1
 
-        torch.cuda.synchronize = counting_sync
-        torch.cuda.Event = _FakeEvent
-        self._patches = [(torch.cuda, "synchronize", sync), (torch.cuda, "Event", event)]
+        patched = {
+            "synchronize": counting_sync,
+            "Event": _FakeEvent,
+            "Stream": _FakeStream,
+            "current_stream": self.current_stream,
+            "stream": self._stream_context,
+            "device": self._device_context,
+            "current_device": lambda: int(self.current_device.split(":")[1]),
+        }
+        self._patches = [(torch.cuda, name, getattr(torch.cuda, name)) for name in patched]
+        for name, value in patched.items():
+            setattr(torch.cuda, name, value)
         return super().__enter__()
 
     def __exit__(self, *exc):
@@ -223,6 +331,11 @@ class VirtualDevices(TorchFunctionMode):
                 return torch.device(dev)
             return dev.startswith("cuda") if getter == "is_cuda" else dev == "cpu"
         name = getattr(func, "__name__", str(func))
+        if name == "pin_memory":  # no pinned allocator in a CPU build: a marked copy
+            return _pin(args[0].clone())
+        if name == "is_pinned":
+            return bool(getattr(args[0], _PINNED, False))
+        pinned = bool(kwargs.pop("pin_memory", False))
         flat, _ = tree_flatten((args, kwargs))
         tensors = [t for t in flat if isinstance(t, torch.Tensor)]
 
@@ -232,6 +345,8 @@ class VirtualDevices(TorchFunctionMode):
         target = _norm(kwargs["device"]) if "device" in kwargs else None
         if target is not None and target != "cpu":
             kwargs["device"] = "cpu"
+            if name in _FROM_HOST_DATA:  # host data copied to the device (pageable)
+                self._count_h2d(None, False, target)
         devs = self._devices(name, tensors)
         if len(devs) > 1:
             raise DeviceError(f"{name}: expected all tensors on the same device, got {sorted(devs)}")
@@ -246,7 +361,13 @@ class VirtualDevices(TorchFunctionMode):
             raise DeviceError("numpy: can't convert a device tensor to numpy; copy it to the host first")
         if dev != "cpu" and self._to_host(name, args):
             self.counts[self.phase] += 1
+            if name in ("tolist", "numpy") and tensors:
+                self.largest_read = max(self.largest_read, tensors[0].shape[-1] if tensors[0].dim() else 1)
+        if dev != "cpu":
+            self._count_host_operands(name, args, kwargs, dev)
         out = func(*args, **kwargs)
+        if pinned and isinstance(out, torch.Tensor) and dev == "cpu":
+            _pin(out)
         if name in _TO_HOST or dev == "cpu":
             return out
         return tree_map(lambda t: _tag(t, dev), out)
@@ -261,6 +382,28 @@ class VirtualDevices(TorchFunctionMode):
         if name in _CROSS_OK:
             return {device_of(tensors[0])} if tensors else set()
         return {device_of(t) for t in tensors if not (device_of(t) == "cpu" and t.dim() == 0)}
+
+    def _count_host_operands(self, name: str, args, kwargs, dev: str) -> None:
+        """Host-to-device copies CUDA makes implicitly for an op on ``dev``."""
+        if name in _INDEXING and len(args) > 1:
+            idx = args[1] if isinstance(args[1], tuple) else (args[1],)
+            extra = [args[2]] if name == "__setitem__" and len(args) > 2 else []
+            for i in list(idx) + extra:
+                if (isinstance(i, torch.Tensor) and device_of(i) == "cpu" and i.dim() > 0) or isinstance(i, list):
+                    self._count_h2d(None, False, dev)
+        elif name == "copy_" and len(args) > 1 and isinstance(args[1], torch.Tensor):
+            src = args[1]
+            if device_of(src) == "cpu" and device_of(args[0]) != "cpu":
+                self._count_h2d(src, bool(kwargs.get("non_blocking", args[2] if len(args) > 2 else False)),
+                                dev)
+
+    def _count_h2d(self, src: torch.Tensor | None, non_blocking: bool, dst: str) -> None:
+        if self.phase == "draft" and dst == self._target_input and dst not in self._draft_devices:
+            self.phase = "verify"  # the target's inputs for its first pass: verification begins
+        if non_blocking and getattr(src, _PINNED, False):
+            self.counts[f"pinned_{self.phase}"] += 1
+        else:
+            self.counts[f"h2d_{self.phase}"] += 1
 
     def _to_host(self, name: str, args) -> bool:
         if name in _TO_HOST:
@@ -278,6 +421,8 @@ class VirtualDevices(TorchFunctionMode):
         elif name == "cuda":
             dev = args[1] if len(args) > 1 else kwargs.get("device")
             dst = _norm(dev if dev is not None else 0)
+            if device_of(src) == "cpu":
+                self._count_h2d(src, bool(kwargs.get("non_blocking", False)), dst)
             return _tag(src.view_as(src), dst)
         else:  # to / type
             dst = None
@@ -303,6 +448,11 @@ class VirtualDevices(TorchFunctionMode):
                 dst = device_of(src)
         if device_of(src) != "cpu" and dst == "cpu":
             self.counts[self.phase] += 1
+            self.largest_read = max(self.largest_read, src.shape[-1] if src.dim() else 1)
+        if device_of(src) == "cpu" and dst != "cpu":
+            non_blocking = call_kwargs.get("non_blocking", False) or any(
+                a is True for a in call_args[1:])
+            self._count_h2d(src, bool(non_blocking), dst)
         out = func(*call_args, **call_kwargs)
         if isinstance(out, torch.Tensor) and out is src and dst != device_of(src):
             out = out.view_as(out)  # a new tensor object, so the source keeps its own tag

@@ -10,7 +10,8 @@ y ~ p(g+1). At temperature 0 (one-hot p and q) this is exactly greedy decoding.
 chain's masses under several distributions, one transfer) serve the other chain rules too
 (``mtad.verify.threshold``, ``mtad.verify.typical``, ``mtad.verify.rollback``).
 
-Devices: verification gathers every p_i(x_i), q_i(x_i) on the target's device and crosses
+Devices: verification gathers every p_i(x_i), q_i(x_i) on the target's device (indexed with
+the target pass's own copy of the tokens, ``mtad.core.runner.fed_tensors``) and crosses
 once, draws the uniforms on the host, then crosses once more with the correction's (or
 bonus's) support.
 """
@@ -20,14 +21,17 @@ from __future__ import annotations
 import torch
 
 from mtad.core.decoder import StepContext, StepOutput, residual, sample
+from mtad.core.runner import fed_tensors
 from mtad.core.tree import TokenTree
 
 
 def chain_masses(
     draft_tokens: list[int],  # [g]
     *dists: torch.Tensor,  # each [>= g, V]: row i scores draft_tokens[i]
+    x: torch.Tensor | None = None,  # [g] the tokens already on a device (a pass's own copy)
 ) -> list[list[float]]:  # per dist: [g] masses p_i(x_i)
-    """Every dist's mass at the chain's tokens, gathered on the first dist's device: one transfer."""
+    """Every dist's mass at the chain's tokens, gathered on the first dist's device: one
+    transfer (and one host-to-device copy of the tokens unless ``x`` is given)."""
     g = len(draft_tokens)
     if g == 0:
         return [[] for _ in dists]
@@ -36,7 +40,7 @@ def chain_masses(
     for d in dists[1:]:
         dtype = torch.promote_types(dtype, d.dtype)
     rows = torch.arange(g, device=dev)
-    x = torch.tensor(draft_tokens, dtype=torch.long, device=dev)
+    x = x.to(dev) if x is not None else torch.tensor(draft_tokens, dtype=torch.long, device=dev)
     gathered = torch.stack([d.to(dev)[rows, x].to(dtype) for d in dists])  # [len(dists), g]
     return gathered.cpu().tolist()
 
@@ -47,11 +51,12 @@ def verify_chain(
     q: torch.Tensor,  # [g, V] warped draft distributions the tokens were drawn from
     generator: torch.Generator,
     bound: int | None = None,  # Warping.support_bound of p and q (a transfer hint)
+    x: torch.Tensor | None = None,  # [g] the tokens on a device (the target pass's own copy)
 ) -> tuple[int, int]:
     """Speculative-sampling verification of one chain: (number accepted, correction/bonus token)."""
     g = len(draft_tokens)
     q = q.to(p.device)
-    pxs, qxs = chain_masses(draft_tokens, p, q)
+    pxs, qxs = chain_masses(draft_tokens, p, q, x=x)
     for i in range(g):
         px, qx = pxs[i], qxs[i]
         u = float(torch.rand((), generator=generator, dtype=torch.float64))
@@ -77,5 +82,6 @@ class SpeculativeChain:
         tokens = tree.tokens[1:]
         g = len(tokens)
         p = target_chain(ctx, tokens)
-        n, y = verify_chain(tokens, p, tree.q, ctx.generator, ctx.warping.support_bound)
+        x, _ = fed_tensors(ctx.target, tokens, None, p.device)
+        n, y = verify_chain(tokens, p, tree.q, ctx.generator, ctx.warping.support_bound, x)
         return StepOutput(tokens=tokens[:n] + [y], drafted=g, accepted=n, tree_size=g)

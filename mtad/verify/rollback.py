@@ -26,6 +26,7 @@ import math
 import torch
 
 from mtad.core.decoder import StepContext, StepOutput, plain_probs, sample
+from mtad.core.runner import fed_tensors
 from mtad.core.sampling import host_supports
 from mtad.core.tree import TokenTree
 from mtad.verify.chain import chain_masses
@@ -90,7 +91,7 @@ class Rollback:
         n = len(draft)
         if self.mode == "greedy":
             rows = torch.arange(n, device=p.device)
-            x = torch.tensor(draft, dtype=torch.long, device=p.device)
+            x, _ = fed_tensors(ctx.target, draft, None, p.device)  # the target pass's own copy
             host = torch.cat([p[rows, x], torch.argmax(p, -1).to(p.dtype)]).cpu().tolist()
             return host[:n], lambda i: int(host[n + i])
         supports = host_supports(p, ctx.warping.support_bound)

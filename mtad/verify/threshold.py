@@ -35,11 +35,13 @@ Glossary: ``P(x_1..x_d)`` / ``Q(x_1..x_d)``: target / draft joint likelihoods of
 (plain target sampling). Numerics: ``log 0 = -inf``; a prefix with ``P = 0`` fails whatever
 ``Q`` is (no NaN).
 
-Devices: the chain rule moves the draft's cumulative log Q to the target's device; R
-crosses to the host once, then the correction's support once. The tree rule keeps the
-warped tree ``p`` on the target's device; the edge probabilities ``p[parent, token]`` and
-the reference cross to the host in one transfer, where paths are summed and the acceptance
-decided; the emitted token's support crosses once more.
+Devices: the draft's cumulative log Q is on the host (``mtad.propose.beam``). The chain
+rule gathers ``log p_i(x_i)`` on the target's device with the target pass's own copy of the
+tokens (``mtad.core.runner.fed_tensors``: no further host-to-device copy) and crosses once;
+R is summed on the host; the correction's support crosses once more. The tree rule keeps the
+warped tree ``p`` on the target's device; the edge probabilities ``p[parent, token]`` cross to
+the host in one transfer, where paths are summed and the acceptance decided; the emitted
+token's support crosses once more.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ import torch
 
 from mtad.core.decoder import StepContext, StepOutput, sample
 from mtad.core.protocols import ROOT
+from mtad.core.runner import fed_tensors
 from mtad.core.tree import TokenTree
 from mtad.verify.chain import target_chain
 
@@ -111,9 +114,10 @@ class JointThreshold:
         draft = beams.path_tokens(best)  # [g]
         p = target_chain(ctx, draft)  # [g+1, V] warped target distributions
         dev = p.device
-        log_p = p[torch.arange(g, device=dev), torch.tensor(draft, device=dev)].log()  # [g]
-        cum_logq = beams.path_cum_logq(best).to(device=dev, dtype=log_p.dtype)  # draft -> target
-        r = cumulative_log_ratio(log_p, cum_logq).cpu()  # one transfer
+        x, _ = fed_tensors(ctx.target, draft, None, dev)  # the pass's own copy of the tokens
+        log_p = p[torch.arange(g, device=dev), x].log().cpu()  # [g], one transfer
+        cum_logq = beams.path_cum_logq(best).to(log_p.dtype)  # on the host (beam sampling's)
+        r = cumulative_log_ratio(log_p, cum_logq)
         a, passes = accept_length(r, self.tau)
         y = sample(p[a], ctx.generator, ctx.warping.support_bound)
         return StepOutput(
@@ -147,11 +151,10 @@ class TreeThreshold:
         g = tree.depth
         logits = ctx.target.forward(tokens[1:], parents[1:])  # [N, V], one pass over the whole tree
         p = ctx.warping(torch.cat([ctx.target.root_logits[None], logits]))  # [N+1, V], row 0 = root
-        n, dev = len(tokens) - 1, p.device
-        edge_p = p[torch.tensor(parents[1:], device=dev), torch.tensor(tokens[1:], device=dev)]  # [N]
-        ref = self.reference(tree.beams).to(device=dev, dtype=p.dtype)  # [g], draft -> target
-        host = torch.cat([edge_p, ref]).cpu()  # one transfer: edge probabilities and the reference
-        edge_p, ref = host[:n], host[n:]
+        dev = p.device
+        x, par = fed_tensors(ctx.target, tokens[1:], parents[1:], dev)  # the pass's own copy
+        edge_p = p[par, x].cpu()  # [N], one transfer: the edge probabilities
+        ref = self.reference(tree.beams).to(p.dtype)  # [g] on the host (beam sampling's)
         log_path_p = torch.zeros(len(tokens), dtype=p.dtype)  # [N+1] on the host, row 0: log 1
         for r in range(1, len(tokens)):  # parents precede children
             log_path_p[r] = log_path_p[parents[r]] + edge_p[r - 1].log()

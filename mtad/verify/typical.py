@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from mtad.core.decoder import StepContext, StepOutput, sample
+from mtad.core.runner import fed_tensors
 from mtad.core.tree import TokenTree
 from mtad.verify.chain import target_chain
 
@@ -31,13 +32,15 @@ def typical_accept_length(
     p: torch.Tensor,  # [>= g, V] target distributions (row i scores draft_tokens[i])
     eps: float,
     delta: float,
+    x: torch.Tensor | None = None,  # [g] the tokens on a device (the target pass's own copy)
 ) -> int:
     """Longest prefix with p_i(x_i) > min(eps, delta * exp(-H(p_i))) at every position."""
     g = len(draft_tokens)
     if g == 0:
         return 0
     thresh = torch.clamp(delta * torch.exp(-entropy(p[:g])), max=eps)  # [g]
-    px = p[torch.arange(g, device=p.device), torch.tensor(draft_tokens, device=p.device)]  # [g]
+    x = x.to(p.device) if x is not None else torch.tensor(draft_tokens, device=p.device)
+    px = p[torch.arange(g, device=p.device), x]  # [g]
     ok = (px > thresh).tolist()  # one transfer
     return next((i for i, v in enumerate(ok) if not v), g)
 
@@ -55,7 +58,8 @@ class TypicalAcceptance:
         tokens = tree.tokens[1:]
         g = len(tokens)
         p = target_chain(ctx, tokens)  # [g+1, V]
-        a = typical_accept_length(tokens, p, self.eps, self.delta)
+        x, _ = fed_tensors(ctx.target, tokens, None, p.device)
+        a = typical_accept_length(tokens, p, self.eps, self.delta, x)
         return StepOutput(
             tokens=tokens[:a] + [sample(p[a], ctx.generator, ctx.warping.support_bound)],
             drafted=g, accepted=a, tree_size=g,

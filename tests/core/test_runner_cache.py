@@ -228,3 +228,91 @@ def test_engine_spd_leaves_exact_caches(arch):
         assert_cache_is_fresh_prefill(m, r, r.cached_ids + [committed[n]], 1e-9)
         r.begin(committed)
         assert max_diff(r.root_logits, sequential(m, committed)[-1]) <= 1e-9
+
+
+# ------------------------------------------------ per-step cost independent of the context
+class _Moved(torch.overrides.TorchFunctionMode):
+    """Bytes torch calls write: new tensors (not views of an argument) and in-place writes."""
+
+    def __init__(self):
+        super().__init__()
+        self.bytes = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = getattr(func, "__name__", "")
+        if name == "__setitem__" and isinstance(args[2], torch.Tensor):
+            self.bytes += args[2].nbytes
+        elif isinstance(out, torch.Tensor) and name not in ("__get__",):
+            ins = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
+            if out.untyped_storage().data_ptr() not in ins:
+                self.bytes += out.nbytes
+        return out
+
+
+class _Reads(list):
+    """A committed sequence that counts the elements read from it."""
+
+    reads = 0
+
+    def __getitem__(self, i):
+        got = super().__getitem__(i)
+        _Reads.reads += len(got) if isinstance(i, slice) else 1
+        return got
+
+    def __iter__(self):
+        _Reads.reads += len(self)
+        return super().__iter__()
+
+    def __add__(self, other):
+        return _Reads(list(self) + list(other))
+
+
+def _step_cost(n_ctx: int) -> tuple[int, int, int]:
+    """(bytes written, committed elements read) by begin + end around a tree step whose
+    accepted path is not a prefix of the fed nodes, and the bytes of one cached position."""
+    m = tiny_causal_lm("qwen2", vocab_size=V, seed=3, max_positions=4096)
+    runner = ModelRunner(m)
+    rng = random.Random(n_ctx)
+    committed = _Reads(rng.randrange(2, V) for _ in range(n_ctx))
+    runner.prefill(committed)
+    runner.begin(committed)
+    runner.forward([10, 11, 12, 13], [ROOT, ROOT, 2, 3])  # two branches; the second is kept
+    committed = committed + [11, 12, 13, 20]
+    runner.end(committed)
+    moved = _Moved()
+    after = committed + [31, 32, 40]  # (the test's own concatenation is not counted)
+    _Reads.reads = 0
+    with moved:
+        runner.begin(committed)
+        runner.forward([30, 31, 32], [ROOT, ROOT, 2])
+        moved.bytes = 0  # the pass itself is not begin/end's cost
+        runner.end(after)
+        runner.begin(after)
+    reads, committed = _Reads.reads, after
+    per_pos = sum(t.nbytes // t.shape[-2] for layer in runner.cache.layers for t in (layer.keys, layer.values))
+    assert runner.cached_ids == list(committed[:-1])
+    return moved.bytes, reads, per_pos
+
+
+def test_begin_end_cost_does_not_grow_with_the_context():
+    """Bytes moved by the cache compaction and tokens read by begin/end: the same at 128
+    and 2,048 tokens of context; the compaction moves the kept path's entries only."""
+    short, long_ = _step_cost(128), _step_cost(2048)
+    assert short[:2] == long_[:2], (short, long_)
+    bytes_moved, _, per_pos = short
+    # the kept path (2 positions) is gathered and written back: 2 copies; plus its index
+    assert 0 < bytes_moved <= 2 * 2 * per_pos + 64, (bytes_moved, per_pos)
+
+
+def test_end_compaction_keeps_the_path_exactly():
+    """A kept branch that is not a prefix of node order: the cache equals a fresh prefill."""
+    m = model("qwen2", "sdpa")
+    runner = ModelRunner(m)
+    committed = [5, 6, 7, 8]
+    runner.prefill(committed)
+    runner.begin(committed)
+    runner.forward([10, 11, 12, 13, 14], [ROOT, ROOT, 2, 1, 3])
+    committed = committed + [11, 12, 14, 9]
+    runner.end(committed)
+    assert_cache_is_fresh_prefill(m, runner, committed, 1e-9)

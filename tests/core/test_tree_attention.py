@@ -218,8 +218,8 @@ def test_end_keeps_committed_path(arch, impl, case, exact_eager, monkeypatch):
     keep = runner_mod.keep_cache_positions
     monkeypatch.setattr(
         runner_mod, "keep_cache_positions",
-        lambda cache, k: (routes.append("crop" if isinstance(k, int) else "index_select"),
-                          keep(cache, k))[1],
+        lambda cache, k, **kw: (routes.append("crop" if isinstance(k, int) else "index_select"),
+                                keep(cache, k, **kw))[1],
     )
     runner = ModelRunner(m)
     committed = [rng.randrange(2, V) for _ in range(5)]

@@ -9,7 +9,9 @@ top-k entries). Under the checker each run must:
   model fed inputs from another device);
 * produce the very tokens the plain CPU run produces (same seed, same random stream);
 * cross from device to host at most twice per step for verification and at most once per
-  draft depth for drafting, and synchronise once per step.
+  draft depth for drafting, and synchronise once per step;
+* copy from host to device only from pinned memory without waiting (no pageable copy in a
+  step), at most once per draft depth and once per target pass.
 
 The checker itself is tested on planted bugs, including the draw the code used before
 draws moved to the host.
@@ -82,11 +84,30 @@ def test_every_decoder_runs_on_virtual_devices_as_on_the_cpu(request, vocab, nam
     assert len(vd.steps) == out.num_steps
     depth = _depth_limit(dec)
     joint = name in ("mjgd", "mtjd")  # target-only blocks: one crossing per block position
-    for s in vd.steps:
+    for s, rec in zip(vd.steps, out.steps):
         assert s["draft"] <= depth, f"{name}: {s['draft']} draft transfers in a step (depth {depth})"
         assert s["verify"] <= (depth if joint else 2), f"{name}: {s['verify']} verification transfers"
+        assert s["h2d_draft"] == s["h2d_verify"] == 0, f"{name}: a pageable host-to-device copy in a step"
+        assert s["pinned_draft"] <= depth, f"{name}: {s['pinned_draft']} copies to the device while drafting"
+        assert s["pinned_verify"] <= rec.target_passes, (
+            f"{name}: {s['pinned_verify']} copies to the device for {rec.target_passes} target passes")
     devices = 1 if name in ("multinomial", "greedy", "mjgd", "mtjd") else 2  # cuda:0, cuda:1
     assert vd.counts["syncs"] == out.num_steps * devices, "one synchronisation per step"
+    # outside steps: prefill (one pass per model) and the cache compaction (one index per device)
+    assert vd.counts["h2d_engine"] == 0, f"{name}: a pageable host-to-device copy outside steps"
+    assert vd.counts["pinned_engine"] <= devices * (1 + out.num_steps)
+
+
+@pytest.mark.parametrize("name", ["spd", "tree_mtad", "specinfer", "multinomial"])
+@pytest.mark.parametrize("top_k", [10, 0])
+def test_draws_move_no_whole_vocabulary_rows(long_vocab, name, top_k):
+    """With top-k and with top-p alone, every draw equals the CPU run's (float64 pair, same
+    seed) and no device-to-host copy is a whole vocabulary row: only supports cross (the
+    random pair is nearly flat: top-p 0.1 keeps a few hundred tokens of 5,000)."""
+    ref, out, vd, _ = _run_checked(long_vocab, name, Warping(1.0, top_k=top_k, top_p=0.1))
+    assert out.output_ids == ref.output_ids
+    vocab = long_vocab[0].config.vocab_size
+    assert 0 < vd.largest_read < vocab, (vd.largest_read, vocab)
 
 
 @pytest.mark.parametrize("name", ["spd", "tree_mtad", "specinfer", "spectr", "bild_sampling", "mcss"])
@@ -181,3 +202,42 @@ def test_the_checker_counts_host_round_trips():
         with pytest.raises(DeviceError):
             y.numpy()
     assert vd.counts["engine"] == 9  # the 8 above and z.cpu()
+
+
+def test_the_checker_counts_host_to_device_copies():
+    x = place(torch.nn.Linear(2, 2), "cuda:0").weight
+    with VirtualDevices() as vd:
+        h = torch.arange(2)
+        y = torch.zeros(2, device="cuda:0")  # a factory: no copy
+        x[:, 0], x * 2, x + 1.0, x + torch.tensor(1.0)  # scalars and views: no copy
+        assert vd.counts["h2d_engine"] == vd.counts["pinned_engine"] == 0
+        h.to("cuda:0"), h.cuda(), torch.tensor([1, 2], device="cuda:0")  # 3 pageable copies
+        x[:, h], x[:, [0, 1]], y.copy_(h), h.to("cuda:0", non_blocking=True)  # 4 more (not pinned)
+        p = h.pin_memory()
+        assert p.is_pinned() and not h.is_pinned()
+        p.to("cuda:0"), y.copy_(p)  # pinned but blocking: 2 more waits
+        q = p.to("cuda:0", non_blocking=True)  # queued: free
+        y.copy_(p, non_blocking=True)  # queued: free
+        assert device_of(q) == "cuda:0" and torch.empty(2, pin_memory=True).is_pinned()
+    assert vd.counts["h2d_engine"] == 9
+    assert vd.counts["pinned_engine"] == 2
+
+
+def test_forward_timers_record_on_their_own_devices_streams(toy):
+    """A draft on cuda:1 is timed with events on cuda:1's stream, the target's on cuda:0's."""
+    target, draft = toy
+    with virtual_pair(target, draft) as vd:
+        engine = Engine(target, draft, load_decoder("spd"), Warping(1.0, top_k=10))
+        engine.generate(PROMPT, 6, seed=0)
+        side = torch.cuda.Stream("cuda:1")
+        with torch.cuda.stream(side):  # a pass launched on another stream is timed there
+            engine.draft.begin(PROMPT)
+            engine.draft.forward([1], [0])
+            engine.draft.end(PROMPT + [1])
+    by_device = {}
+    for _, stream in vd.events:
+        by_device.setdefault(str(stream.device), []).append(stream.stream_id)
+    assert len(by_device["cuda:0"]) == 2 * engine.target.forward_calls
+    assert len(by_device["cuda:1"]) == 2 * engine.draft.forward_calls
+    assert set(by_device["cuda:0"]) == {0}
+    assert by_device["cuda:1"][-2:] == [side.stream_id] * 2 and set(by_device["cuda:1"][:-2]) == {0}
