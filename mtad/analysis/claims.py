@@ -66,7 +66,7 @@ from pathlib import Path
 import numpy as np
 
 from mtad.core import stats
-from mtad.core.metrics import records_block_efficiency
+from mtad.core.metrics import example_block_efficiency, example_log_perplexity, example_score
 from mtad.run.results.identity import _canonical  # one canonical form for identities and settings
 
 # ------------------------------------------------------------------------------ names
@@ -364,30 +364,10 @@ def read_records(root: str | Path) -> tuple[Records, list[str]]:
 
 
 # ------------------------------------------------------------------------------ per example
-def log_perplexity(turns: list[dict]) -> float | None:
-    nll = tokens = 0.0
-    for r in turns:
-        n = r.get("new_tokens") or 0
-        if r.get("nll_sum") is not None:
-            nll += float(r["nll_sum"])
-        elif r.get("perplexity") is not None and n:
-            nll += math.log(float(r["perplexity"])) * n
-        else:
-            return None
-        tokens += n
-    return nll / tokens if tokens else None
-
-
-def block_efficiency(turns: list[dict]) -> float | None:
-    """An example's block efficiency over its turns (``mtad.core.metrics.records_block_efficiency``:
-    emitted tokens / steps); None without steps."""
-    value = records_block_efficiency(turns)
-    return None if math.isnan(value) else value
-
-
-def score(turns: list[dict]) -> float | None:
-    scored = [r["score"] for r in turns if r.get("score") is not None]
-    return float(scored[-1]) if scored else None
+# the per-example values of every table, figure and this report: one definition each
+log_perplexity = example_log_perplexity
+block_efficiency = example_block_efficiency
+score = example_score
 
 
 def paired(a: dict, b: dict, value: Callable[[list[dict]], float | None]):
