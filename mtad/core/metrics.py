@@ -129,6 +129,9 @@ AXIS_LABELS = {
 def example_log_perplexity(turns: Sequence[dict]) -> float | None:
     """An example's log-perplexity over its turns: summed NLL / summed tokens (``nll_sum``, else
     ``log(perplexity) * new_tokens``); None when a turn has neither or there are no tokens."""
+    if len(turns) == 1 and isinstance(turns[0].get("perplexity"), (int, float)) and turns[0]["perplexity"] > 0 \
+            and not (turns[0].get("nll_sum") is not None and turns[0].get("new_tokens")):
+        return math.log(float(turns[0]["perplexity"]))  # one turn: its own log-perplexity
     nll = tokens = 0.0
     for r in turns:
         n = r.get("new_tokens") or 0
