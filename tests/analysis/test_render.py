@@ -753,6 +753,9 @@ def test_committed_tables_rerender_identically(name, notes, tmp_path, monkeypatc
     monkeypatch.chdir(ROOT)
     render.render(Path("results/sweeps") / name, tmp_path, notes_file=notes)
     committed = ROOT / "results" / name
+    figures = {p.name for p in tmp_path.glob("*.png")}
+    assert {p.name for p in committed.glob("*.png")} == figures, (
+        f"results/{name} holds other figures than a fresh rendering makes ({sorted(figures)})")
     for fname in ("table2.md", "table2.tex", "table2.csv", "points.csv"):
         new = (tmp_path / fname).read_text().splitlines()
         old = (committed / fname).read_text().splitlines()
