@@ -55,7 +55,7 @@ def _label_points(ax, texts, xs: Sequence[float] = (), ys: Sequence[float] = ())
 
         ax.figure.canvas.draw()
         adjust_text(texts, x=list(xs) or None, y=list(ys) or None, ax=ax, expand=(1.3, 1.8),
-                    force_text=(0.3, 0.6), max_move=None, time_lim=2,
+                    force_text=(0.4, 0.8), max_move=None, iter_lim=2000,
                     arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.5})
 
 

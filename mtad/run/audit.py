@@ -112,6 +112,13 @@ def audit_point(folder: Path, n: int, seed: int, builder: _Builder, done: set, o
     last_run = describe_provenance(summary.get("provenance"))
     pair, task, engine = builder.build(cfg)
     examples = task.load()
+    import torch
+
+    # the thread count of the run that made the records (a bfloat16 matmul's reduction order
+    # may depend on it); the last run's when the records predate segments
+    recorded_threads = (summary.get("provenance") or {}).get("torch_threads")
+    if isinstance(recorded_threads, int) and recorded_threads > 0:
+        torch.set_num_threads(recorded_threads)
     rows = []
     for r in picked:
         index, turn = int(r["index"]), int(r["turn"])
@@ -121,6 +128,7 @@ def audit_point(folder: Path, n: int, seed: int, builder: _Builder, done: set, o
             "example_id": r["example_id"], "seed": seed,
             "made_by": describe_provenance(segment_of(pf, r)), "point_last_run": last_run,
             "audited_on": describe_provenance(machine),
+            "threads": torch.get_num_threads(), "recorded_threads": recorded_threads,
         }
         t0 = time.perf_counter()
         try:
@@ -145,7 +153,13 @@ def audit_point(folder: Path, n: int, seed: int, builder: _Builder, done: set, o
     return rows
 
 
-def render_table(rows: list[dict], points: list[str] | None = None, command: str | None = None) -> str:
+def _kind(described: str) -> str:
+    """The machine part of ``describe_provenance``'s line (after "on ", before the torch version)."""
+    return described.split(" on ", 1)[-1].split(", torch")[0]
+
+
+def render_table(rows: list[dict], points: list[str] | None = None, command: str | None = None,
+                 notes: str | None = None) -> str:
     """The Markdown table of audited records, grouped by point, and the points not audited."""
     lines = ["# Audit: committed records regenerated with today's code", ""]
     if command:
@@ -167,13 +181,29 @@ def render_table(rows: list[dict], points: list[str] | None = None, command: str
     by_point: dict[str, list[dict]] = {}
     for r in rows:
         by_point.setdefault(r["point"], []).append(r)
-    lines += ["| point | decoder | task | record (index/turn) | result | made by | point's last run |",
-              "|:--|:--|:--|:--|:--|:--|:--|"]
+    lines += ["*threads*: torch threads of the audit / of the point's last run (rows without the "
+              "first were audited at torch's default on this 2-core machine, 2).", "",
+              "| point | decoder | task | record (index/turn) | result | threads | made by | point's last run |",
+              "|:--|:--|:--|:--|:--|:--|:--|:--|"]
     for point in sorted(by_point):
         for r in sorted(by_point[point], key=lambda r: (r["index"], r["turn"])):
+            threads = f"{r.get('threads', '2?')} / {r.get('recorded_threads') or '?'}"
             lines.append(f"| `{point}` | {r['decoder']} | {r['task']} | {r['index']}/{r['turn']} | "
-                         f"{r['result']} | {r['made_by']} | {r['point_last_run']} |")
+                         f"{r['result']} | {threads} | {r['made_by']} | {r['point_last_run']} |")
     lines.append("")
+    if by_point:
+        lines += ["", "Per point: the point's last run (commit, machine) and whether that machine is the "
+                  "audit's kind (same CPU model, bf16 kind and torch kernel level).", "",
+                  "| point | audited | identical | first divergence | point's last run | same machine kind |",
+                  "|:--|--:|--:|:--|:--|:--|"]
+        for point in sorted(by_point):
+            rs = by_point[point]
+            ks = [r["diverged_at"] for r in rs if r.get("diverged_at") is not None]
+            same = {_kind(r["point_last_run"]) == _kind(r["audited_on"]) for r in rs}
+            lines.append(f"| `{point}` | {len(rs)} | {sum(r['result'] == 'identical' for r in rs)} | "
+                         f"{('token ' + str(min(ks))) if ks else '–'} | {rs[0]['point_last_run']} | "
+                         f"{'unknown' if 'machine not recorded' in rs[0]['point_last_run'] else ('yes' if same == {True} else 'no')} |")
+        lines.append("")
     identical = sum(1 for r in rows if r["result"] == "identical")
     lines.append(f"{identical} of {len(rows)} audited records identical, over {len(by_point)} points.")
     not_repro = sorted(p for p, rs in by_point.items() if any(r["result"] != "identical" for r in rs))
@@ -184,6 +214,8 @@ def render_table(rows: list[dict], points: list[str] | None = None, command: str
         if missing:
             lines += ["", f"Not audited yet ({len(missing)} of {len(points)} points): "
                       + ", ".join(f"`{p}`" for p in missing) + "."]
+    if notes:
+        lines += ["", "## About this audit", "", notes.strip()]
     return "\n".join(lines) + "\n"
 
 
@@ -195,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="JSON lines of audited records (appended; resumes)")
     p.add_argument("--table", type=Path, default=None, help="Markdown table rewritten after every record")
     p.add_argument("--render-only", action="store_true", help="only (re)write --table from --out")
+    p.add_argument("--notes", type=Path, default=None, help="Markdown appended to --table (About this audit)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.n < 1:
@@ -214,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     def write_table():
         if args.table is not None:
             args.table.parent.mkdir(parents=True, exist_ok=True)
-            args.table.write_text(render_table([r for r in rows if r["point"] in shown], shown, command))
+            notes = args.notes.read_text() if args.notes is not None and args.notes.exists() else None
+            args.table.write_text(render_table([r for r in rows if r["point"] in shown], shown, command, notes))
 
     if args.render_only:
         write_table()

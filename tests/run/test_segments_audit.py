@@ -6,7 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
-from mtad.run.audit import first_difference, main as audit_main, sample_records
+from mtad.run.audit import first_difference, sample_records
+from mtad.run.audit import main as audit_main
 from mtad.run.cli import compose_config
 from mtad.run.results import PointFolder
 from mtad.run.results.segments import (
