@@ -90,9 +90,10 @@ class _Builder:
 
 
 def audit_point(folder: Path, n: int, seed: int, builder: _Builder, done: set, out: Path | None,
-                machine: dict) -> list[dict]:
+                machine: dict, indices: set[int] | None = None) -> list[dict]:
     """Audit ``n`` sampled records of ``folder`` (those not in ``done``); append each row to
-    ``out`` as it finishes; return the rows."""
+    ``out`` as it finishes; return the rows. ``indices``: these examples' records instead of a
+    random draw."""
     from omegaconf import OmegaConf
 
     from mtad.run.results.identity import migrate
@@ -104,7 +105,9 @@ def audit_point(folder: Path, n: int, seed: int, builder: _Builder, done: set, o
     h = identity_hash(stored)
     records = pf.check().records
     by_key = {record_key(r): r for r in records}
-    picked = [r for r in sample_records(records, n, seed, h) if (str(folder), int(r["index"]), int(r["turn"])) not in done]
+    chosen = ([r for r in records if int(r["index"]) in indices] if indices
+              else sample_records(records, n, seed, h))
+    picked = [r for r in chosen if (str(folder), int(r["index"]), int(r["turn"])) not in done]
     if not picked:
         return []
     cfg = OmegaConf.create(migrate(read_json(pf.file("config.json"))))
@@ -227,11 +230,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="JSON lines of audited records (appended; resumes)")
     p.add_argument("--table", type=Path, default=None, help="Markdown table rewritten after every record")
     p.add_argument("--render-only", action="store_true", help="only (re)write --table from --out")
+    p.add_argument("--records", default=None, metavar="I,J,...",
+                   help="audit these example indices (every turn) instead of a random draw of --n")
     p.add_argument("--notes", type=Path, default=None, help="Markdown appended to --table (About this audit)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.n < 1:
         print(f"mtad-audit: --n must be at least 1, not {args.n}", file=sys.stderr)
+        return 2
+    try:
+        indices = {int(x) for x in args.records.split(",")} if args.records else None
+    except ValueError:
+        print(f"mtad-audit: --records takes example indices like 3,17, not {args.records!r}", file=sys.stderr)
         return 2
     folders = [Path(x) for x in args.points]
     for f in folders:
@@ -259,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     done |= {(str(f), i, t) for f in folders for (pt, i, t) in list(done) if pt == shown_path(f)}
     builder, machine = _Builder(), this_machine()
     for f in folders:
-        for row in audit_point(f, args.n, args.seed, builder, done, args.out, machine):
+        for row in audit_point(f, args.n, args.seed, builder, done, args.out, machine, indices):
             rows.append(row)
             if args.out is None:
                 print(json.dumps(row))
