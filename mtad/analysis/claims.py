@@ -15,9 +15,10 @@ HumanEval pass@1 0/1, CNN/DM Rouge-L).
 
 Claims, declared here before any data is read (``EPS`` absorbs float rounding; a NaN interval
 is ``not resolved``). Each row has a direction verdict (does the interval lie on the claimed
-side?) and, where the paper states a size, a size verdict (``reproduced``: the paper's figure
-inside the interval; ``smaller`` / ``larger``: the interval lies wholly on the side of a
-smaller / larger effect):
+side?) and, where the paper states a size, a size verdict (``consistent``: the paper's figure
+inside an interval that excludes no effect and is narrower than the figure's distance from no
+effect; ``inconclusive``: inside an interval too wide to tell; ``smaller`` / ``larger``: the
+interval lies wholly on the side of a smaller / larger effect):
 
 1. MTAD and tree-MTAD have lower perplexity than multinomial and SpD (paper: -21.2% vs
    single-token sampling, ratio 0.788). Ratio of geometric means a / b below 1.
@@ -66,7 +67,7 @@ from pathlib import Path
 import numpy as np
 
 from mtad.core import stats
-from mtad.core.metrics import records_block_efficiency
+from mtad.core.metrics import example_block_efficiency, example_log_perplexity, example_score
 from mtad.run.results.identity import _canonical  # one canonical form for identities and settings
 
 # ------------------------------------------------------------------------------ names
@@ -110,7 +111,8 @@ ENERGY_UNAVAILABLE = "not measurable on this machine (no power counters)"
 ALPHA = 0.025  # one-sided level of every test: the bound of a two-sided 95% interval
 EPS = 1e-9
 HOLDS, CONTRADICTED, OPEN = "holds", "contradicted", "not resolved"
-REPRODUCED, SMALLER, LARGER, NO_SIZE = "reproduced", "smaller", "larger", ""
+CONSISTENT, INCONCLUSIVE, SMALLER, LARGER, NO_SIZE = "consistent", "inconclusive", "smaller", "larger", ""
+REPRODUCED = CONSISTENT  # the former name of the verdict (it says no more than "consistent")
 FIELDS = (
     "claim",
     "task",
@@ -196,13 +198,18 @@ def equivalence(low: float, high: float, lo: float, hi: float) -> str:
     return CONTRADICTED if high < lo - EPS or low > hi + EPS else OPEN
 
 
-def size_verdict(low: float, high: float, paper: float, claimed: str) -> str:
-    """Where the paper's figure lies from the interval: inside (``reproduced``), or the interval
-    shows a ``smaller`` / ``larger`` effect (for a claimed "below", a smaller effect lies above)."""
+def size_verdict(low: float, high: float, paper: float, claimed: str, null: float | None = None) -> str:
+    """Where the paper's figure lies from the interval: the interval shows a ``smaller`` /
+    ``larger`` effect (for a claimed "below", a smaller effect lies above), or it holds the
+    figure: ``consistent`` when it can tell the figure from no effect (``null``), ``inconclusive``
+    when it is too wide to (it also holds ``null``, or spans more than the figure's own distance
+    from ``null``)."""
     if _nan(low, high):
         return OPEN
     if low - EPS <= paper <= high + EPS:
-        return REPRODUCED
+        if null is not None and (low - EPS <= null <= high + EPS or high - low > abs(paper - null)):
+            return INCONCLUSIVE
+        return CONSISTENT
     above = low > paper  # the interval lies above the paper's figure
     return (SMALLER if above else LARGER) if claimed == "below" else (LARGER if above else SMALLER)
 
@@ -246,6 +253,7 @@ class Equivalence:
 class Size:
     value: float  # the paper's figure on the row's scale
     claimed: str  # the claim's direction ("above" / "below"), which orients smaller / larger
+    null: float  # no effect on the row's scale (1 for ratios, 0 for changes and differences)
 
 
 Test = Direction | NonInferiority | Equivalence
@@ -364,30 +372,10 @@ def read_records(root: str | Path) -> tuple[Records, list[str]]:
 
 
 # ------------------------------------------------------------------------------ per example
-def log_perplexity(turns: list[dict]) -> float | None:
-    nll = tokens = 0.0
-    for r in turns:
-        n = r.get("new_tokens") or 0
-        if r.get("nll_sum") is not None:
-            nll += float(r["nll_sum"])
-        elif r.get("perplexity") is not None and n:
-            nll += math.log(float(r["perplexity"])) * n
-        else:
-            return None
-        tokens += n
-    return nll / tokens if tokens else None
-
-
-def block_efficiency(turns: list[dict]) -> float | None:
-    """An example's block efficiency over its turns (``mtad.core.metrics.records_block_efficiency``:
-    emitted tokens / steps); None without steps."""
-    value = records_block_efficiency(turns)
-    return None if math.isnan(value) else value
-
-
-def score(turns: list[dict]) -> float | None:
-    scored = [r["score"] for r in turns if r.get("score") is not None]
-    return float(scored[-1]) if scored else None
+# the per-example values of every table, figure and this report: one definition each
+log_perplexity = example_log_perplexity
+block_efficiency = example_block_efficiency
+score = example_score
 
 
 def paired(a: dict, b: dict, value: Callable[[list[dict]], float | None]):
@@ -471,11 +459,11 @@ def _gain(task: str, a: str, b: tuple[str, ...]) -> Spec:
     paper, size, headline = "higher", None, task == ALL
     if task == ALL:
         gain = PAPER_SCORE_GAIN if b == (MULTINOMIAL,) else PAPER_LOSSLESS_GAIN
-        paper, size = f"{gain:+.1%} (average over tasks)", Size(gain, "above")
+        paper, size = f"{gain:+.1%} (average over tasks)", Size(gain, "above", 0.0)
     elif b == (MULTINOMIAL,) and task in PAPER_TASK_GAIN:
         lo, hi = PAPER_TASK_GAIN[task]
         paper = f"{hi / lo - 1:+.0%} ({metric} {lo} -> {hi}; Llama-3, exact joint sampling)"
-        size, headline = Size(hi / lo - 1, "above"), a == MTAD
+        size, headline = Size(hi / lo - 1, "above", 0.0), a == MTAD
     return Spec(6, task, a, b, f"{metric} relative change", paper, score, stats.relative_change,
                 stats.stratified_relative_change, ABOVE_0, size, tuple(SCORED), headline)
 
@@ -490,7 +478,7 @@ def specs() -> list[Spec]:
             for b in (MULTINOMIAL, SPD):
                 if b == MULTINOMIAL:
                     out.append(_ppl(1, t, a, b, f"-21.2% (ratio {paper_ratio:.3f})", BELOW_1,
-                                    Size(paper_ratio, "below"), headline=t == ALL))
+                                    Size(paper_ratio, "below", 1.0), headline=t == ALL))
                 else:
                     out.append(_ppl(1, t, a, b, "lower", BELOW_1))
         for b in (SPD, SPECINFER, MCSS):
@@ -522,7 +510,7 @@ def _fill(row: Row, iv: stats.Interval, test: Test, size: Size | None = None,
     if iv.n >= MIN_PAIRS:
         row.verdict = test.verdict(iv.low, iv.high)
         row.p_value = test.p_value(iv)
-        row.size = size_verdict(iv.low, iv.high, size.value, size.claimed) if size else NO_SIZE
+        row.size = size_verdict(iv.low, iv.high, size.value, size.claimed, size.null) if size else NO_SIZE
     else:
         row.verdict, row.size = OPEN, OPEN if size else NO_SIZE
         if iv.n:
@@ -653,7 +641,7 @@ def speed_rows(path: Path, seed: int) -> list[Row]:
     for b, speedup in PAPER_SPEEDUP.items():
         comparison = f"{TREE_MTAD} vs {b}"
         paper = f"{speedup:.2f}x (GPU)" if b == SPD else f"+{speedup - 1:.1%} (GPU)"
-        size = Size(speedup, "above")
+        size = Size(speedup, "above", 1.0)
         test = Direction(1.0, "above")
         sums: dict[tuple, dict[str, list[float]]] = defaultdict(dict)
         for r in (data or {}).get("rows", []):

@@ -87,8 +87,10 @@ def _headline(rows: Sequence[Row]) -> list[str]:
         "## Headline: the paper's figures",
         "",
         "The pooled row of every claim and the paper's per-task figures. Direction: does the "
-        "interval lie on the claimed side; size: is the paper's figure inside the interval "
-        "(`reproduced`), or does the interval show a `smaller` / `larger` effect (blank: the "
+        "interval lie on the claimed side; size: is the paper's figure inside the interval, one "
+        "that tells it from no effect (`consistent`) or one too wide to (`inconclusive`: it also "
+        "holds no effect, or is wider than the figure's distance from no effect), or does the "
+        "interval show a `smaller` / `larger` effect (blank: the "
         "paper states no size); Holm: the direction verdict after Holm's adjustment over the "
         "report's tests (section Multiplicity).",
         "",

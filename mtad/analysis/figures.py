@@ -2,7 +2,9 @@
 
 Works on the points frame of ``mtad.analysis.render.load_points``. Every figure is titled with its
 pair(s), task(s) and the settings its points share; error bars are the points' 95% bootstrap
-intervals; lossless decoders are filled markers (solid lines), lossy ones hollow (dashed);
+intervals (marginal: each point's own; the paired comparisons are the claims report's and the
+ablation's ratio panel); lossless decoders are filled markers (solid lines), lossy ones hollow
+(dashed); axes name their statistic (``mtad.core.metrics.AXIS_LABELS``);
 point labels are moved apart (adjustText); gamma and width are drawn on log2 axes with a tick
 at each value swept. It knows nothing about files.
 """
@@ -15,6 +17,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from mtad.analysis.tables import INTERVALS, _num, settings_line
+from mtad.core.metrics import AXIS_LABELS
 
 #: Knobs drawn on a log2 axis in ablation plots (powers of two in the sweeps).
 LOG2_KNOBS = ("gamma", "width")
@@ -44,12 +47,16 @@ def _errors(g: pd.DataFrame, col: str) -> list[list[float]] | None:
     return [[max(x, 0.0) for x in lo], [max(x, 0.0) for x in hi]]
 
 
-def _label_points(ax, texts) -> None:
-    """Move point labels apart (adjustText) so that they do not overlap."""
+def _label_points(ax, texts, xs: Sequence[float] = (), ys: Sequence[float] = ()) -> None:
+    """Move point labels apart (adjustText) so that they overlap neither one another nor the
+    points (``xs``, ``ys``); the figure's layout is settled first (labels move in display space)."""
     if len(texts) > 1:
         from adjustText import adjust_text
 
-        adjust_text(texts, ax=ax, arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.5})
+        ax.figure.canvas.draw()
+        adjust_text(texts, x=list(xs) or None, y=list(ys) or None, ax=ax, expand=(1.3, 1.8),
+                    force_text=(0.4, 0.8), max_move=None, iter_lim=2000,
+                    arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.5})
 
 
 def _title(df: pd.DataFrame, head: str) -> str:
@@ -61,9 +68,19 @@ def _title(df: pd.DataFrame, head: str) -> str:
 #: x axes of the perplexity-vs-speed figure: column -> (axis label, title word).
 #: ``block_efficiency`` (tokens per target pass) does not depend on the machine's load: the
 #: speed proxy for records generated on a shared machine.
-PARETO_X = {"tokens_per_s": ("tokens/s (95% CI)", "speed"),
-            "block_efficiency": ("block efficiency: tokens per target pass (95% CI)",
+PARETO_X = {"tokens_per_s": (f"{AXIS_LABELS['tokens_per_s']}, 95% CI", "speed"),
+            "block_efficiency": (f"{AXIS_LABELS['block_efficiency']}: tokens per step, 95% CI",
                                  "block efficiency")}
+#: What the error bars of a Pareto panel are, under its title.
+PARETO_CAPTION = "bars: each point's marginal 95% CI; paired comparisons: results/claims/claims.md"
+
+
+def _n_text(sub: pd.DataFrame) -> str:
+    """"n = 30 examples per point" (or the range when the points differ)."""
+    ns = sorted({int(v) for v in sub.get("examples", pd.Series(dtype=float)).dropna()})
+    if not ns:
+        return ""
+    return f"n = {ns[0]} examples per point" if len(ns) == 1 else f"n = {ns[0]}–{ns[-1]} examples per point"
 
 
 def plot_pareto(df: pd.DataFrame, task: str, ax=None, x: str = "tokens_per_s"):
@@ -78,7 +95,9 @@ def plot_pareto(df: pd.DataFrame, task: str, ax=None, x: str = "tokens_per_s"):
         _, ax = plt.subplots(figsize=(6.4, 4.8))
     sub = df[(df["task"] == task) & (df["status"] == "done")].dropna(subset=[x, "perplexity"])
     markers = "osD^vP*X"
-    texts = []
+    texts: list = []
+    points_x: list[float] = []
+    points_y: list[float] = []
     for i, (pair, g) in enumerate(sub.groupby("pair", sort=False)):
         for lossless, h in g.groupby(g["lossless"].eq(True), sort=False):
             color = f"C{i}"
@@ -93,33 +112,38 @@ def plot_pareto(df: pd.DataFrame, task: str, ax=None, x: str = "tokens_per_s"):
                 markersize=7,
                 capsize=2,
                 elinewidth=0.8,
-                label=f"{pair}: {'lossless' if lossless else 'lossy'}"
-                if sub["pair"].nunique() > 1
-                else ("lossless" if lossless else "lossy"),
+                label=(f"{pair}: " if sub["pair"].nunique() > 1 else "")
+                + ("lossless (filled)" if lossless else "lossy (hollow)"),
             )
         # points at the same place (e.g. MTAD and tree-MTAD at width 1: one algorithm, the same
         # records) get one joined label instead of two labels drawn over each other
         at: dict[tuple[float, float], list[str]] = {}
         for _, r in g.iterrows():
             at.setdefault((float(r[x]), float(r["perplexity"])), []).append(str(r["label"]))
-        texts += [ax.text(px, py, " " + " = ".join(labels), fontsize=7)
+        texts += [ax.text(px, py, " = ".join(labels), fontsize=7)
                   for (px, py), labels in at.items()]
+        points_x += [px for px, _ in at]
+        points_y += [py for _, py in at]
         front = pareto_front(list(zip(g[x], g["perplexity"])))
         if len(front) > 1:
             xs, ys = zip(*front)
-            ax.step(xs, ys, where="post", linestyle="--", linewidth=0.8, alpha=0.6, color=f"C{i}")
+            ax.step(xs, ys, where="post", linestyle="--", linewidth=1.0, alpha=0.7, color=f"C{i}",
+                    label=(f"{pair}: " if sub["pair"].nunique() > 1 else "") + "Pareto front")
     ax.set_xlabel(PARETO_X[x][0])
-    ax.set_ylabel("perplexity under the target (95% CI)")
-    ax.set_title(_title(sub if len(sub) else df, f"perplexity vs {PARETO_X[x][1]}: {task}"), fontsize=9)
+    ax.set_ylabel(f"{AXIS_LABELS['perplexity']}, 95% CI")
+    n_text = _n_text(sub)
+    head = f"perplexity vs {PARETO_X[x][1]}: {task}" + (f" ({n_text})" if n_text else "")
+    ax.set_title(_title(sub if len(sub) else df, head) + (f"\n{PARETO_CAPTION}" if len(sub) else ""),
+                 fontsize=8)
     if sub.empty:
         states = sorted(set(df.loc[df["task"] == task, "status"].dropna()))
         why = f"\n({', '.join(states)}: see the table's notes)" if states else ""
         ax.text(0.5, 0.5, f"no finished runs{why}", ha="center", va="center",
                 transform=ax.transAxes)
     else:
-        ax.legend(fontsize=7, title="filled = lossless", title_fontsize=7)
+        ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    _label_points(ax, texts)
+    _label_points(ax, texts, points_x, points_y)
     return ax
 
 
@@ -145,7 +169,11 @@ def _knob_axis(ax, knob: str, values: Sequence[float]) -> None:
 #: No wall-clock panel: a curve's points may come from runs under different loads and thread
 #: counts (the default point is the claims'), so their tokens/s are not comparable; the table
 #: keeps them with that caveat, and speed is the interleaved benchmark's.
-ABLATION_PANELS = (("perplexity", "perplexity"), ("block_efficiency", "block efficiency"))
+ABLATION_PANELS = (("perplexity", AXIS_LABELS["perplexity"]),
+                   ("block_efficiency", AXIS_LABELS["block_efficiency"]))
+#: Identity keys that vary between points without being a knob of the decoder: never an
+#: ablation axis (a point at another number of examples is not a setting of the algorithm).
+NOT_KNOBS = ("limit", "seed", "max_new_tokens")
 
 
 def _dodge(knob: str, values: Sequence[float], k: int, n: int, grid: Sequence[float]) -> list[float]:
@@ -193,6 +221,7 @@ def plot_ablation(df: pd.DataFrame, knob: str, paired: pd.DataFrame | None = Non
             xs = _dodge(knob, list(g["_x"]), k, len(lines), grid)
             for ax, (col, _) in zip(axes[r], ABLATION_PANELS):
                 ax.errorbar(xs, g[col], yerr=_errors(g, col), marker="o", capsize=2, color=color,
+                            markerfacecolor=color if lossless else "white",
                             linestyle="-" if lossless else "--", label=name)
             if has_paired:
                 q = paired[(paired["pair"] == pair) & (paired["task"] == task) & (paired["decoder"] == dec)]
@@ -201,10 +230,11 @@ def plot_ablation(df: pd.DataFrame, knob: str, paired: pd.DataFrame | None = Non
                 hi = [max(h - v, 0.0) if not math.isnan(h) else 0.0 for v, h in zip(q["ratio"], q["high"])]
                 axes[r][-1].errorbar(_dodge(knob, list(q[knob]), k, len(lines), grid), q["ratio"],
                                      yerr=[lo, hi], marker="o", capsize=2, color=color,
+                                     markerfacecolor=color if lossless else "white",
                                      linestyle="-" if lossless else "--", label=name)
         labels = [label for _, label in ABLATION_PANELS]
         if has_paired:
-            labels.append(f"PPL ÷ PPL at {knob}={default} (paired)")
+            labels.append(f"PPL ÷ PPL at {knob}={default}\n(paired over examples)")
             axes[r][-1].axhline(1.0, color="0.5", lw=0.8, zorder=0)
         for c, (ax, label) in enumerate(zip(axes[r], labels)):
             ax.set_xlabel(knob)
@@ -213,8 +243,10 @@ def plot_ablation(df: pd.DataFrame, knob: str, paired: pd.DataFrame | None = Non
             ax.grid(alpha=0.3)
             _knob_axis(ax, knob, grid)
             if c == 0 and lines:
-                ax.legend(fontsize=7, title="solid = lossless", title_fontsize=7)
-    head = f"Ablation over {knob} on {', '.join(str(t) for t in tasks)}"
+                ax.legend(fontsize=7, title="filled, solid = lossless\nhollow, dashed = lossy",
+                          title_fontsize=7)
+    n_text = _n_text(sub)
+    head = f"Ablation over {knob} on {', '.join(str(t) for t in tasks)}" + (f" ({n_text})" if n_text else "")
     fig.suptitle(_title(sub if len(sub) else df, head), fontsize=10)
     fig.tight_layout()
     return fig

@@ -68,6 +68,8 @@ from mtad.analysis.tables import (  # noqa: F401  (the public names of the table
     to_markdown,
 )
 from mtad.core.io import shown_path
+from mtad.core.metrics import DEFINITIONS, cell_statistics
+from mtad.run.results.segments import describe_segments
 
 #: Knobs first looked for when labelling variants and drawing ablations.
 KNOBS = (
@@ -147,14 +149,17 @@ def sample_intervals(point_dir: Path, records: list[dict] | None = None
     return out
 
 
-def example_log_ppl(records: list[dict]) -> dict[tuple[str, int], float]:
-    """{(example id, turn): log perplexity} of the records that have a perplexity: what a paired
-    comparison of two points over the same examples needs."""
+def example_log_ppl(records: list[dict]) -> dict[str, float]:
+    """{example id: log perplexity} (``mtad.core.metrics.example_log_perplexity``: a multi-turn
+    example pools its turns) of the examples that have one: what a paired comparison of two
+    points over the same examples needs, as in the claims report."""
+    from mtad.core.metrics import by_example, example_log_perplexity
+
     out = {}
-    for r in records:
-        ppl = r.get("perplexity")
-        if isinstance(ppl, (int, float)) and ppl > 0 and math.isfinite(ppl):
-            out[(str(r.get("example_id", r.get("index"))), int(r.get("turn", 0)))] = math.log(ppl)
+    for ex, turns in by_example(records).items():
+        value = example_log_perplexity(turns)
+        if value is not None and math.isfinite(value):
+            out[ex] = value
     return out
 
 
@@ -324,33 +329,42 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
                     and any(int(r.get("index", 0)) >= limit for r in records)):
                 summary, records = at_limit(summary, records, limit)  # the examples it asks for
             m = summary.get("metrics") or {}
-            cis = sample_intervals(pt["dir"], records)
             row["_log_ppl"] = example_log_ppl(records or [])
+            row["_records"] = records
             row.update(draft_cost(records or []))
             score = summary.get("score") or {}
             row.update(
                 status="done",
-                score=_num(score.get("value")),
                 score_metric=score.get("metric"),
                 score_stderr=_num(score.get("stderr")),
-                score_ci=_interval(score.get("ci")) or score_interval(pt["dir"], records),
-                perplexity=_num(m.get("perplexity")),
-                perplexity_ci=_interval(m.get("perplexity_ci")),
-                tokens_per_s=_num(m.get("tokens_per_s")),
-                tokens_per_s_ci=cis.get("tokens_per_s_ci") or _interval(m.get("tokens_per_s_ci")),
                 lossless=summary.get("lossless"),
                 ms_per_token=_num(m.get("ms_per_token")),
                 j_per_token=_num(m.get("j_per_token")),
-                block_efficiency=_block_efficiency(m),
-                block_efficiency_ci=cis.get("block_efficiency_ci") or _interval(m.get("block_efficiency_ci")),
                 acceptance_rate=_num(m.get("acceptance_rate")),
-                examples=m.get("examples"),
                 new_tokens=m.get("new_tokens"),
                 energy_source=summary.get("energy_source"),
                 energy_unavailable=summary.get("energy_source") is None,
                 data_source=summary.get("data_source"),
                 data_substitute=bool(summary.get("data_substitute")),
+                segments=describe_segments(summary.get("segments")),
+                segments_known=summary.get("segments") is not None,
             )
+            if records:  # every shown statistic from the records, one definition each
+                row.update(_cell(cell_statistics(records)))
+                row["examples_recorded"] = row["examples"]
+            else:  # a summary without records: its own numbers (their definitions may differ)
+                cis = sample_intervals(pt["dir"], records)
+                row.update(
+                    score=_num(score.get("value")),
+                    score_ci=_interval(score.get("ci")) or score_interval(pt["dir"], records),
+                    perplexity=_num(m.get("perplexity")),
+                    perplexity_ci=_interval(m.get("perplexity_ci")),
+                    tokens_per_s=_num(m.get("tokens_per_s")),
+                    tokens_per_s_ci=cis.get("tokens_per_s_ci") or _interval(m.get("tokens_per_s_ci")),
+                    block_efficiency=_block_efficiency(m),
+                    block_efficiency_ci=cis.get("block_efficiency_ci") or _interval(m.get("block_efficiency_ci")),
+                    examples=m.get("examples"), examples_recorded=m.get("examples"),
+                )
         elif pt["status"] == "pending" and not pt["reason"]:
             # begun but not finished (running, or interrupted): say how far it got
             examples = {r.get("index", r.get("example_id")) for r in _samples(pt["dir"]) or []}
@@ -367,7 +381,37 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
         if col not in df:
             df[col] = math.nan
     df["label"] = variant_labels(df)
-    return add_speedups(df)
+    return add_speedups(same_examples(df))
+
+
+def _cell(values: dict) -> dict[str, Any]:
+    """``mtad.core.metrics.cell_statistics`` as row fields (intervals as tuples, None if NaN)."""
+    out: dict[str, Any] = {}
+    for k, v in values.items():
+        out[k] = _interval(v) if k.endswith("_ci") else v
+    return out
+
+
+def same_examples(df: pd.DataFrame) -> pd.DataFrame:
+    """Every finished point of a (pair, task) shown on the same examples: those all of them have
+    records of (a point recorded on more keeps ``examples_recorded``, and the notes say so)."""
+    from mtad.core.metrics import by_example, cell_statistics
+
+    if "_records" not in df:
+        return df
+    df = df.copy()
+    done = df[(df["status"] == "done") & df["_records"].map(lambda r: isinstance(r, list) and len(r) > 0)]
+    for _, g in done.groupby(["pair", "task"], sort=False):
+        ids = [set(by_example(r)) for r in g["_records"]]
+        common = set.intersection(*ids)
+        for i, have in zip(g.index, ids):
+            if have == common:
+                continue
+            kept = [r for r in df.at[i, "_records"] if str(r.get("example_id", r.get("index"))) in common]
+            for k, v in _cell(cell_statistics(kept)).items():
+                df.at[i, k] = v
+            df.at[i, "_log_ppl"] = {k: v for k, v in df.at[i, "_log_ppl"].items() if k in common}
+    return df
 
 
 @dataclass(frozen=True)
@@ -433,13 +477,17 @@ def variant_labels(df: pd.DataFrame) -> pd.Series:
 
 
 def varying_knobs(df: pd.DataFrame) -> list[str]:
-    """Identity keys that vary among the points of one (pair, task, decoder): the ablation axes."""
+    """Identity keys that vary among the points of one (pair, task, decoder) and are knobs of
+    the decoder (not ``figures.NOT_KNOBS``: a point at another number of examples): the
+    ablation axes."""
+    from mtad.analysis.figures import NOT_KNOBS
+
     labels = df["label"].str.extract(r"\((.*)\)$")[0].dropna()
     keys: list[str] = []
     for s in labels:
         for part in s.split(", "):
             k = part.split("=", 1)[0]
-            if k not in keys:
+            if k not in keys and k not in NOT_KNOBS:
                 keys.append(k)
     return keys
 
@@ -509,7 +557,9 @@ def render(
         f"# {name}: {what}",
         "",
         f"Rendered by `python -m mtad.analysis.render {shown_path(sweep_dir)} --out {shown_path(out_dir)}`.",
-        "n = examples; [a, b] = 95% bootstrap interval over examples; "
+        "n = examples (a multi-turn example counts once, its turns pooled); "
+        + "; ".join(DEFINITIONS[k] for k in ("score", "perplexity", "tokens_per_s", "block_efficiency"))
+        + "; [a, b] = 95% bootstrap interval over examples; "
         f"{MISSING} = not run / skipped / failed (see the notes); {NOT_AVAILABLE} = no energy meter"
         + ("; ×MN / ×SpD = tokens/s over the multinomial / SpD run of the same pair, task and settings."
            if speedups else

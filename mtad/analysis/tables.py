@@ -238,6 +238,8 @@ def notes(df: pd.DataFrame, speedups: bool = True) -> list[str]:
         if not part.empty:
             out.append(f"partial ({_where(part, df)}): fewer examples than the point asks for (n "
                        "shows how many); the next run of the sweep completes them in place")
+    out += example_notes(df)
+    out += segment_notes(df)
     out += speedup_notes(df) if speedups else []
     if "data_substitute" in df:
         subs = sorted({str(t) for t, s in zip(df["task"], df["data_substitute"]) if s is True})
@@ -247,6 +249,46 @@ def notes(df: pd.DataFrame, speedups: bool = True) -> list[str]:
         out.append(
             f"J/tok {NOT_AVAILABLE}: no energy meter on the machine that ran the point (NVML/RAPL)"
         )
+    return out
+
+
+def example_notes(df: pd.DataFrame) -> list[str]:
+    """Per (pair, task) whose points were recorded on different examples: every cell shows the
+    examples all of them have, and which points have more recorded."""
+    out: list[str] = []
+    if "examples_recorded" not in df:
+        return out
+    done = df[df["status"] == "done"]
+    many_pairs = df["pair"].nunique() > 1
+    for (pair, task), g in done.groupby(["pair", "task"], sort=False):
+        more = g[g["examples_recorded"].astype(float) > g["examples"].astype(float)]
+        if more.empty:
+            continue
+        where = f"{pair} / {task}" if many_pairs else str(task)
+        shown = int(g["examples"].min())
+        extra = ", ".join(f"{r['label']} {int(r['examples_recorded'])}" for _, r in more.iterrows())
+        out.append(f"{where}: every cell shows the {shown} examples all its points have "
+                   f"(recorded: {extra}; the claims report pairs two decoders on every example both have)")
+    return out
+
+
+def segment_notes(df: pd.DataFrame) -> list[str]:
+    """Points made by several runs (segments), and points whose records predate segment
+    provenance (``mtad.run.results.segments``)."""
+    out: list[str] = []
+    done = df[df["status"] == "done"]
+    if "segments" in done:
+        for _, r in done.iterrows():
+            if isinstance(r.get("segments"), str) and r["segments"]:
+                out.append(f"{r['task']} / {r['label']}: {r['segments']}")
+    if "segments_known" in done:
+        old = done[done["segments_known"].eq(False)]
+        if not old.empty:
+            every = len(old) == len(done)
+            out.append(
+                f"records made before segment provenance ({'every point' if every else _where(old, df)}): "
+                "which run made each record is unknown (summary.json keeps the last run's provenance; "
+                "`mtad-audit` regenerates a sample of them, results/audit/audit.md)")
     return out
 
 

@@ -22,6 +22,19 @@
   summary reports the mean of per-example perplexities and the token-weighted
   (pooled) perplexity.
 - speedup: tokens/s of a run / tokens/s of the baseline run in the same sweep.
+
+What tables, figures and the claims report show (``example_values``, ``cell_statistics``): one
+value per example (a multi-turn example pools its turns), then
+- perplexity: the geometric mean over examples of the per-example perplexity, an example's
+  log-perplexity being its turns' summed NLL / summed tokens (``example_log_perplexity``). The
+  ratio of two such cells over the same examples is the claims report's paired ratio of
+  geometric means; the arithmetic mean of per-example perplexities (``summarize``'s
+  ``perplexity``) is kept in summaries only;
+- block efficiency: the mean over examples of the per-example block efficiency (emitted tokens /
+  steps over its turns, ``example_block_efficiency``), so every example weighs the same, as in
+  the report's paired differences; ``summarize``'s pools tokens and steps over the examples;
+- score: the mean over examples of the example's scored record (last turn);
+- tokens/s: total generated tokens / total decoding time over the examples (``summarize``).
 Confidence intervals: bootstrap over the examples that have the metric (``mtad.core.stats``:
 ``bootstrap_ci`` of ``present`` values, the one bootstrap).
 """
@@ -94,6 +107,88 @@ def token_logprobs(model, prompt_ids: Sequence[int], output_ids: Sequence[int], 
 
 def perplexity(logprobs: torch.Tensor) -> float:
     return float(torch.exp(-logprobs.mean())) if logprobs.numel() else float("nan")
+
+
+# ----------------------------------------------------------------- per example (tables, report)
+
+#: The statistic of each table column and figure axis, as printed in table notes and labels.
+DEFINITIONS = {
+    "perplexity": "PPL = geometric mean over examples of per-example perplexity (an example's turns pooled: exp(sum NLL / sum tokens))",
+    "block_efficiency": "BE = mean over examples of per-example block efficiency (emitted tokens / steps over its turns)",
+    "score": "score = mean over examples of the example's score",
+    "tokens_per_s": "tok/s = total tokens / total decoding time over the examples",
+}
+#: Short forms for figure axes.
+AXIS_LABELS = {
+    "perplexity": "perplexity (geom. mean over examples)",
+    "block_efficiency": "block efficiency (mean over examples)",
+    "tokens_per_s": "tokens/s (total tokens / total time)",
+}
+
+
+def example_log_perplexity(turns: Sequence[dict]) -> float | None:
+    """An example's log-perplexity over its turns: summed NLL / summed tokens (``nll_sum``, else
+    ``log(perplexity) * new_tokens``); None when a turn has neither or there are no tokens."""
+    if len(turns) == 1 and isinstance(turns[0].get("perplexity"), (int, float)) and turns[0]["perplexity"] > 0 \
+            and not (turns[0].get("nll_sum") is not None and turns[0].get("new_tokens")):
+        return math.log(float(turns[0]["perplexity"]))  # one turn: its own log-perplexity
+    nll = tokens = 0.0
+    for r in turns:
+        n = r.get("new_tokens") or 0
+        if r.get("nll_sum") is not None:
+            nll += float(r["nll_sum"])
+        elif r.get("perplexity") is not None and n:
+            nll += math.log(float(r["perplexity"])) * n
+        else:
+            return None
+        tokens += n
+    return nll / tokens if tokens else None
+
+
+def example_block_efficiency(turns: Sequence[dict]) -> float | None:
+    """An example's block efficiency over its turns (``records_block_efficiency``: emitted
+    tokens / steps); None without steps."""
+    value = records_block_efficiency(turns)
+    return None if math.isnan(value) else value
+
+
+def example_score(turns: Sequence[dict]) -> float | None:
+    """An example's score: that of its last scored record (multi-turn tasks score the last turn)."""
+    scored = [r["score"] for r in turns if isinstance(r.get("score"), (int, float))]
+    return float(scored[-1]) if scored else None
+
+
+def by_example(records: Sequence[dict]) -> dict[str, list[dict]]:
+    """Records grouped by example id, turns in order."""
+    out: dict[str, list[dict]] = {}
+    for r in sorted(records, key=lambda r: (int(r.get("index", 0)), int(r.get("turn", 0)))):
+        out.setdefault(str(r.get("example_id", r.get("index"))), []).append(r)
+    return out
+
+
+def cell_statistics(records: Sequence[dict]) -> dict[str, float | tuple[float, float] | int]:
+    """The statistics a table cell shows (``DEFINITIONS``) with their 95% bootstrap intervals
+    over examples (resampling examples; the perplexity interval is the exponential of the
+    interval of the mean log-perplexity): ``examples``, ``perplexity``, ``block_efficiency``,
+    ``score`` (NaN without scores), ``tokens_per_s`` and each ``<name>_ci``."""
+    groups = list(by_example(records).values())
+    logs = stats.present([example_log_perplexity(t) for t in groups])
+    bes = stats.present([example_block_efficiency(t) for t in groups])
+    scores = stats.present([example_score(t) for t in groups])
+    nan2 = (math.nan, math.nan)
+    out: dict = {"examples": len(groups)}
+    out["perplexity"] = math.exp(float(np.mean(logs))) if logs else math.nan
+    lo, hi = stats.bootstrap_ci(logs) if len(logs) > 1 else nan2
+    out["perplexity_ci"] = (math.exp(lo), math.exp(hi))
+    out["block_efficiency"] = float(np.mean(bes)) if bes else math.nan
+    out["block_efficiency_ci"] = stats.bootstrap_ci(bes) if len(bes) > 1 else nan2
+    out["score"] = float(np.mean(scores)) if scores else math.nan
+    out["score_ci"] = stats.bootstrap_ci(scores) if len(scores) > 1 else nan2
+    tokens = sum(int(r.get("new_tokens") or 0) for r in records)
+    wall = sum(float(r.get("wall_time") or 0.0) for r in records)
+    out["tokens_per_s"] = tokens_per_second(tokens, wall)
+    out["tokens_per_s_ci"] = tokens_per_s_interval(list(records))
+    return out
 
 
 def tokens_per_s_interval(records: list[dict]) -> tuple[float, float]:

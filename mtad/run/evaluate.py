@@ -45,6 +45,7 @@ from mtad.run.results import (
     requested_limit,
     write_json_atomic,
 )
+from mtad.run.results.segments import SEGMENT_FIELD, begin_segment, segments_summary
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,10 @@ def _scored(scorer, value) -> dict[str, Any]:
             "scorer_version": getattr(scorer, "version", None)}
 
 
+def _provenance(cfg: DictConfig) -> dict[str, Any]:
+    return provenance(seed=int(cfg.seed), extra={"torch_threads": torch.get_num_threads()})
+
+
 def _run(cfg: DictConfig, folder: PointFolder, records: list[dict], ident_hash: str) -> dict[str, Any]:
     pair, decoder, task, scorer, engine, logger = build(cfg)
     examples = task.load()
@@ -132,6 +137,9 @@ def _run(cfg: DictConfig, folder: PointFolder, records: list[dict], ident_hash: 
         for _ in range(int(cfg.warmup)):
             engine.generate(ids, min(8, int(cfg.max_new_tokens)), seed=int(cfg.seed))
 
+    # this run's records carry its segment: the provenance of the run that made them
+    segment = begin_segment(folder, _provenance(cfg)) if todo else None
+
     bar = Progress(len(examples), f"{decoder.name}/{task.name}", "ex", log)
     tokens_so_far, secs_so_far = 0, 0.0
     for index, ex in enumerate(examples):
@@ -149,7 +157,8 @@ def _run(cfg: DictConfig, folder: PointFolder, records: list[dict], ident_hash: 
             previous.append(text)
             record: dict[str, Any] = {"example_id": ex.id, "turn": turn, "index": index, **res.to_record(),
                                       "text": text, "energy_j": energy,
-                                      "tokens_per_s": res.new_tokens / res.wall_time if res.wall_time else None}
+                                      "tokens_per_s": res.new_tokens / res.wall_time if res.wall_time else None,
+                                      SEGMENT_FIELD: segment}
             if cfg.get("perplexity", True):
                 lp = token_logprobs(pair.target, ids, res.output_ids, pair.vocab_size)
                 record["perplexity"] = perplexity(lp)
@@ -184,7 +193,8 @@ def _run(cfg: DictConfig, folder: PointFolder, records: list[dict], ident_hash: 
         "energy_devices": meter.devices,
         "metrics": summarize(covered),
         "config": resolved,
-        "provenance": provenance(seed=int(cfg.seed), extra={"torch_threads": torch.get_num_threads()}),
+        "provenance": _provenance(cfg),
+        "segments": segments_summary(folder, covered),
     }
     if scorer is not None:
         scores = [r["score"] for r in covered if r.get("score") is not None]

@@ -1,6 +1,6 @@
 """Provenance: every run records what produced it.
 
-Records: git hash (and whether the tree was dirty), package versions, seed, device (CPU model
+Records: git hash (whether the tree was dirty, and which tracked files differed from it), package versions, seed, device (CPU model
 and instruction sets, GPUs: ``mtad.core.machine``), host, time. The results files themselves (atomic
 JSON / JSON lines) belong to ``mtad.run.results``.
 """
@@ -24,6 +24,9 @@ PACKAGES = ("torch", "transformers", "hydra-core", "omegaconf", "datasets", "num
             "mtad")
 
 
+MAX_CHANGED = 50  # changed files listed in a provenance (their count is always given)
+
+
 def git_info(root: str | Path | None = None) -> dict[str, Any]:
     root = Path(root or Path(__file__).resolve().parents[2])
     def _git(*args):
@@ -32,8 +35,11 @@ def git_info(root: str | Path | None = None) -> dict[str, Any]:
         head = _git("rev-parse", "HEAD")
         if head.returncode != 0:
             return {"commit": None, "dirty": None}
-        dirty = _git("status", "--porcelain", "--untracked-files=no").stdout.strip() != ""
-        return {"commit": head.stdout.strip(), "dirty": dirty}
+        changed = [line[3:] for line in _git("status", "--porcelain", "--untracked-files=no").stdout.splitlines()
+                   if len(line) > 3]
+        # which tracked files differed from the commit (a run's own record files count too)
+        return {"commit": head.stdout.strip(), "dirty": bool(changed), "changed": changed[:MAX_CHANGED],
+                "changed_count": len(changed)}
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
 

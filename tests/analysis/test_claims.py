@@ -10,8 +10,10 @@ import pytest
 
 from mtad.analysis import claims, claims_report
 from mtad.analysis.claims import (
+    CONSISTENT,
     CONTRADICTED,
     HOLDS,
+    INCONCLUSIVE,
     LARGER,
     OPEN,
     REPRODUCED,
@@ -68,6 +70,21 @@ def test_size_verdict_places_the_papers_figure():
     assert size_verdict(0.5, 0.9, 0.43, "above") == LARGER
     assert size_verdict(0.43, 0.9, 0.43, "above") == REPRODUCED  # bounds included
     assert size_verdict(math.nan, 0.9, 0.43, "above") == OPEN
+
+
+def test_size_verdict_says_inconclusive_when_the_interval_cannot_tell_the_figure_from_no_effect():
+    # the paper's 0.788 inside [0.784, 0.975]: width 0.191 < 0.212 (its distance from 1), 1 outside
+    assert size_verdict(0.784, 0.975, 0.788, "below", null=1.0) == CONSISTENT
+    # the interval also holds no effect (ratio 1)
+    assert size_verdict(0.70, 1.02, 0.788, "below", null=1.0) == INCONCLUSIVE
+    # wider than the figure's distance from no effect, though it excludes it
+    assert size_verdict(0.55, 0.99, 0.788, "below", null=1.0) == INCONCLUSIVE
+    # a claimed gain of +43% (no effect: 0)
+    assert size_verdict(0.30, 0.60, 0.43, "above", null=0.0) == CONSISTENT
+    assert size_verdict(0.05, 0.60, 0.43, "above", null=0.0) == INCONCLUSIVE
+    assert size_verdict(-0.1, 0.60, 0.43, "above", null=0.0) == INCONCLUSIVE
+    # outside the interval it stays smaller / larger, however wide
+    assert size_verdict(0.80, 1.30, 0.788, "below", null=1.0) == SMALLER
 
 
 def test_holm_adjusts_the_holds_over_the_family():
@@ -386,7 +403,7 @@ def test_report_downstream_gain(report):
     spider = _row(rows, 6, "spider", "mtad vs multinomial")  # both all 1: no spread
     assert spider["paper"].startswith("+139%") and spider["verdict"] == OPEN
     pooled = _row(rows, 6, "all", "mtad vs multinomial")
-    assert pooled["paper"].startswith("+43.0%") and pooled["size"] in (OPEN, SMALLER, LARGER, REPRODUCED)
+    assert pooled["paper"].startswith("+43.0%") and pooled["size"] in (OPEN, SMALLER, LARGER, CONSISTENT, INCONCLUSIVE)
 
 
 def test_points_at_other_settings_are_not_compared(tmp_path):

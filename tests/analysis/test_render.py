@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from mtad.analysis import render
+from mtad.core.metrics import AXIS_LABELS
 from mtad.run.provenance import write_json_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -418,34 +419,52 @@ def test_speedup_cells_that_cannot_be_computed_say_why(sweep_dir):
 
 
 def test_cells_show_intervals_and_n(tmp_path):
+    """Every cell's statistic comes from the records, one definition each
+    (``mtad.core.metrics.DEFINITIONS``), whatever the summary says."""
     from mtad.core.stats import bootstrap_ci
     from mtad.run.provenance import append_jsonl
 
     s = tmp_path / "ci"
-    m = {
-        "perplexity": 2.5,
-        "perplexity_ci": [2.0, 3.0],
-        "tokens_per_s": 30.0,
-        "tokens_per_s_ci": [25.0, 35.0],
-        "block_efficiency": 2.0,
-        "block_efficiency_ci": [1.8, 2.2],
-    }
+    m = {"perplexity": 9.0, "tokens_per_s": 99.0, "block_efficiency": 9.0}  # not what is shown
     write_point(s, "a", "p", "humaneval", "spd", metrics=m, score=0.5)
-    scores = [1.0, 0.0, 1.0, 0.0]
-    for i, sc in enumerate(scores):
-        append_jsonl(s / "a" / "samples.jsonl", {"example_id": str(i), "turn": 0, "score": sc})
+    scores, ppl, steps = [1.0, 0.0, 1.0, 0.0], [1.5, 2.0, 3.0, 4.0], [5, 4, 10, 8]
+    for i, (sc, p, st) in enumerate(zip(scores, ppl, steps)):
+        append_jsonl(s / "a" / "samples.jsonl", {
+            "example_id": str(i), "index": i, "turn": 0, "score": sc, "perplexity": p,
+            "new_tokens": 20, "wall_time": 2.0 + i, "steps": st, "emitted_per_step": [20 / st] * st})
     df = render.load_points(s, only_current=False)
     text, _ = render.table2(df)["p"]
-    lo, hi = bootstrap_ci(
-        scores
-    )  # the summary has a standard error only: interval from the examples
+    lo, hi = bootstrap_ci(scores)
     assert text.loc["spd", ("humaneval", "score")] == f"0.500 [{lo:.3f}, {hi:.3f}]"
-    assert text.loc["spd", ("humaneval", "PPL")] == "2.50 [2.00, 3.00]"
-    assert text.loc["spd", ("humaneval", "tok/s")] == "30.00 [25.00, 35.00]"
-    assert text.loc["spd", ("humaneval", "BE")] == "2.00 [1.80, 2.20]"
-    assert text.loc["spd", ("humaneval", "n")] == "2"
+    logs = np.log(ppl)
+    llo, lhi = bootstrap_ci(list(logs))
+    geo = math.exp(logs.mean())  # the geometric mean, not the mean 2.625
+    assert text.loc["spd", ("humaneval", "PPL")] == f"{geo:.2f} [{math.exp(llo):.2f}, {math.exp(lhi):.2f}]"
+    assert text.loc["spd", ("humaneval", "tok/s")].startswith(f"{80 / 14:.2f} [")  # total / total
+    bes = [20 / st for st in steps]  # per-example mean 3.5, not pooled 80 / 27
+    blo, bhi = bootstrap_ci(bes)
+    assert text.loc["spd", ("humaneval", "BE")] == f"{np.mean(bes):.2f} [{blo:.2f}, {bhi:.2f}]"
+    assert text.loc["spd", ("humaneval", "n")] == "4"
     md = render.to_markdown(text, title="p", metrics={"humaneval": "pass@1"})
     assert "### humaneval (score: pass@1)" in md and re.search(r"\|\s*PPL \[95% CI\]\s*\|", md)
+
+
+def test_cells_of_a_task_use_the_examples_every_point_has(tmp_path):
+    """A point recorded on more examples than its task's other points is shown on the common
+    ones, and the notes say how many it has."""
+    from mtad.run.provenance import append_jsonl
+
+    s = tmp_path / "same"
+    for h, dec, n in (("a", "spd", 5), ("b", "multinomial", 3)):
+        write_point(s, h, "p", "humaneval", dec, metrics={"perplexity": 1.0}, score=0.5)
+        for i in range(n):
+            append_jsonl(s / h / "samples.jsonl", {
+                "example_id": str(i), "index": i, "turn": 0, "score": float(i % 2), "perplexity": 1.0 + i,
+                "new_tokens": 10, "wall_time": 1.0, "steps": 5, "emitted_per_step": [2] * 5})
+    df = render.load_points(s, only_current=False).set_index("decoder")
+    assert df.loc["spd", "examples"] == 3 and df.loc["spd", "examples_recorded"] == 5
+    assert df.loc["spd", "perplexity"] == pytest.approx(6 ** (1 / 3))  # examples 0..2 only
+    assert any("every cell shows the 3 examples" in n and "spd 5" in n for n in render.notes(df.reset_index()))
 
 
 def test_sample_intervals_recompute_rates_from_the_records(tmp_path):
@@ -489,12 +508,12 @@ def test_requested_examples_policy_shows_a_bigger_folder_at_the_points_limit(tmp
          "choices": {}}]}))
     row = render.load_points(s, only_current=False).iloc[0]
     if policy == "requested":
-        assert row["examples"] == 3 and row["perplexity"] == pytest.approx(2.0)  # (1 + 2 + 3) / 3
+        assert row["examples"] == 3 and row["perplexity"] == pytest.approx(6 ** (1 / 3))  # geometric
         assert row["limit"] == 3 and row["label"] == "mtad"  # the limit shown is no ablation axis
         assert row["score"] == pytest.approx(2 / 3)  # examples 0 and 2 of 0..2
         assert row["tokens_per_s"] == pytest.approx(30 / 6)
     else:
-        assert row["examples"] == 6 and row["perplexity"] == pytest.approx(3.5)
+        assert row["examples"] == 6 and row["perplexity"] == pytest.approx(720 ** (1 / 6))
         assert row["score"] == pytest.approx(0.5)
 
 
@@ -528,10 +547,10 @@ def test_ablation_pairs_each_point_with_the_default_over_shared_examples(tmp_pat
     md = (tmp_path / "out" / "table2.md").read_text()
     assert "## Paired: perplexity ÷ perplexity at the default tau=0.5" in md
     assert f"| mtad | 0.1 | 6 | {want.estimate:.3f} [{want.low:.3f}, {want.high:.3f}] | – | – |" in md
-    assert "| mtad | 0.5 | 8 | 1 (the default) | – | – |" in md  # no step records: no cost
+    assert "| mtad | 0.5 | 6 | 1 (the default) | – | – |" in md  # the task's common examples; no step records: no cost
     assert "ablation_tau.png" in written
     fig = render.plot_ablation(df, "tau", paired, 0.5)
-    assert fig.axes[-1].get_ylabel() == "PPL ÷ PPL at tau=0.5 (paired)" and len(fig.axes) == 3
+    assert fig.axes[-1].get_ylabel() == "PPL ÷ PPL at tau=0.5\n(paired over examples)" and len(fig.axes) == 3
 
 
 def test_draft_cost_from_records():
@@ -697,7 +716,7 @@ def test_ablation_titled_and_on_a_log2_axis(tmp_path):
     ]
     assert fig._suptitle.get_text().startswith("Ablation over gamma")
     # a row per task, the paper's quantities first; each line's markers at the values swept
-    assert [a.get_ylabel() for a in fig.axes] == ["perplexity", "block efficiency"]
+    assert [a.get_ylabel() for a in fig.axes] == [AXIS_LABELS["perplexity"], AXIS_LABELS["block_efficiency"]]
     line = fig.axes[1].get_lines()[0]
     assert list(line.get_xdata()) == [2, 4, 8] and list(line.get_ydata()) == [1.5, 2.0, 3.0]
 
@@ -734,6 +753,9 @@ def test_committed_tables_rerender_identically(name, notes, tmp_path, monkeypatc
     monkeypatch.chdir(ROOT)
     render.render(Path("results/sweeps") / name, tmp_path, notes_file=notes)
     committed = ROOT / "results" / name
+    figures = {p.name for p in tmp_path.glob("*.png")}
+    assert {p.name for p in committed.glob("*.png")} == figures, (
+        f"results/{name} holds other figures than a fresh rendering makes ({sorted(figures)})")
     for fname in ("table2.md", "table2.tex", "table2.csv", "points.csv"):
         new = (tmp_path / fname).read_text().splitlines()
         old = (committed / fname).read_text().splitlines()

@@ -1,0 +1,112 @@
+"""Every decoder's seeded random stream, fingerprinted: a change that alters what a decoder
+draws (the tokens it emits, the drafts it accepts) for a given seed fails here unless that
+decoder's ``version`` is bumped in the same change, since a point's identity holds the version
+and records of one identity must come from one stream.
+
+Each decoder under ``conf/decoder/`` generates on the tiny float64 pair (deterministic on any
+CPU) for a few prompts, seeds and warpings; the hash of its output ids and per-step accepted /
+emitted counts is compared with ``draw_fingerprints.json`` (decoder -> version and hash).
+After bumping a decoder's version, rewrite its entry with
+
+    python tests/decoders/test_draw_fingerprints.py --update
+
+which refuses to rewrite an entry whose stream changed while its version did not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mtad.core.engine import Engine
+from mtad.core.warping import Warping
+from mtad.models.tiny import tiny_causal_lm
+from mtad.run.cli import group_options, load_decoder
+
+FILE = Path(__file__).with_name("draw_fingerprints.json")
+#: (prompt, seed, warping): sampled at T=1 with the paper's top-k / top-p, and a sharper and a
+#: flatter warping, so that acceptance both succeeds and fails along the way.
+CASES = (([3, 4, 5], 1, (1.0, 10, 0.9)), ([7, 1], 5, (0.7, 0, 1.0)), ([2, 9, 9, 4], 11, (1.3, 20, 0.95)))
+LENGTH = 24
+
+
+def _pair():
+    t = tiny_causal_lm("qwen2", vocab_size=40, dtype=torch.float64, seed=0, logit_scale=4.0)
+    d = tiny_causal_lm("qwen2", vocab_size=40, hidden_size=16, num_heads=2, num_layers=1,
+                       dtype=torch.float64, seed=1, logit_scale=4.0)
+    return t, d
+
+
+def fingerprint(name: str, pair) -> tuple[str, str]:
+    """(version, hash) of decoder ``name``'s seeded generations on the tiny pair."""
+    target, draft = pair
+    dec = load_decoder(name)
+    h = hashlib.sha256()
+    for prompt, seed, (temp, top_k, top_p) in CASES:
+        res = Engine(target, draft, dec, Warping(temp, top_k=top_k, top_p=top_p)).generate(prompt, LENGTH, seed=seed)
+        h.update(json.dumps([res.output_ids, [s.accepted for s in res.steps],
+                             [s.emitted for s in res.steps]]).encode())
+    return str(getattr(dec, "version", None)), h.hexdigest()[:16]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return _pair()
+
+
+def _committed() -> dict:
+    return json.loads(FILE.read_text())
+
+
+@pytest.mark.parametrize("name", group_options("decoder"))
+def test_draws_unchanged_unless_the_version_is_bumped(pair, name):
+    committed = _committed().get(name)
+    assert committed is not None, (
+        f"decoder {name} has no draw fingerprint: run python tests/decoders/test_draw_fingerprints.py --update")
+    version, digest = fingerprint(name, pair)
+    if version == committed["version"]:
+        assert digest == committed["hash"], (
+            f"decoder {name}'s seeded draws changed (fingerprint {committed['hash']} -> {digest}) "
+            f"but its version is still {version}: bump the decoder's `version` (records of one "
+            "identity must come from one stream), then run "
+            "python tests/decoders/test_draw_fingerprints.py --update")
+    else:
+        pytest.fail(f"decoder {name}'s version changed ({committed['version']} -> {version}): record "
+                    "its new stream with python tests/decoders/test_draw_fingerprints.py --update")
+
+
+def test_every_fingerprinted_decoder_still_exists():
+    assert set(_committed()) <= set(group_options("decoder"))
+
+
+def update() -> int:
+    """Rewrite the entries of decoders whose version changed (or that are new); refuse one
+    whose stream changed under the same version."""
+    pair = _pair()
+    old = _committed() if FILE.exists() else {}
+    new, refused = {}, []
+    for name in group_options("decoder"):
+        version, digest = fingerprint(name, pair)
+        before = old.get(name)
+        if before and before["version"] == version and before["hash"] != digest:
+            refused.append(name)
+            new[name] = before
+        else:
+            new[name] = {"version": version, "hash": digest}
+    FILE.write_text(json.dumps(new, indent=1, sort_keys=True) + "\n")
+    for name in refused:
+        print(f"{name}: draws changed under the same version {old[name]['version']}: bump it first",
+              file=sys.stderr)
+    return 1 if refused else 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--update"]:
+        print(__doc__)
+        sys.exit(2)
+    sys.exit(update())
