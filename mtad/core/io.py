@@ -2,7 +2,7 @@
 JSON-lines tail is found (``scan_jsonl``) and cut off (``rewrite_jsonl``) instead of being
 glued to the next record.
 
-This module knows nothing about what the records mean (``mtad.run.results.folder`` does).
+This module knows nothing about what the records mean (``mtad.core.records`` does).
 """
 
 from __future__ import annotations
