@@ -18,7 +18,8 @@ Phases, each timed:
 Left out of the comparison: keys that hold wall-clock measurements, in records and summaries
 (``TIMING``: ``*_time``, ``*_seconds``, ``tokens_per_s``, ``ms_per_token``, ``overhead_share``,
 ``joules``, ``j_per_token``, ``energy_j``), and the parts of a summary that describe the run,
-not the point (``RUN_ONLY``: ``provenance``, the folders in ``config``). Everything else must be
+not the point (``RUN_ONLY``: ``provenance``, the segments of runs that wrote it and each
+record's segment id, the folders in ``config``). Everything else must be
 equal: every token, score, count and the rest of the configuration.
 
 Exit 0 when every phase passes, 1 when one fails (its line says what), 2 when no cluster answers.
@@ -44,7 +45,8 @@ NAME = "table2_smoke"
 #: keys holding wall-clock measurements (records and summaries)
 TIMING = re.compile(r"(^|_)(time|seconds|tokens_per_s|ms_per_token|overhead_share|joules|j_per_token|energy_j)(_|$)")
 #: summary parts that describe the run, not the point: when and where (provenance), its folders
-RUN_ONLY = {("summary", "provenance"), ("summary", "config", "output_dir"),
+RUN_ONLY = {("summary", "provenance"), ("summary", "segments"), ("records", "segment"),
+            ("summary", "config", "output_dir"),
             ("summary", "config", "sweep", "root"), ("summary", "config", "sweep", "search")}
 TIMINGS: list[tuple[str, float]] = []
 
