@@ -16,10 +16,13 @@ Where randomness lives (the rule every decoder follows; ``docs/devices.md``):
   ``mtad.core.warping.Warping.support_bound``), with a second transfer of exactly the support
   when it is longer; else (plain temperature: every token has mass) the whole vector.
   Several rows cross together (``host_supports``). On the CPU the support is read in place
-  (no copy). Plain temperature keeps the whole row because the draw is
+  (no copy). A single draw from such an unbounded row (``sample``: drafting a chain,
+  corrections, bonus tokens, multinomial decoding) does not read the row: the draw is
   ``torch.multinomial`` over the support, which takes one exponential per support entry
-  from the CPU generator: drawing with another method (an inverse CDF on the device) would
-  change every seeded output.
+  from the CPU generator, so the exponentials cross to the device instead (one pinned,
+  non-blocking copy) and the token comes back (``device_sample``: same token, same stream).
+  Supports that are needed whole on the host (i.i.d. tree children, beam scores, the
+  multi-draft rules' residuals) still cross whole at plain temperature.
 * Verification rules gather what they need on the device and cross once (``mtad.core.devices``).
 
 After top-k / top-p a warped distribution over the vocabulary (V ~ 152k for the Qwen
@@ -47,6 +50,7 @@ __all__ = [
     "DENSE_MAX",
     "Support",
     "as_support",
+    "device_sample",
     "draw",
     "host_support",
     "host_supports",
@@ -207,9 +211,53 @@ def sample(
     generator: torch.Generator,
     bound: int | None = None,  # at most this many nonzero entries (Warping.support_bound)
 ) -> int:
-    """One draw from a probability vector (explicit generator, no global RNG), on the host."""
+    """One draw from a probability vector (explicit generator, no global RNG): the token
+    ``draw`` gives on its host support. An unbounded support of a long vector on an
+    accelerator (plain temperature) is drawn there instead (``device_sample``): the same
+    token, the same random stream, and no row crosses to the host."""
+    if (isinstance(probs, torch.Tensor) and bound is None and probs.device.type != "cpu"
+            and DENSE_MAX < probs.numel() < _EXACT_FLOAT_INDEX):
+        return device_sample(probs, generator)
     s = as_support(probs, bound)
     return int(draw(s.ids, s.vals, generator)[0])
+
+
+def device_sample(
+    probs: torch.Tensor,  # [V] non-negative, V > DENSE_MAX, on the device (negative entries count as 0)
+    generator: torch.Generator,  # the CPU generator
+) -> int:
+    """``draw`` on ``probs``' host support, computed on ``probs``' device: the same token and
+    the generator left in the same state, with the exponentials crossing instead of the row.
+
+    ``torch.multinomial`` draws one sample from masses ``v`` (n entries) as
+    ``argmax(v / e)`` with ``e`` = n exponentials from the generator in ``v``'s dtype, and
+    the first n of V exponentials are the n drawn alone (the generator's stream is
+    sequential). So: V exponentials from the CPU generator, one pinned copy to the device;
+    the i-th nonzero entry (ascending id, the host support's order) divided by the i-th
+    exponential; the argmax and the support's size cross back in one read. The generator
+    has then taken V exponentials where the host draw takes n: when the support is shorter
+    than the row it is put back and takes exactly n (host work only). Checked against the
+    host draw in ``tests/core/test_device_draw.py``.
+    """
+    from mtad.core.devices import to_device
+
+    if probs.dtype in (torch.float16, torch.bfloat16):
+        probs = probs.float()  # as ``support`` does
+    n = probs.numel()
+    state = generator.get_state()
+    e = torch.empty(n, dtype=probs.dtype).exponential_(1, generator=generator)
+    (e_dev,) = to_device([e], probs.device)
+    mask = probs > 0
+    rank = (mask.cumsum(0) - 1).clamp_min(0)  # i-th nonzero entry -> i
+    scores = probs.clamp_min(0) / e_dev[rank]  # zero entries score 0
+    host = torch.stack([scores.argmax(), mask.sum()]).cpu()  # one read: the token, the support's size
+    token, size = int(host[0]), int(host[1])
+    if size == 0:
+        raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+    if size != n:
+        generator.set_state(state)
+        torch.empty(size, dtype=probs.dtype).exponential_(1, generator=generator)
+    return token
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
