@@ -63,7 +63,7 @@ class Decoder:
             self.name = name
 
     @classmethod
-    def fields(cls, node: Mapping[str, Any] = {}) -> dict[str, Knob]:  # noqa: B006 (read only)
+    def fields(cls, node: Mapping[str, Any] | None = None) -> dict[str, Knob]:
         """The fields a config node of this class may set (``name`` and ``_target_`` aside)."""
         return {k.name: k for k in cls.knobs}
 

@@ -74,11 +74,13 @@ class Piece:
         own = {k.arg or k.name: values[k.name] for k in self.knobs if not k.shape and k.name in values}
         return {**dict(self.fixed), **own}
 
-    def provides(self, values: Mapping[str, Any] = {}) -> tuple[str, ...]:  # noqa: B006 (read only)
-        return properties(getattr(self.cls, "provides", ()), **self._args(values))
+    def provides(self, values: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+        """What its drafts give, with these knob values (default: the knobs' defaults)."""
+        return properties(getattr(self.cls, "provides", ()), **self._args(values or {}))
 
-    def needs(self, values: Mapping[str, Any] = {}) -> tuple[str, ...]:  # noqa: B006 (read only)
-        return properties(getattr(self.cls, "needs", ()), **self._args(values))
+    def needs(self, values: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+        """What it needs from a draft, with these knob values (default: the knobs' defaults)."""
+        return properties(getattr(self.cls, "needs", ()), **self._args(values or {}))
 
     def build(self, values: Mapping[str, Any]):
         return self.cls(**self._args(values))
@@ -146,15 +148,16 @@ def composition_knobs(proposer: str, verifier: str) -> dict[str, Knob]:
     return out
 
 
-def fit(proposer: str, verifier: str, values: Mapping[str, Any] = {}) -> None:  # noqa: B006
-    """KnobError in one line when the proposer does not give what the verifier needs."""
-    p, v = PROPOSERS[proposer], VERIFIERS[verifier]
+def fit(proposer: str, verifier: str, values: Mapping[str, Any] | None = None) -> None:
+    """KnobError in one line when the proposer (with these knob values) does not give what the
+    verifier needs, naming what is missing and the proposers that give it (with their defaults)."""
+    p, v, values = PROPOSERS[proposer], VERIFIERS[verifier], values or {}
     missing = [m for m in v.needs(values) if m not in p.provides(values)]
     if not missing:
         return
     givers = [n for n, q in PROPOSERS.items() if all(m in q.provides() for m in v.needs(values))]
     settings = "".join(f", {k.name}={values[k.name]!r}" for k in p.knobs
-                       if k.name in values and not k.shape and p.provides({k.name: k.default}) != p.provides(values))
+                       if not k.shape and values.get(k.name, k.default) != k.default)
     raise KnobError(
         f"verifier {verifier!r} needs {'; '.join(DRAFT_PROPERTIES[m] for m in missing)}, which proposer "
         f"{proposer!r}{settings} does not give; proposers that give it: {', '.join(givers) or 'none'}",
@@ -182,8 +185,8 @@ class Composition(Decoder):
         return cls.proposer, cls.verifier
 
     @classmethod
-    def fields(cls, node: Mapping[str, Any] = {}) -> dict[str, Knob]:  # noqa: B006 (read only)
-        return composition_knobs(*cls.pieces(node))
+    def fields(cls, node: Mapping[str, Any] | None = None) -> dict[str, Knob]:
+        return composition_knobs(*cls.pieces(node or {}))
 
     @classmethod
     def unknown_field(cls, key: str, node: Mapping[str, Any], known: Sequence[str]) -> str:
@@ -249,5 +252,5 @@ class Speculative(Composition):
         return node.get("proposer"), node.get("verifier")
 
     @classmethod
-    def fields(cls, node: Mapping[str, Any] = {}) -> dict[str, Knob]:  # noqa: B006 (read only)
-        return {"proposer": PROPOSER, "verifier": VERIFIER, **composition_knobs(*cls.pieces(node))}
+    def fields(cls, node: Mapping[str, Any] | None = None) -> dict[str, Knob]:
+        return {"proposer": PROPOSER, "verifier": VERIFIER, **composition_knobs(*cls.pieces(node or {}))}

@@ -75,6 +75,33 @@ def test_every_field_has_one_rule_wherever_it_is_used():
     assert top == {"gamma": GAMMA.rule, "tau": TAU.rule, "width": WIDTH.rule}
 
 
+#: Identity knobs a committed YAML leaves to the default: its committed points' identities
+#: were made without the field, and writing it now would change them.
+IMPLICIT = {("beam_specinfer", "replacement")}
+
+
+def test_every_identity_knob_is_written_in_its_yaml():
+    """A field that changes the tokens is in the point's identity only if the YAML writes it."""
+    from omegaconf import OmegaConf
+
+    left = set()
+    for name in group_options("decoder"):
+        node = OmegaConf.to_container(OmegaConf.load(ROOT / "conf/decoder" / f"{name}.yaml"), resolve=False)
+        left |= {(name, n) for n, k in decoder_fields(node).items() if k.identity and n not in node}
+    assert left == IMPLICIT
+
+
+def test_auto_applies_where_the_pieces_have_a_cost_profile():
+    """gamma=auto: the same answer for the same pieces (spd and typical: chain drafts, a chain
+    pass), none where the cost model has no profile (spectr: i.i.d. chains, a tree pass)."""
+    def special(target, **node):
+        return rule_for("decoder.gamma", {"_target_": target, **node}).special
+
+    assert special("mtad.decoders.spd.SpD") == special("mtad.decoders.typical.Typical") == ("auto",)
+    assert special("mtad.decoders.compose.Speculative", proposer="chain", verifier="typical") == ("auto",)
+    assert special("mtad.decoders.spectr.SpecTr") == special("mtad.decoders.mjgd.MJGD") == ()
+
+
 def test_fits_follow_the_pieces_declarations(monkeypatch):
     from mtad.verify.typical import TypicalAcceptance
 
