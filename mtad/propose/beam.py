@@ -274,7 +274,7 @@ class Beam:
     """
 
     kind = "beam"
-    knobs = (GAMMA, WIDTH, Knob("replacement", Rule("bool", means="beam draws with replacement", example="true"), True))
+    knobs = (GAMMA, WIDTH, Knob("replacement", Rule("bool", example="true"), True))  # draws with replacement
 
     @staticmethod
     def provides(replacement: bool = True, **_) -> tuple[str, ...]:

@@ -317,7 +317,8 @@ def _rule_in(schema: type | None, parts: list[str]) -> Rule | None:
 
 def rule_for(path: str, decoder: Any = None) -> Rule | None:
     """The rule of the dotted field ``path`` (``decoder.*``: of ``decoder``'s field, else the rule
-    every decoder and piece declaring the field agrees on); None when there is none."""
+    every decoder and piece declaring the field agrees on, with ``auto`` where one takes it: the
+    composed decoder's own is checked later); None when there is none."""
     head, _, rest = path.partition(".")
     if not rest:
         return _rule_in(MtadConfig, [head])
@@ -325,8 +326,10 @@ def rule_for(path: str, decoder: Any = None) -> Rule | None:
         if decoder is not None:
             k = decoder_fields(decoder).get(rest)
             return k.rule if k is not None else None
-        rules = {k.rule for k in _all_decoder_knobs() if k.name == rest}
-        return rules.pop() if len(rules) == 1 else None  # several: the decoder decides
+        knobs = [k for k in _all_decoder_knobs() if k.name == rest]
+        if len({k.without_auto().rule for k in knobs}) != 1:
+            return None  # declared differently: the decoder decides
+        return next((k.rule for k in knobs if k.auto), knobs[0].rule)  # with auto where any takes it
     else:
         schemas = {"task": [TaskChecks], "model": [ModelChecks]}.get(head, [])
     return next((r for s in schemas if (r := _rule_in(s, rest.split("."))) is not None), None)
