@@ -60,7 +60,7 @@ debug: install ## Tiny random pair, 2 prompts: checks the whole pipeline in seco
 	HF_HUB_OFFLINE=1 $(BIN)mtad-run +experiment=debug $(ARGS)
 
 test: install ## Run the default test suite (slow tests excluded)
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q --durations=15
 
 test-slow: install ## Run the slow tests too
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "slow or not slow"

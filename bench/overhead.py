@@ -337,7 +337,7 @@ def main(argv=None):
     if args.report:
         saved = json.loads(Path(args.report).read_text())
         report = summarize(saved["rows"], saved["args"]["systems"].split(","), saved["args"]["tree_limit"])
-        md = markdown(report, saved["header"])
+        md = markdown(report, saved["header"]) + ops_table(saved.get("ops") or {}, saved["args"]["systems"].split(","))
         Path(args.report).with_suffix(".md").write_text(md)
         print(md)
         return

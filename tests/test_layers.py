@@ -1,20 +1,36 @@
 """The package's layers, and that imports only go down (docs/architecture.md).
 
-Every ``import`` in ``mtad/`` and ``eval/`` (function-level ones included: a lazy import is still
-a dependency) is checked against ``RANK``: a module may import from its own package, or from a
-package of a strictly lower rank. Packages of equal rank are siblings and may not import each
-other (``propose`` does not know ``verify``; ``decoders``, ``models`` and ``tasks`` do not know
-one another).
+Every import in ``mtad/``, ``eval/`` and ``bench/`` is checked against ``RANK``: a module may
+import from its own package, or from a package of a strictly lower rank. Packages of equal rank
+are siblings and may not import each other (``propose`` does not know ``verify``; ``decoders``,
+``models`` and ``tasks`` do not know one another). An import is:
+- an ``import`` / ``from ... import`` statement, function-level ones included (a lazy import is
+  still a dependency), relative ones resolved; ``from pkg import name`` is an import of the
+  module ``pkg.name`` when there is one;
+- a call of ``importlib.import_module``, ``__import__`` or ``runpy.run_module`` with a literal
+  module name (a name computed at run time cannot be checked here).
+
+Two more rules:
+- **decoders do not know one another**: inside ``mtad/decoders`` a module imports, of that
+  package, only ``mtad.decoders.compose`` (the composition base every decoder builds on) and
+  the package itself; ``compose`` imports no decoder module (``mtad/decoders/__init__.py``);
+- **bench/** (benchmark scripts, run as ``python bench/NAME.py`` or through ``mtad-bench``,
+  ``mtad.run.bench``, which runs the file by path with ``runpy.run_path``: the one way the
+  package reaches them) ranks above everything: a benchmark may import any of ``mtad`` and
+  ``eval``, and its sibling scripts by their bare names; nothing in ``mtad`` or ``eval`` imports it.
 """
 
 from __future__ import annotations
 
 import ast
+import shutil
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The folders whose imports are checked.
+SCANNED = ("mtad", "eval", "bench")
 
 #: package -> rank; lower ranks are lower layers.
 RANK = {
@@ -29,7 +45,12 @@ RANK = {
     "mtad.run": 5,  # evaluate, config, CLI, energy, provenance, results store, sweeps
     "mtad.analysis": 6,  # statistics over records: claims, tables, figures, rescoring
     "mtad.testing": 7,  # test helpers: may use anything
+    "bench": 8,  # benchmark scripts: may use anything; nothing imports them
 }
+#: The one module of ``mtad.decoders`` that the package's other modules may import.
+DECODER_BASE = "mtad.decoders.compose"
+#: Calls that import the module their first argument (or ``name=``) names.
+IMPORT_CALLS = {"import_module", "__import__", "run_module"}
 
 
 def package_of(module: str) -> str | None:
@@ -39,58 +60,90 @@ def package_of(module: str) -> str | None:
     return None
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
 
 
-def imports(path: Path) -> list[tuple[int, str]]:
-    """(line, absolute module) of every import in ``path``, relative ones resolved."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    here = module_name(path).split(".")
-    is_pkg = path.name == "__init__.py"
+def is_module(name: str, root: Path = ROOT) -> bool:
+    """Whether ``name`` is a module or package of the checkout at ``root``."""
+    path = root.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _literal(node: ast.Call, position: int, keyword: str) -> str | None:
+    args = [a for a in node.args[position:position + 1]] + [k.value for k in node.keywords if k.arg == keyword]
+    if args and isinstance(args[0], ast.Constant) and isinstance(args[0].value, str):
+        return args[0].value
+    return None
+
+
+def imports(path: Path, source: str | None = None, root: Path = ROOT) -> list[tuple[int, str]]:
+    """(line, absolute module) of every import in ``path`` (its text, or ``source``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8") if source is None else source)
+    here = module_name(path, root).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    script = here[0] == "bench"  # a script's folder is on sys.path: its siblings import by bare name
+
+    def resolve(name: str, level: int = 0, anchor: list[str] = package) -> str:
+        if level:
+            name = ".".join(anchor[: len(anchor) - (level - 1)] + ([name] if name else []))
+        if script and not level and is_module(f"bench.{name.split('.')[0]}", root):
+            name = f"bench.{name}"
+        return name
+
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            out += [(node.lineno, a.name) for a in node.names]
+            out += [(node.lineno, resolve(a.name)) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = here if is_pkg else here[:-1]
-                base = base[: len(base) - (node.level - 1)]
-                mod = ".".join(base + ([node.module] if node.module else []))
-            else:
-                mod = node.module or ""
-            if mod in ("mtad", "eval"):  # from mtad import x: the import is of mtad.x
-                out += [(node.lineno, f"{mod}.{a.name}") for a in node.names]
-            else:
-                out.append((node.lineno, mod))
-    return out
+            mod = resolve(node.module or "", node.level)
+            for a in node.names:  # `from pkg import x` imports the module pkg.x when there is one
+                sub = f"{mod}.{a.name}"
+                out.append((node.lineno, sub if mod in ("mtad", "eval") or is_module(sub, root) else mod))
+        elif isinstance(node, ast.Call):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            name = _literal(node, 0, "name" if called != "run_module" else "mod_name") \
+                if called in IMPORT_CALLS else None
+            if name:
+                level = len(name) - len(name.lstrip("."))
+                if level:  # import_module(".x", package="mtad.verify"); without a literal anchor, this package
+                    anchor = _literal(node, 1, "package")
+                    name = resolve(name[level:], level, anchor.split(".") if anchor else package)
+                out.append((node.lineno, resolve(name)))
+    return sorted(set(out))
 
 
-def sources() -> list[Path]:
-    return sorted(p for d in ("mtad", "eval") for p in (ROOT / d).rglob("*.py"))
+def sources(root: Path = ROOT) -> list[Path]:
+    return sorted(p for d in SCANNED for p in (root / d).rglob("*.py"))
 
 
-def violations(files: list[Path]) -> list[str]:
+def problems(path: Path, source: str | None = None, root: Path = ROOT) -> list[str]:
+    """Each import of ``path`` (its text, or ``source``) that breaks a rule, one line each."""
+    name = module_name(path, root)
+    here, shown = package_of(name), path.relative_to(root)
+    if here is None:
+        return [] if name in ("mtad", "eval") else [f"{shown}: in no layer; add its package to RANK"]
     bad = []
-    for path in files:
-        here = package_of(module_name(path))
-        if here is None:
-            if module_name(path) not in ("mtad", "eval"):
-                bad.append(f"{path.relative_to(ROOT)}: in no layer; add its package to RANK")
-            continue
-        for line, mod in imports(path):
-            if not (mod.startswith("mtad") or mod == "eval" or mod.startswith("eval.")):
-                continue
-            there = package_of(mod)
-            if there is None:
-                bad.append(f"{path.relative_to(ROOT)}:{line} imports {mod}, which is in no layer")
-            elif there != here and RANK[there] >= RANK[here]:
-                bad.append(f"{path.relative_to(ROOT)}:{line} ({here}, rank {RANK[here]}) imports "
-                           f"{mod} ({there}, rank {RANK[there]})")
+    for line, mod in imports(path, source, root):
+        if not mod.startswith(("mtad.", "eval.", "bench.")) and mod not in ("mtad", "eval", "bench"):
+            continue  # a third-party or standard-library module
+        there = package_of(mod)
+        if there is None:
+            bad.append(f"{shown}:{line} imports {mod}, which is in no layer")
+        elif there != here and RANK[there] >= RANK[here]:
+            bad.append(f"{shown}:{line} ({here}, rank {RANK[here]}) imports {mod} ({there}, rank {RANK[there]})")
+        elif here == there == "mtad.decoders" and mod not in (name, DECODER_BASE, "mtad.decoders"):
+            bad.append(f"{shown}:{line} imports the decoder module {mod}: decoders do not know one "
+                       f"another; share code through {DECODER_BASE} or a lower layer")
     return bad
+
+
+def violations(files: list[Path], root: Path = ROOT) -> list[str]:
+    return [p for path in files for p in problems(path, root=root)]
 
 
 def test_every_package_is_in_a_layer():
@@ -98,11 +151,12 @@ def test_every_package_is_in_a_layer():
     assert pkgs <= set(RANK), f"packages without a rank: {sorted(pkgs - set(RANK))}"
     assert not [p.name for p in ROOT.glob("mtad/*.py") if p.name != "__init__.py"], \
         "modules directly under mtad/: put each in its layer's package"
+    assert {p.parent.name for p in sources()} >= {"bench", "decoders"}  # the scan reaches them
 
 
 def test_imports_only_go_down():
     bad = violations(sources())
-    assert not bad, "imports that go up or sideways:\n" + "\n".join(bad)
+    assert not bad, "imports that break the layers:\n" + "\n".join(bad)
 
 
 @pytest.mark.parametrize("src, pkg, ok", [
@@ -112,8 +166,57 @@ def test_imports_only_go_down():
     ("from mtad import stats\n", "mtad/verify/x.py", False),  # from mtad import <no layer>
     ("from ..core import sampling\n", "mtad/verify/x.py", True),  # relative, down
     ("from mtad.core.sampling import Support\n", "mtad/decoders/x.py", True),
+    # import_module / __import__ / runpy.run_module with a literal name
+    ("import importlib\nm = importlib.import_module('mtad.run.results')\n", "mtad/core/x.py", False),
+    ("from importlib import import_module\ndef f():\n    return import_module('mtad.analysis.claims')\n",
+     "mtad/run/x.py", False),
+    ("m = __import__('mtad.run.config')\n", "mtad/models/x.py", False),
+    ("import importlib\nm = importlib.import_module('.multidraft', package='mtad.verify')\n",
+     "mtad/propose/x.py", False),  # relative, with its anchor
+    ("import importlib\nm = importlib.import_module('..verify.multidraft', __package__)\n",
+     "mtad/propose/x.py", False),  # relative to this module's package
+    ("import runpy\nrunpy.run_module('mtad.analysis.render')\n", "mtad/run/x.py", False),
+    ("import importlib\nm = importlib.import_module('mtad.core.sampling')\n", "mtad/verify/x.py", True),
+    ("import importlib\nm = importlib.import_module(name)\n", "mtad/core/x.py", True),  # not knowable here
+    # a decoder importing another decoder; the composition base is allowed
+    ("from mtad.decoders.spd import SpD\n", "mtad/decoders/x.py", False),
+    ("from . import mcns\n", "mtad/decoders/x.py", False),
+    ("from .typical import Typical\n", "mtad/decoders/x.py", False),
+    ("from mtad.decoders import spd\n", "mtad/decoders/compose.py", False),  # the base knows no decoder
+    ("import importlib\nimportlib.import_module('mtad.decoders.mcss')\n", "mtad/decoders/x.py", False),
+    ("from mtad.decoders.compose import Composition\n", "mtad/decoders/x.py", True),
+    ("from mtad.decoders import compose\n", "mtad/decoders/x.py", True),
+    ("from .compose import Composition\n", "mtad/decoders/x.py", True),
+    ("from mtad.decoders.spd import SpD\n", "mtad/run/x.py", True),  # other layers may know decoders
+    # bench: above everything, imported by nothing
+    ("import bench.speed\n", "mtad/run/x.py", False),
+    ("from bench import overhead\n", "eval/x.py", False),
+    ("def f():\n    from bench.speed import parse_decoder\n", "mtad/testing/x.py", False),
+    ("import importlib\nimportlib.import_module('bench.gpu_check')\n", "mtad/run/x.py", False),
+    ("from mtad.run.cli import load_decoder\nfrom mtad.testing.devicecheck import virtual_pair\n",
+     "bench/x.py", True),
+    ("from speed import parse_task\nimport gpu_check\n", "bench/x.py", True),  # sibling scripts
+    ("from eval.rouge_l import RougeLScorer\n", "bench/x.py", True),
 ])
-def test_the_checker_catches_what_it_should(tmp_path, monkeypatch, src, pkg, ok):
-    path = ROOT / pkg
-    monkeypatch.setattr(Path, "read_text", lambda self, encoding=None: src)
-    assert (not violations([path])) is ok
+def test_the_checker_catches_what_it_should(src, pkg, ok):
+    assert (not problems(ROOT / pkg, src)) is ok, problems(ROOT / pkg, src)
+
+
+def test_planted_violations_in_a_copy_of_the_tree_are_caught(tmp_path):
+    """The scan itself (every file of mtad/, eval/, bench/), on a copy of the tree with one
+    violating file planted per rule: each is reported, and the copy passes without them."""
+    for d in SCANNED:
+        shutil.copytree(ROOT / d, tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
+    assert violations(sources(tmp_path), tmp_path) == []
+    planted = {
+        "mtad/core/dynamic.py": "import importlib\nimportlib.import_module('mtad.run.results')\n",
+        "mtad/models/dunder.py": "def f():\n    return __import__('mtad.tasks.base')\n",
+        "mtad/decoders/sibling.py": "from mtad.decoders.spd import SpD\n",
+        "mtad/run/uses_bench.py": "from bench.speed import parse_decoder\n",
+    }
+    for rel, src in planted.items():
+        (tmp_path / rel).write_text(src)
+    found = violations(sources(tmp_path), tmp_path)
+    assert len(found) == len(planted), found
+    for rel in planted:
+        assert any(f.startswith(rel + ":") for f in found), (rel, found)

@@ -29,6 +29,7 @@ from typing import Any
 
 from hydra.utils import instantiate
 
+from mtad.core.records import SCORE_FIELDS  # noqa: F401  (the record fields this module rewrites)
 from mtad.run.results import (
     CONFIG_FILE,
     SAMPLES_FILE,
@@ -46,7 +47,6 @@ from mtad.run.results.targets import UntrustedConfig, stored_object, trusted_con
 
 log = logging.getLogger(__name__)
 
-SCORE_FIELDS = ("score", "scorer", "scorer_version")
 
 
 # ------------------------------------------------------------------ the folder format

@@ -78,6 +78,8 @@ class GenerationResult:
         return sum(s.target_time + s.draft_time for s in self.steps)
 
     def to_record(self) -> dict:
+        """The generation's fields of a ``samples.jsonl`` record: ``mtad.core.records.ENGINE_FIELDS``
+        (and the optional ``shape_per_step`` when a knob is ``auto``)."""
         return {
             "prompt_tokens": len(self.prompt_ids),
             "output_ids": self.output_ids,

@@ -1,8 +1,9 @@
 """Atomic JSON and JSON-lines files: a crash never leaves a half-written JSON file, and a torn
 JSON-lines tail is found (``scan_jsonl``) and cut off (``rewrite_jsonl``) instead of being
-glued to the next record.
+glued to the next record. And where the project keeps what it downloads or builds outside the
+checkout (``cache_dir``: converted models, the CPU kernel choice, task data fetched on demand).
 
-This module knows nothing about what the records mean (``mtad.run.results.folder`` does).
+This module knows nothing about what the records mean (``mtad.core.records`` does).
 """
 
 from __future__ import annotations
@@ -15,6 +16,17 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def cache_dir() -> Path:
+    """The project's cache folder: ``$MTAD_CACHE`` if set, else ``$HF_HOME/mtad``, else
+    ``$XDG_CACHE_HOME/mtad``, else ``~/.cache/mtad`` (an empty variable counts as unset)."""
+    if os.environ.get("MTAD_CACHE"):
+        return Path(os.environ["MTAD_CACHE"]).expanduser()
+    for var in ("HF_HOME", "XDG_CACHE_HOME"):
+        if os.environ.get(var):
+            return Path(os.environ[var]).expanduser() / "mtad"
+    return Path.home() / ".cache" / "mtad"
 
 
 def shown_path(path: str | Path) -> str:

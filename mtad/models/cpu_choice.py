@@ -16,8 +16,8 @@ times float32. Flags alone misjudge the middle cases (AVX-512 without BF16 conve
 few instructions; a torch build may lack the native path), and the probe costs about a second.
 The CPU's model, flags and torch's ``get_cpu_capability()`` are recorded with the measurement.
 
-The decision is made once per machine and kept in ``<cache>/cpu_choice.json`` (``mtad.models.
-offline.cache_dir``), keyed by CPU model, flags and torch version, so that a machine always
+The decision is made once per machine and kept in ``<cache>/cpu_choice.json`` (``mtad.core.io.
+cache_dir``), keyed by CPU model, flags and torch version, so that a machine always
 resolves the auto pair the same way: the resolved dtype is part of a point's identity, a flip
 between runs would split one point in two. ``python -m mtad.models.cpu_choice --reprobe``
 measures again. This module knows nothing about runs; it never sees an unresolved ``auto``
@@ -136,7 +136,7 @@ def machine_key(cpu: dict[str, Any]) -> str:
 
 
 def cache_path() -> Path:
-    from mtad.models.offline import cache_dir
+    from mtad.core.io import cache_dir
 
     return cache_dir() / CACHE_FILE
 

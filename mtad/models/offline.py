@@ -36,6 +36,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mtad.core.io import cache_dir
+
 CHUNK_BYTES = 8 * 1024 * 1024
 MARKER_SUFFIX = ".sha256-ok"
 SOURCE_FILE = "mtad_source.json"
@@ -131,20 +133,6 @@ def get_model(name: str | OfflineModel) -> OfflineModel:
         raise ValueError(
             f"unknown offline model {name!r}; choose one of {sorted(MODELS)}"
         ) from None
-
-
-def cache_dir() -> Path:
-    """Where assembled and converted models go.
-
-    ``$MTAD_CACHE`` if set, else ``$HF_HOME/mtad``, else ``$XDG_CACHE_HOME/mtad``,
-    else ``~/.cache/mtad``.
-    """
-    if os.environ.get("MTAD_CACHE"):
-        return Path(os.environ["MTAD_CACHE"]).expanduser()
-    for var in ("HF_HOME", "XDG_CACHE_HOME"):
-        if os.environ.get(var):
-            return Path(os.environ[var]).expanduser() / "mtad"
-    return Path.home() / ".cache" / "mtad"
 
 
 def _fix_hint(model: OfflineModel) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +51,33 @@ from mtad.run.results.segments import SEGMENT_FIELD, begin_segment, segments_sum
 log = logging.getLogger(__name__)
 
 
-def build(cfg: DictConfig):
-    """Instantiate pair, decoder, task, scorer, logger and engine from a composed config."""
+@dataclass(frozen=True)
+class Checked:
+    """A config that passed the checks and the identity of the point it runs: made once by
+    ``check`` and passed down, so neither is done again on the way to the engine."""
+
+    cfg: DictConfig
+    identity: dict[str, Any]
+    hash: str
+    limit: int | None  # examples requested (None: all of the task's)
+
+
+def check(cfg: DictConfig) -> Checked:
+    """Check a composed config (``mtad.run.config.validate``: ConfigError names the first bad
+    field) and read the identity of its point."""
     validate(cfg)
+    ident = identity(cfg)
+    return Checked(cfg, ident, identity_hash(ident), requested_limit(cfg))
+
+
+def build(cfg: DictConfig):
+    """Instantiate pair, decoder, task, scorer, logger and engine from a composed config (checked
+    here; ``run`` builds from the config it checked)."""
+    validate(cfg)
+    return _build(cfg)
+
+
+def _build(cfg: DictConfig):
     warping = Warping(float(cfg.temperature), int(cfg.top_k), float(cfg.top_p))
     decoder = instantiate(cfg.decoder)
     task_cfg = OmegaConf.to_container(cfg.task, resolve=True)
@@ -70,24 +95,26 @@ def build(cfg: DictConfig):
 
 
 def run(
-    cfg: DictConfig,
+    cfg: DictConfig | Checked,
     output_dir: str | Path | None = None,
     overrides: Sequence[str] = (),
     choices: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Run (or resume) the point ``cfg`` into ``output_dir`` (default ``cfg.output_dir``)."""
-    validate(cfg)
-    folder = PointFolder(output_dir or cfg.output_dir)
-    ident = identity(cfg)
-    with folder.lock(wait=bool(cfg.get("wait_lock", False))):
-        folder.claim(ident, overrides, choices)
-        if not cfg.get("resume", True) and folder.file(SAMPLES_FILE).exists():
+    """Run (or resume) the point ``cfg`` into ``output_dir`` (default ``cfg.output_dir``).
+
+    ``cfg``: a composed config, checked here, or what ``check`` made of one (a caller that
+    claimed the folder itself checks first and passes it down)."""
+    point = cfg if isinstance(cfg, Checked) else check(cfg)
+    folder = PointFolder(output_dir or point.cfg.output_dir)
+    with folder.lock(wait=bool(point.cfg.get("wait_lock", False))):
+        folder.claim(point.identity, overrides, choices)
+        if not point.cfg.get("resume", True) and folder.file(SAMPLES_FILE).exists():
             aside = folder.file(f"samples.replaced-{now_utc().replace(':', '')}.jsonl")
             folder.file(SAMPLES_FILE).rename(aside)
             folder.file(SUMMARY_FILE).unlink(missing_ok=True)
             log.info("resume=false: earlier records set aside as %s", aside.name)
         records = folder.check(repair=True).records
-        return _run(cfg, folder, records, identity_hash(ident))
+        return _run(point, folder, records)
 
 
 def _resumable(records: list[dict]) -> dict[tuple[str, int], dict]:
@@ -112,8 +139,9 @@ def _provenance(cfg: DictConfig) -> dict[str, Any]:
     return provenance(seed=int(cfg.seed), extra={"torch_threads": torch.get_num_threads()})
 
 
-def _run(cfg: DictConfig, folder: PointFolder, records: list[dict], ident_hash: str) -> dict[str, Any]:
-    pair, decoder, task, scorer, engine, logger = build(cfg)
+def _run(point: Checked, folder: PointFolder, records: list[dict]) -> dict[str, Any]:
+    cfg = point.cfg
+    pair, decoder, task, scorer, engine, logger = _build(cfg)
     examples = task.load()
     if cfg.get("limit") is not None:
         examples = examples[: int(cfg.limit)]
@@ -199,7 +227,7 @@ def _run(cfg: DictConfig, folder: PointFolder, records: list[dict], ident_hash: 
     if scorer is not None:
         scores = [r["score"] for r in covered if r.get("score") is not None]
         summary["score"] = scorer.aggregate(scores)
-    folder.write_summary(summary, ident_hash, requested_limit(cfg), len(covered))
+    folder.write_summary(summary, point.hash, point.limit, len(covered))
     if logger is not None:
         logger.log_summary(summary)
         logger.finish()

@@ -45,14 +45,13 @@ def keep_run_files(folder, cfg: DictConfig, hydra_cfg: DictConfig) -> logging.Ha
 def main(cfg: DictConfig) -> dict:
     from hydra.core.hydra_config import HydraConfig
 
-    from mtad.run.evaluate import ConfigError, run
+    from mtad.run.evaluate import ConfigError, check, run
     from mtad.run.results import (
         BadResultsFile,
         FolderBusy,
         FolderNotWritable,
         IdentityMismatch,
         PointFolder,
-        identity,
     )
 
     hc = HydraConfig.get()
@@ -60,15 +59,16 @@ def main(cfg: DictConfig) -> dict:
     overrides = list(hc.overrides.task)
     from mtad.run.config import check_scorer
 
-    try:  # cfg was checked by check_overrides, with the other jobs of a multirun
+    try:  # check_overrides checked the command line, with the other jobs of a multirun
+        point = check(cfg)  # the config Hydra composed for this job: checked once, passed down
         check_scorer(cfg)  # e.g. HumanEval's bubblewrap: refused before the folder is claimed
-        folder, ident = PointFolder(cfg.output_dir), identity(cfg)
-        folder.refuse_another(ident)  # reads only: a refused folder is left as it was
+        folder = PointFolder(cfg.output_dir)
+        folder.refuse_another(point.identity)  # reads only: a refused folder is left as it was
         with folder.lock(wait=bool(cfg.get("wait_lock", False))):  # re-entered by run()
-            folder.claim(ident, overrides, choices)
+            folder.claim(point.identity, overrides, choices)
             handler = keep_run_files(folder, cfg, hc)
             try:
-                return run(cfg, overrides=overrides, choices=choices)
+                return run(point, overrides=overrides, choices=choices)
             finally:
                 logging.getLogger().removeHandler(handler)
                 handler.close()

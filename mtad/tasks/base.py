@@ -24,35 +24,32 @@ class Example:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(kw_only=True, eq=False)
 class Task(ABC):
-    """Subclasses set ``name`` and implement ``load``; override ``render`` for custom prompts."""
+    """The settings every task takes, declared once; a task (a subclass, itself decorated
+    ``@dataclass(kw_only=True, eq=False)``) declares only its own fields and the defaults it
+    changes (at least ``name``), and implements ``load``; override ``render`` for custom prompts.
+    Its config's keys (``conf/task/*.yaml``) are its fields: an unknown key is refused."""
 
-    name: str = "task"
+    name: str = "task"  # a falsy value keeps the class's default
+    limit: int | None = None
+    max_prompt_tokens: int = 512
+    chat: bool = True
+    #: the task's scorer (an ``eval.base.Scorer``) or None (perplexity only).
+    scorer: Any = None
+    #: stop sequences: generation ends once the generated text holds one (mtad.core.stopping)
+    stop: tuple[str, ...] = ()
     #: which data source was used by the last ``load`` (e.g. "local:data/spider", "hub:...").
-    source: str = "unknown"
+    source: str = field(default="unknown", init=False)
     #: True when the data is a labelled stand-in for the paper's data.
-    substitute: bool = False
+    substitute: bool = field(default=False, init=False)
+    #: examples left out by the last ``load`` and why, e.g. {"missing_db": {"wta_1": 62}}.
+    skipped: dict[str, Any] = field(default_factory=dict, init=False)
 
-    def __init__(
-        self,
-        limit: int | None = None,
-        max_prompt_tokens: int = 512,
-        chat: bool = True,
-        name: str | None = None,
-        scorer=None,
-        stop: list[str] | tuple[str, ...] = (),
-    ):
-        self.limit = limit
-        #: stop sequences: generation ends once the generated text holds one (mtad.core.stopping)
-        self.stop = tuple(str(s) for s in stop or ())
-        self.max_prompt_tokens = max_prompt_tokens
-        self.chat = chat
-        if name:
-            self.name = name
-        #: the task's scorer (an ``eval.base.Scorer``) or None (perplexity only).
-        self.scorer = scorer
-        #: examples left out by the last ``load`` and why, e.g. {"missing_db": {"wta_1": 62}}.
-        self.skipped: dict[str, Any] = {}
+    def __post_init__(self) -> None:
+        self.stop = tuple(str(s) for s in self.stop or ())
+        if not self.name:
+            self.name = type(self).__dataclass_fields__["name"].default
 
     def info(self) -> dict[str, Any]:
         """Provenance of the last ``load``, for run records."""

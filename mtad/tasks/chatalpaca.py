@@ -8,7 +8,7 @@ script did).
 
 No copy ships with the repository. The file is looked for at the ``path`` config
 field, then ``<data_dir>/chatalpaca/chatalpaca-10k.json``, then the download cache
-(``$MTAD_CACHE/chatalpaca`` or ``~/.cache/mtad/chatalpaca``); if absent and
+(``chatalpaca/`` in the project's cache folder, ``mtad.core.io.cache_dir``); if absent and
 ``download`` is on and GitHub answers (never when offline, e.g. ``HF_HUB_OFFLINE=1``
 or ``MTAD_OFFLINE=1``), it is downloaded into the cache. Otherwise ``load`` raises
 ``TaskUnavailable`` saying how to get it.
@@ -22,8 +22,10 @@ from __future__ import annotations
 import os
 import tempfile
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
+from mtad.core.io import cache_dir
 from mtad.tasks.base import Example, Task, TaskUnavailable
 from mtad.tasks.common import data_root, source_label, url_reachable
 
@@ -31,15 +33,6 @@ FILE_NAME = "chatalpaca-10k.json"
 URL = "https://raw.githubusercontent.com/cascip/ChatAlpaca/main/data/chatalpaca-10k.json"
 _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
           "system": "system"}
-
-
-def cache_root() -> Path:
-    if os.environ.get("MTAD_CACHE"):
-        return Path(os.environ["MTAD_CACHE"]).expanduser()
-    for var in ("HF_HOME", "XDG_CACHE_HOME"):
-        if os.environ.get(var):
-            return Path(os.environ[var]).expanduser() / "mtad"
-    return Path.home() / ".cache" / "mtad"
 
 
 def _messages(row: dict) -> list[dict]:
@@ -52,30 +45,16 @@ def _messages(row: dict) -> list[dict]:
     return out
 
 
+@dataclass(kw_only=True, eq=False)
 class ChatAlpacaTask(Task):
-    name = "chatalpaca"
-
-    def __init__(
-        self,
-        limit: int | None = 100,
-        max_prompt_tokens: int = 1024,
-        chat: bool = True,
-        name: str | None = None,
-        scorer=None,
-        stop: list[str] | tuple[str, ...] = (),
-        data_dir: str | None = None,
-        path: str | None = None,
-        download: bool = True,
-        url: str = URL,
-        timeout_s: float = 30.0,
-    ):
-        super().__init__(limit=limit, max_prompt_tokens=max_prompt_tokens, chat=chat, name=name,
-                         scorer=scorer, stop=stop)
-        self.data_dir = data_dir
-        self.path = path
-        self.download = download
-        self.url = url
-        self.timeout_s = timeout_s
+    name: str = "chatalpaca"
+    limit: int | None = 100
+    max_prompt_tokens: int = 1024
+    data_dir: str | None = None
+    path: str | None = None
+    download: bool = True
+    url: str = URL
+    timeout_s: float = 30.0
 
     def candidates(self) -> list[Path]:
         out = []
@@ -83,7 +62,7 @@ class ChatAlpacaTask(Task):
             out.append(data_root(self.data_dir) / "chatalpaca" / FILE_NAME)
         except TaskUnavailable:
             pass
-        out.append(cache_root() / "chatalpaca" / FILE_NAME)
+        out.append(cache_dir() / "chatalpaca" / FILE_NAME)
         return out
 
     def _download(self, dest: Path) -> Path:

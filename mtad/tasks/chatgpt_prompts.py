@@ -10,6 +10,7 @@ to a labelled stand-in shipped in ``data/``: the ``awesome-chatgpt-prompts`` CSV
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from mtad.tasks.base import Example, Task, TaskUnavailable
 from mtad.tasks.common import data_root, source_label, take, want_hub
@@ -20,28 +21,14 @@ HUB_ID = "MohamedRashad/ChatGPT-prompts"
 LOCAL_FILE = "chatgpt_prompts_substitute/awesome_chatgpt_prompts_dc1e2b48.csv"
 
 
+@dataclass(kw_only=True, eq=False)
 class ChatGPTPromptsTask(Task):
-    name = "chatgpt_prompts"
-
-    def __init__(
-        self,
-        limit: int | None = 100,
-        max_prompt_tokens: int = 512,
-        chat: bool = True,
-        name: str | None = None,
-        scorer=None,
-        stop: list[str] | tuple[str, ...] = (),
-        data_dir: str | None = None,
-        use_hub: bool | str = "auto",
-        hub_timeout_s: float = 3.0,
-        local_file: str = LOCAL_FILE,
-    ):
-        super().__init__(limit=limit, max_prompt_tokens=max_prompt_tokens, chat=chat, name=name,
-                         scorer=scorer, stop=stop)
-        self.data_dir = data_dir
-        self.use_hub = use_hub
-        self.hub_timeout_s = hub_timeout_s
-        self.local_file = local_file
+    name: str = "chatgpt_prompts"
+    limit: int | None = 100
+    data_dir: str | None = None
+    use_hub: bool | str = "auto"
+    hub_timeout_s: float = 3.0
+    local_file: str = LOCAL_FILE
 
     def _load_hub(self) -> list[Example]:
         from datasets import load_dataset

@@ -14,6 +14,7 @@ is never truncated.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from mtad.tasks.base import Example, Task, TaskUnavailable
 from mtad.tasks.common import data_root, source_label, take, truncate_to_tokens, want_hub
@@ -25,32 +26,17 @@ HUB_CONFIG = "3.0.0"
 LOCAL_FILE = "cnn_dailymail/specbench_cnndm_test80.jsonl"
 
 
+@dataclass(kw_only=True, eq=False)
 class CNNDailyMailTask(Task):
-    name = "cnn_dailymail"
-
-    def __init__(
-        self,
-        limit: int | None = 100,
-        max_prompt_tokens: int = 1024,
-        chat: bool = True,
-        name: str | None = None,
-        scorer=None,
-        stop: list[str] | tuple[str, ...] = (),
-        data_dir: str | None = None,
-        use_hub: bool | str = "auto",
-        hub_timeout_s: float = 3.0,
-        local_file: str = LOCAL_FILE,
-        article_tokens: int | None = 512,
-        instruction: str = "Summarize: ",
-    ):
-        super().__init__(limit=limit, max_prompt_tokens=max_prompt_tokens, chat=chat, name=name,
-                         scorer=scorer, stop=stop)
-        self.data_dir = data_dir
-        self.use_hub = use_hub
-        self.hub_timeout_s = hub_timeout_s
-        self.local_file = local_file
-        self.article_tokens = article_tokens
-        self.instruction = instruction
+    name: str = "cnn_dailymail"
+    limit: int | None = 100
+    max_prompt_tokens: int = 1024
+    data_dir: str | None = None
+    use_hub: bool | str = "auto"
+    hub_timeout_s: float = 3.0
+    local_file: str = LOCAL_FILE
+    article_tokens: int | None = 512
+    instruction: str = "Summarize: "
 
     def _examples(self, rows, prefix: str) -> list[Example]:
         return [

@@ -12,26 +12,18 @@ ends at the next top-level statement (docs/scoring.md).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from mtad.tasks.base import Example, Task, TaskUnavailable
 from mtad.tasks.common import take
 
 
+@dataclass(kw_only=True, eq=False)
 class HumanEvalTask(Task):
-    name = "humaneval"
-
-    def __init__(
-        self,
-        limit: int | None = None,
-        max_prompt_tokens: int = 1024,
-        chat: bool = False,
-        name: str | None = None,
-        scorer=None,
-        problem_file: str | None = None,
-        stop: list[str] | tuple[str, ...] = (),
-    ):
-        super().__init__(limit=limit, max_prompt_tokens=max_prompt_tokens, chat=chat, name=name,
-                         scorer=scorer, stop=stop)
-        self.problem_file = problem_file
+    name: str = "humaneval"
+    max_prompt_tokens: int = 1024
+    chat: bool = False
+    problem_file: str | None = None
 
     def load(self) -> list[Example]:
         try:
@@ -57,10 +49,9 @@ class HumanEvalTask(Task):
         return take(examples, self.limit)
 
 
+@dataclass(kw_only=True, eq=False)
 class SmokeTask(HumanEvalTask):
     """The first ``limit`` (default 5) HumanEval problems: a quick end-to-end check."""
 
-    name = "smoke"
-
-    def __init__(self, limit: int | None = 5, **kwargs):
-        super().__init__(limit=limit, **kwargs)
+    name: str = "smoke"
+    limit: int | None = 5

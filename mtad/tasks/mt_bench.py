@@ -10,30 +10,23 @@ OpenAI-compatible chat-completions endpoint) makes the task's scorer an
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from mtad.tasks.base import Example, Task, TaskUnavailable
 from mtad.tasks.common import data_root, source_label, take
 
 
+@dataclass(kw_only=True, eq=False)
 class MTBenchTask(Task):
-    name = "mt_bench"
+    name: str = "mt_bench"
+    max_prompt_tokens: int = 2048
+    data_dir: str | None = None
+    question_file: str = "mt_bench/question.jsonl"
+    judge: dict | None = None
 
-    def __init__(
-        self,
-        limit: int | None = None,
-        max_prompt_tokens: int = 2048,
-        chat: bool = True,
-        name: str | None = None,
-        scorer=None,
-        stop: list[str] | tuple[str, ...] = (),
-        data_dir: str | None = None,
-        question_file: str = "mt_bench/question.jsonl",
-        judge: dict | None = None,
-    ):
-        super().__init__(limit=limit, max_prompt_tokens=max_prompt_tokens, chat=chat, name=name,
-                         scorer=scorer, stop=stop)
-        self.data_dir = data_dir
-        self.question_file = question_file
-        self.judge = dict(judge or {})
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.judge = dict(self.judge or {})
         if self.scorer is None and self.judge.get("url") and self.judge.get("model"):
             from eval.mt_bench_judge import MTBenchJudgeScorer
 

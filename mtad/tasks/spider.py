@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from mtad.tasks.base import Example, Task, TaskUnavailable
@@ -86,28 +87,15 @@ def build_prompt(schema: str, question: str, few_shot: bool = True) -> str:
     return "\n".join(parts)
 
 
+@dataclass(kw_only=True, eq=False)
 class SpiderTask(Task):
-    name = "spider"
-
-    def __init__(
-        self,
-        limit: int | None = 100,
-        max_prompt_tokens: int = 1024,
-        chat: bool = True,
-        name: str | None = None,
-        scorer=None,
-        stop: list[str] | tuple[str, ...] = (),
-        data_dir: str | None = None,
-        split_file: str = "dev.json",
-        tables_file: str = "tables.json",
-        few_shot: bool = True,
-    ):
-        super().__init__(limit=limit, max_prompt_tokens=max_prompt_tokens, chat=chat, name=name,
-                         scorer=scorer, stop=stop)
-        self.data_dir = data_dir
-        self.split_file = split_file
-        self.tables_file = tables_file
-        self.few_shot = few_shot
+    name: str = "spider"
+    limit: int | None = 100
+    max_prompt_tokens: int = 1024
+    data_dir: str | None = None
+    split_file: str = "dev.json"
+    tables_file: str = "tables.json"
+    few_shot: bool = True
 
     def spider_dir(self) -> Path:
         return data_root(self.data_dir) / "spider"

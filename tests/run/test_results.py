@@ -377,3 +377,42 @@ def test_committed_configs_load_and_keep_their_identity():
         text = json.dumps(load_point(path.parent)["config"])
         assert not any(f'"{old}"' in text for old in MOVED_TARGETS), path
     assert old_paths, "no committed config names a moved path: the migration is untested"
+
+
+@pytest.fixture
+def checks(monkeypatch):
+    """Counts of config checks (``validate`` as ``mtad.run.evaluate`` calls it) and identity reads
+    (every ``identity()`` of the current format reads its decoder's version once)."""
+    import importlib
+
+    import mtad.run.evaluate
+
+    ident_module = importlib.import_module("mtad.run.results.identity")  # the package's `identity` is the function
+    calls = {"validate": 0, "identity": 0}
+
+    def counting(name, real):
+        def wrapper(*a, **k):
+            calls[name] += 1
+            return real(*a, **k)
+        return wrapper
+
+    monkeypatch.setattr(mtad.run.evaluate, "validate", counting("validate", mtad.run.evaluate.validate))
+    monkeypatch.setattr(ident_module, "decoder_version", counting("identity", ident_module.decoder_version))
+    return calls
+
+
+def test_a_run_checks_its_config_and_reads_its_identity_once(tmp_path, checks):
+    from mtad.run.evaluate import check, run
+    from mtad.run.sweep import run_point
+
+    cfg = _cfg("decoder=spd", "limit=1", UNSCORED)
+    run(cfg, tmp_path / "run")
+    assert checks == {"validate": 1, "identity": 1}
+    checks.update(validate=0, identity=0)
+    assert run_point(cfg, PointFolder(tmp_path / "point")) == "done"  # a sweep's point
+    assert checks == {"validate": 1, "identity": 1}
+    point = check(cfg)  # a caller that claimed the folder passes its check down
+    checks.update(validate=0, identity=0)
+    run(point, tmp_path / "again")
+    assert checks == {"validate": 0, "identity": 0}
+    assert point.hash == _hash("decoder=spd")

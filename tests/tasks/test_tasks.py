@@ -216,6 +216,7 @@ def test_chatgpt_prompts_forced_hub_fails_offline():
 def test_chatalpaca_unavailable_offline(tmp_path, monkeypatch):
     monkeypatch.setenv("MTAD_CACHE", str(tmp_path / "cache"))
     task = ChatAlpacaTask(data_dir=str(tmp_path))
+    assert task.candidates()[-1] == tmp_path / "cache" / "chatalpaca" / "chatalpaca-10k.json"  # the project's cache
     with pytest.raises(TaskUnavailable) as err:
         task.load()
     msg = str(err.value)
@@ -266,3 +267,19 @@ def test_cnn_dailymail_offline(chat_tokenizer):
     text = chat_tokenizer.decode(task.render(e, chat_tokenizer))
     assert text.startswith("<user>Summarize: ") and text.endswith("</user>\n<assistant>")
     assert len(CNNDailyMailTask(limit=10).load()) == 10
+
+
+def test_every_task_takes_the_common_settings_from_one_constructor():
+    """``Task`` declares the settings every task takes; a task declares its own fields only."""
+    import dataclasses
+
+    for cls in (SpiderTask, HumanEvalTask, SmokeTask, MTBenchTask, ChatGPTPromptsTask, ChatAlpacaTask,
+                CNNDailyMailTask):
+        task = cls(name=None, stop=["\nclass"], limit=3, max_prompt_tokens=7, chat=False, scorer=None)
+        assert task.name == cls.__dataclass_fields__["name"].default != "task"  # None keeps its own name
+        assert (task.stop, task.limit, task.max_prompt_tokens, task.chat) == (("\nclass",), 3, 7, False)
+        assert task.skipped == {} and task.source == "unknown"
+        assert {f.name for f in dataclasses.fields(cls) if not f.init} == {"source", "substitute", "skipped"}
+        with pytest.raises(TypeError, match="few_shots"):
+            cls(few_shots=True)  # an unknown key is refused, naming it
+    assert SmokeTask().limit == 5 and HumanEvalTask().limit is None and not HumanEvalTask().chat

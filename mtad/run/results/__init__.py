@@ -1,6 +1,7 @@
 """The results store: the one owner of the results folder format (docs/results.md).
 
 - ``mtad.core.io``: atomic JSON / JSON-lines files, torn-line detection;
+- ``mtad.core.records``: what a ``samples.jsonl`` record holds (``RECORD_FIELDS``) and its check;
 - ``mtad.run.results.identity``: a point's identity (what changes the generated tokens) and hash;
 - ``mtad.run.results.folder``: one point's folder: lock, claim (refuse another point's folder,
   adopt a legacy one), self-check and repair of ``samples.jsonl``, status;
@@ -22,6 +23,7 @@ from mtad.core.io import (
     shown_path,
     write_json_atomic,
 )
+from mtad.core.records import OPTIONAL_FIELDS, RECORD_FIELDS, record_key, record_problem
 from mtad.run.results.folder import (
     BUSY,
     CACHED,
@@ -35,7 +37,6 @@ from mtad.run.results.folder import (
     PARTIAL,
     PENDING,
     POINT_FILE,
-    RECORD_FIELDS,
     SAMPLES_FILE,
     SKIPPED,
     SKIPPED_FILE,
@@ -49,8 +50,6 @@ from mtad.run.results.folder import (
     PointFolder,
     now_utc,
     read_summary,
-    record_key,
-    record_problem,
 )
 from mtad.run.results.identity import (
     HASH_LEN,
@@ -73,7 +72,7 @@ from mtad.run.results.store import (
 __all__ = [
     "BUSY", "CACHED", "CONFIG_FILE", "DONE", "ERROR_FILE", "FAILED", "FORMAT", "INDEX_FILE",
     "LOCK_FILE", "PARTIAL", "PENDING", "POINT_FILE", "SAMPLES_FILE", "SKIPPED", "SKIPPED_FILE",
-    "SUMMARY_FILE", "UNKNOWN", "RECORD_FIELDS", "Check", "FolderBusy", "FolderNotWritable",
+    "SUMMARY_FILE", "UNKNOWN", "RECORD_FIELDS", "OPTIONAL_FIELDS", "Check", "FolderBusy", "FolderNotWritable",
     "IdentityMismatch", "NotAPointFile", "PointFolder", "now_utc", "record_key", "record_problem", "read_summary", "BadResultsFile", "HASH_LEN", "LEGACY_DECODER_VERSION", "decoder_version",
     "differences", "identity", "identity_hash", "requested_limit", "append_jsonl", "read_json",
     "read_jsonl", "rewrite_jsonl", "scan_jsonl", "shown_path", "write_json_atomic", "Catalog", "Store", "is_point_folder",

@@ -10,14 +10,15 @@ sweep layout) are read too: their identity is computed from the stored resolved 
 decoder version ``LEGACY_DECODER_VERSION``; ``claim`` adopts them (writes a new
 ``point.json``, keeps every record).
 
-This module knows nothing about decoders, tasks or metrics; ``mtad.run.evaluate`` fills it.
+A record's fields and their check are the record schema's (``mtad.core.records``, beside the
+engine that makes them); this module applies it to ``samples.jsonl``. It knows nothing about
+decoders, tasks or metrics; ``mtad.run.evaluate`` fills it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -34,6 +35,15 @@ from mtad.core.io import (
     rewrite_jsonl,
     scan_jsonl,
     write_json_atomic,
+)
+from mtad.core.records import (  # noqa: F401  (the record schema, importable here as before)
+    INT_RANGE,
+    OPTIONAL_FIELDS,
+    RECORD_FIELDS,
+    ListOf,
+    record_key,
+    record_problem,
+    value_ok,
 )
 from mtad.run.results.identity import (
     LEGACY_DECODER_VERSION,
@@ -75,42 +85,6 @@ class FolderNotWritable(RuntimeError):
     """The folder cannot be created or written (read-only folder or file system)."""
 
 
-class ListOf(tuple):
-    """The types of a list field, ``(list,)``, whose every element must be one of ``elements``
-    (checked like a field)."""
-
-    def __new__(cls, elements: tuple[type, ...]):
-        self = super().__new__(cls, (list,))
-        self.elements = tuple(elements)
-        return self
-
-
-_NUMBER, _OPTIONAL_NUMBER = (int, float), (int, float, type(None))
-_INTS = ListOf((int,))
-#: Integers a record may hold (int64): a wider one is damage, not a count.
-INT_RANGE = (-(2**63), 2**63 - 1)
-#: What every record of ``samples.jsonl`` holds, with its types: what ``mtad.run.evaluate`` writes
-#: for each (example, turn) (ids, text, the engine's ``GenerationResult.to_record``, energy,
-#: speed). ``PointFolder.append`` refuses a record without them and ``PointFolder.check`` drops
-#: a line without them (recomputed), so the writer and every resume agree. A field is a tuple
-#: of types or a ``ListOf`` element types; contents are checked too (``value_ok``: numbers
-#: finite, integers in ``INT_RANGE``, no ``bool`` for a number). Optional fields
-#: (``OPTIONAL_FIELDS``) are checked the same way when present.
-RECORD_FIELDS: dict[str, tuple[type, ...]] = {
-    "example_id": (str,), "turn": (int,), "index": (int,), "text": (str,),
-    "prompt_tokens": (int,), "output_ids": _INTS, "new_tokens": (int,), "steps": (int,),
-    "accepted_per_step": _INTS, "drafted_per_step": _INTS, "emitted_per_step": _INTS,
-    "tree_size_per_step": _INTS, "target_passes": (int,), "target_forward_time": _NUMBER,
-    "draft_forward_time": _NUMBER, "wall_time": _NUMBER, "prefill_time": _NUMBER,
-    "block_efficiency": _NUMBER, "stop_reason": (str,), "energy_j": _OPTIONAL_NUMBER,
-    "tokens_per_s": _OPTIONAL_NUMBER,
-}
-OPTIONAL_FIELDS: dict[str, tuple[type, ...]] = {
-    "perplexity": _OPTIONAL_NUMBER, "nll_sum": _OPTIONAL_NUMBER, "score": _OPTIONAL_NUMBER,
-    "scorer": (str,), "scorer_version": (str,),
-}
-
-
 _STR, _OPT_STR, _DICT, _OPT_DICT = (str,), (str, type(None)), (dict,), (dict, type(None))
 _OPT_INT, _OPT_BOOL = (int, type(None)), (bool, type(None))
 #: The fields of ``summary.json`` (``write_summary`` and ``mtad.run.evaluate``) that readers use,
@@ -130,35 +104,6 @@ POINT_FIELDS: dict[str, tuple[type, ...]] = {
     "format": (int,), "identity_hash": _STR, "identity": _DICT, "overrides": ListOf((str,)),
     "choices": _DICT, "created_utc": _STR, "adopted": _OPT_DICT, "hash": _STR,
 }
-
-
-def value_ok(value: Any, types: tuple[type, ...], finite: bool = True) -> bool:
-    """Whether ``value`` has one of ``types`` and sound contents (``RECORD_FIELDS``); with
-    ``finite=False`` a float may be NaN or infinite (summaries: an undefined statistic)."""
-    if isinstance(types, ListOf):
-        return isinstance(value, list) and all(value_ok(v, types.elements, finite) for v in value)
-    if isinstance(value, bool) and bool not in types:
-        return False
-    if not isinstance(value, types):
-        return False
-    if isinstance(value, int):
-        return INT_RANGE[0] <= value <= INT_RANGE[1]
-    if isinstance(value, float):
-        return math.isfinite(value) or not finite
-    return True
-
-
-def record_problem(record: Mapping[str, Any]) -> str | None:
-    """Why ``record`` is not a ``samples.jsonl`` record (a missing field, or one of the wrong type
-    or contents), or None."""
-    missing = [k for k in RECORD_FIELDS if k not in record]
-    wrong = [k for fields in (RECORD_FIELDS, OPTIONAL_FIELDS) for k, types in fields.items()
-             if k in record and not value_ok(record[k], types)]
-    for what, names in (("no", missing), ("bad", wrong)):
-        if names:
-            more = f" and {len(names) - 3} more" if len(names) > 3 else ""
-            return f"{what} {', '.join(names[:3])}{more}"
-    return None
 
 
 def field_problems(data: Mapping[str, Any], fields: Mapping[str, tuple[type, ...]]) -> list[str]:
@@ -194,10 +139,6 @@ def covers(have: int | None, want: int | None) -> bool:
 
 def now_utc() -> str:
     return datetime.now(timezone.utc).isoformat()
-
-
-def record_key(record: Mapping[str, Any]) -> tuple[str, int]:
-    return (str(record["example_id"]), int(record["turn"]))
 
 
 @dataclass

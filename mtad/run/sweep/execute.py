@@ -33,10 +33,7 @@ from mtad.run.results import (
     UNKNOWN,
     FolderBusy,
     PointFolder,
-    identity,
-    identity_hash,
     now_utc,
-    requested_limit,
     shown_path,
     write_json_atomic,
 )
@@ -44,7 +41,8 @@ from mtad.run.sweep.plan import Sweep, check_task, find_cause
 
 log = logging.getLogger(__name__)
 
-Evaluate = Callable[[DictConfig, Path], Any]
+#: Runs a checked point (``mtad.run.evaluate.Checked``) into a folder (``mtad.run.evaluate.run``).
+Evaluate = Callable[[Any, Path], Any]
 
 
 def _model_load_error(exc: BaseException, cfg: DictConfig) -> str | None:
@@ -72,21 +70,21 @@ def run_point(
     ``error.json`` and is re-raised. KeyboardInterrupt passes through untouched (resumable).
     Another process holding the folder: ``busy`` (with ``wait``, wait for it).
     """
+    from mtad.run import evaluate as _evaluate
     from mtad.tasks.base import TaskUnavailable
 
     if evaluate is None:
-        from mtad.run import evaluate as _evaluate
         def evaluate(c, out):
             return _evaluate.run(c, out, overrides, choices)
 
     cfg = cfg.copy()
     OmegaConf.set_struct(cfg, False)
     cfg.output_dir = str(folder.path)
-    ident = identity(cfg)
-    h, limit = identity_hash(ident), requested_limit(cfg)
+    point = _evaluate.check(cfg)  # checked and its identity read once, passed down to evaluate
+    h, limit = point.hash, point.limit
     try:
         with folder.lock(wait):
-            folder.claim(ident, overrides, choices)  # adopts a legacy folder's metadata
+            folder.claim(point.identity, overrides, choices)  # adopts a legacy folder's metadata
             if folder.finished(h, limit):
                 return CACHED
             for stale in (SKIPPED_FILE, ERROR_FILE):
@@ -97,7 +95,7 @@ def run_point(
                     folder.write_reason(SKIPPED_FILE, h, reason, kind="task_unavailable")
                     log.warning("skipped %s: %s", folder.path.name, reason)
                     return SKIPPED
-                evaluate(cfg, folder.path)
+                evaluate(point, folder.path)
             except Exception as e:
                 cause = find_cause(e, TaskUnavailable)
                 model_reason = _model_load_error(e, cfg)
