@@ -111,15 +111,16 @@ VERIFIERS: dict[str, Piece] = {
     "tree_threshold": piece(TreeThreshold),
     "rollback": piece(Rollback),
 }
-PROPOSER = Knob("proposer", Rule("choice", options=tuple(PROPOSERS), example="chain"), None)
-VERIFIER = Knob("verifier", Rule("choice", options=tuple(VERIFIERS), example="speculative"), None)
+_WHERE = "a new piece is registered in PROPOSERS / VERIFIERS of mtad/decoders/compose.py"
+PROPOSER = Knob("proposer", Rule("choice", options=tuple(PROPOSERS), hint=_WHERE), None)
+VERIFIER = Knob("verifier", Rule("choice", options=tuple(VERIFIERS), hint=_WHERE), None)
 
 
 def _named(kind: str, name: Any, registry: Mapping[str, Piece]) -> Piece:
     if not isinstance(name, str) or name not in registry:
         raise KnobError(
             f"{kind} must be one of {', '.join(map(repr, registry))}, got {name!r}"
-            f"{did_you_mean(str(name), registry)} (pieces are registered in mtad/decoders/compose.py)",
+            f"{did_you_mean(str(name), registry) or '; ' + _WHERE}",
             kind, name)
     return registry[name]
 
