@@ -51,20 +51,16 @@ from mtad.autotune.costmodel import (
     prior_path,
     profile,
 )
+from mtad.core.knobs import AUTO, GAMMA, WIDTH
 
-AUTO = "auto"
 #: exponent of the prior linking widths (``AcceptanceModel``), per kind: a target pass over a
 #: tree verifies W candidates per depth; over a chain, one chain whatever W is.
 RHO = {kind: 0.5 if target_pass == "tree" else 0.0 for (_, target_pass), kind in PROFILES.items()}
 
 
 def check_shape_knob(name: str, value) -> int | str:
-    """An integer >= 1, or the string ``auto``."""
-    if value == AUTO:
-        return AUTO
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1 or 'auto', got {value!r}")
-    return value
+    """An integer >= 1, or the string ``auto`` (the rule of ``mtad.core.knobs.GAMMA`` / ``WIDTH``)."""
+    return (WIDTH if name == "width" else GAMMA).rule.check(name, value)
 
 
 def machine_id(device: torch.device | str) -> str:

@@ -26,11 +26,13 @@ verification; *correction* = the token the target emits after a rejection;
 
 from __future__ import annotations
 
-import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
+from mtad.core.knobs import Knob, KnobError, did_you_mean
 from mtad.core.protocols import StepContext  # noqa: F401  (decoders import it from here)
 from mtad.core.sampling import residual, sample  # noqa: F401  (decoders import them from here)
 
@@ -54,10 +56,45 @@ class Decoder:
     shape_knobs: tuple[str, ...] = ()  # knobs setting a step's shape; the first is its depth
     reserve: int = 1  # tokens of the remaining length kept for the target's own token
     _auto = None  # shape chooser when a knob is auto: choose(ctx) -> values, record(ctx, out)
+    knobs: tuple[Knob, ...] = ()  # its fields (mtad.core.knobs); a composition's are its pieces'
 
     def __init__(self, name: str | None = None):
         if name is not None:
             self.name = name
+
+    @classmethod
+    def fields(cls, node: Mapping[str, Any] | None = None) -> dict[str, Knob]:
+        """The fields a config node of this class may set (``name`` and ``_target_`` aside)."""
+        return {k.name: k for k in cls.knobs}
+
+    @classmethod
+    def unknown_field(cls, key: str, node: Mapping[str, Any], known: Sequence[str]) -> str:
+        """Why ``key`` is not a field (after the field's name): a "did you mean" at least."""
+        return did_you_mean(key, known)
+
+    @classmethod
+    def settings(cls, node: Mapping[str, Any], args: Sequence[Any] = ()) -> dict[str, Any]:
+        """The fields' values for a config node (defaults filled in, checked, as the code takes
+        them); positional ``args`` bind in field order. KnobError names the first bad field."""
+        knobs = cls.fields(node)
+        if len(args) > len(knobs):
+            raise TypeError(f"{cls.__name__} takes {len(knobs)} positional fields ({', '.join(knobs)})")
+        given = {**dict(zip(knobs, args)), **{k: v for k, v in node.items() if k not in ("_target_", "name")}}
+        title = node.get("name") or cls.name
+        for key in given:
+            if key not in knobs:
+                takes = f"{title} takes {', '.join(knobs)}" if knobs else f"{title} has no fields"
+                detail = f"{cls.unknown_field(str(key), node, list(knobs))} ({takes})"
+                raise KnobError(f"unknown field {key!r}{detail}", str(key), unknown=True, detail=detail)
+        return {n: k.check(given.get(n, k.default)) for n, k in knobs.items()}
+
+    def set_fields(self, args: Sequence[Any], values: Mapping[str, Any]) -> dict[str, Any]:
+        """Check the fields (``settings``) and set them as attributes of this decoder."""
+        node = {**values, **({"name": self.name} if self.name != type(self).name else {})}
+        checked = self.settings(node, args)
+        for n, v in checked.items():
+            setattr(self, n, v)
+        return checked
 
     def step(self, ctx: StepContext) -> StepOutput:
         """One step: its shape (knobs or ``auto``), the near-end clip, then ``decode``."""
@@ -92,26 +129,3 @@ def plain_probs(logits: torch.Tensor) -> torch.Tensor:  # [..., V]
     dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
     return logits.to(dtype).softmax(-1)
 
-
-def check_positive_int(field_name: str, value, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{field_name} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def check_bool(field_name: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{field_name} must be true or false, got {value!r}")
-    return value
-
-
-def check_tau(value) -> float:
-    """tau must be a number > 0; ``inf`` is allowed (accept nothing)."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or math.isnan(value)
-        or value <= 0
-    ):
-        raise ValueError(f"tau must be a number > 0 (inf allowed: accept nothing), got {value!r}")
-    return float(value)

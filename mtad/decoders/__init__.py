@@ -1,8 +1,9 @@
-"""Decoders: each one module here plus one YAML under conf/decoder/ (``_target_`` names the class).
+"""Decoders: each one YAML under conf/decoder/ (``_target_`` names the class).
 
-A speculative decoder is a thin composition (``mtad.decoders.compose``): a proposer
-(``mtad.propose``), a verifier (``mtad.verify``) and its knobs; the decoder base
-(``mtad.core.decoder.Decoder.step``) owns the near-end clip and ``auto`` shapes. No decoder
-imports another decoder module (``compose`` is the shared base, not a decoder of its own
-kind beyond ``Speculative``).
+A decoder with a draft is a composition (``mtad.decoders.compose``) of a registered proposer
+(``mtad.propose``) and a registered verifier (``mtad.verify``); its fields are the knobs the
+pieces declare (``mtad.core.knobs``). The classes here name their pieces, their version and
+their docstring; a class adds logic only where the decoder has some of its own (MJGD/MTJD).
+The decoder base (``mtad.core.decoder.Decoder.step``) owns the near-end clip and ``auto``
+shapes. No decoder imports another decoder module (``compose`` is the shared base).
 """

@@ -63,51 +63,24 @@ target_passes``, which ``(accepted + steps) / steps`` does not count exactly.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from mtad.core.decoder import StepContext, check_positive_int
+from mtad.core.decoder import StepContext
 from mtad.decoders.compose import Composition
-from mtad.propose.chain import MODES, ConfidenceRun
-from mtad.verify.rollback import Rollback, rollback_position
+from mtad.propose.chain import MODES
+from mtad.verify.rollback import rollback_position
 
-__all__ = ["MODES", "BiLD", "check_threshold", "rollback_position"]
-
-
-def check_threshold(field_name: str, value, allow_inf: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
-    if not ok or value < 0 or (math.isinf(value) and not allow_inf):
-        raise ValueError(
-            f"{field_name} must be a number >= 0{' (inf allowed)' if allow_inf else ''}, "
-            f"got {value!r}"
-        )
-    return float(value)
+__all__ = ["MODES", "BiLD", "rollback_position"]
 
 
 class BiLD(Composition):
+    """A confidence-stopped little-model run, BiLD's rollback check. Fields: the pieces' knobs
+    (``max_run``, ``mode``, ``alpha_fb``, ``alpha_rb``)."""
+
     name = "bild"
     version = "2"  # bump when the behaviour changes (a point's identity includes it); 2: behaviour changed since the first records
-    lossless = False
-    shape_knobs = ("max_run",)
+    proposer, verifier = "confidence_run", "rollback"
     reserve = 0  # a run may fill the remaining length (then it ends the generation unverified)
-
-    def __init__(
-        self,
-        mode: str = "greedy",
-        alpha_fb: float = 0.6,
-        alpha_rb: float = 5.0,
-        max_run: int = 10,
-        name: str | None = None,
-    ):
-        super().__init__(name)
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        self.mode = mode
-        self.alpha_fb = check_threshold("alpha_fb", alpha_fb)
-        self.alpha_rb = check_threshold("alpha_rb", alpha_rb, allow_inf=True)
-        self.max_run = check_positive_int("max_run", max_run)
-        self.compose(ConfidenceRun(self.mode, self.alpha_fb), Rollback(self.mode, self.alpha_rb))
 
     # the pieces' steps, for studies that rearrange them
     def _draft_run(self, ctx: StepContext) -> tuple[list[int], bool]:

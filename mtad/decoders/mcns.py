@@ -8,20 +8,11 @@ the child carrying y if there is one, else emit y and stop
 from __future__ import annotations
 
 from mtad.decoders.compose import Composition
-from mtad.propose.tree import Tree, check_branching
-from mtad.verify.multidraft import MultiDraft
 
 
 class MCNS(Composition):
+    """Fields: the pieces' knobs (``k_config``; gamma = its length)."""
+
     name = "mcns"
     version = "1"  # bump when the behaviour changes (a point's identity includes it)
-    shape_knobs = ("gamma",)
-
-    def __init__(self, k_config=(4, 2, 2), name: str | None = None):
-        super().__init__(name)
-        self.k_config = check_branching("k_config", k_config)
-        self.compose(Tree(self.k_config, "iid"), MultiDraft("mcns"))
-
-    @property
-    def gamma(self) -> int:
-        return len(self.k_config)
+    proposer, verifier = "tree", "mcns"

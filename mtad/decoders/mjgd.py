@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import torch
 
-from mtad.core.decoder import Decoder, StepContext, StepOutput, check_positive_int, sample
+from mtad.core.decoder import Decoder, StepContext, StepOutput, sample
+from mtad.core.knobs import GAMMA, Knob, Rule
 from mtad.core.protocols import ROOT
 from mtad.core.tree import TokenTree
 
@@ -88,22 +89,17 @@ class JointDecoder(Decoder):
     sample_joint = False
     shape_knobs = ("gamma",)
     reserve = 0  # a block may fill the remaining length
+    knobs = (
+        GAMMA.without_auto(),  # no draft: the cost model has no profile for it
+        Knob("method", Rule("choice", options=METHODS, example="auto"), "exact"),
+        Knob("beam_width", Rule("integer", 1, means="prefixes kept per depth", example="16"), 16),
+        Knob("max_enumeration", Rule("integer", 1, means="most blocks V**gamma method=exact enumerates",
+                                     example="100000"), 100_000),
+    )
 
-    def __init__(
-        self,
-        gamma: int = 4,
-        method: str = "exact",
-        beam_width: int = 16,
-        max_enumeration: int = 100_000,
-        name: str | None = None,
-    ):
+    def __init__(self, *args, name: str | None = None, **values):
         super().__init__(name)
-        self.gamma = check_positive_int("gamma", gamma)
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-        self.method = method
-        self.beam_width = check_positive_int("beam_width", beam_width)
-        self.max_enumeration = check_positive_int("max_enumeration", max_enumeration)
+        self.set_fields(args, values)
 
     def _choose(self, ctx: StepContext, joint: torch.Tensor) -> int:  # joint [M] log-probabilities
         if self.sample_joint:

@@ -15,34 +15,13 @@ only if it is the target's greedy continuation: MTAD then equals greedy decoding
 
 from __future__ import annotations
 
-from mtad.autotune.autoshape import check_shape_knob
-from mtad.core.decoder import check_bool, check_tau
 from mtad.decoders.compose import Composition
-from mtad.propose.beam import Beam
-from mtad.verify.threshold import JointThreshold
-
-__all__ = ["MTAD", "check_bool", "check_tau"]
 
 
 class MTAD(Composition):
-    """Chain MTAD: beam-sampled draft, one target pass over its best beam, threshold acceptance."""
+    """Chain MTAD: beam-sampled draft, one target pass over its best beam, threshold acceptance.
+    Fields: the pieces' knobs (``gamma``, ``width``, ``replacement``, ``tau``)."""
 
     name = "mtad"
     version = "1"  # bump when the behaviour changes (a point's identity includes it)
-    lossless = False
-    shape_knobs = ("gamma", "width")
-
-    def __init__(
-        self,
-        gamma: int | str = 4,
-        width: int | str = 4,
-        tau: float = 0.5,
-        replacement: bool = True,
-        name: str | None = None,
-    ):
-        super().__init__(name)
-        self.gamma = check_shape_knob("gamma", gamma)
-        self.width = check_shape_knob("width", width)
-        self.tau = check_tau(tau)
-        self.replacement = check_bool("replacement", replacement)
-        self.compose(Beam(self.replacement), JointThreshold(self.tau))
+    proposer, verifier = "beam", "threshold"

@@ -14,18 +14,12 @@ uniforms on the host, then crosses once more with the correction's (or bonus's) 
 
 from __future__ import annotations
 
-from mtad.autotune.autoshape import check_shape_knob
 from mtad.decoders.compose import Composition
-from mtad.propose.chain import Chain
-from mtad.verify.chain import SpeculativeChain
 
 
 class SpD(Composition):
+    """Chain drafts, speculative sampling. Fields: the pieces' knobs (``gamma``)."""
+
     name = "spd"
     version = "1"  # bump when the behaviour changes (a point's identity includes it)
-    shape_knobs = ("gamma",)
-
-    def __init__(self, gamma: int | str = 4, name: str | None = None):
-        super().__init__(name)
-        self.gamma = check_shape_knob("gamma", gamma)
-        self.compose(Chain(), SpeculativeChain())
+    proposer, verifier = "chain", "speculative"

@@ -10,20 +10,11 @@ levels.
 from __future__ import annotations
 
 from mtad.decoders.compose import Composition
-from mtad.propose.tree import Tree, check_branching
-from mtad.verify.multidraft import MultiDraft
 
 
 class SpecInfer(Composition):
+    """Fields: the pieces' knobs (``k_config``; gamma = its length)."""
+
     name = "specinfer"
     version = "1"  # bump when the behaviour changes (a point's identity includes it)
-    shape_knobs = ("gamma",)
-
-    def __init__(self, k_config=(4, 2, 2), name: str | None = None):
-        super().__init__(name)
-        self.k_config = check_branching("k_config", k_config)
-        self.compose(Tree(self.k_config, "iid"), MultiDraft("specinfer"))
-
-    @property
-    def gamma(self) -> int:
-        return len(self.k_config)
+    proposer, verifier = "tree", "specinfer"

@@ -8,19 +8,12 @@ prefix (``mtad.verify.multidraft.MultiDraft("spectr")``).
 
 from __future__ import annotations
 
-from mtad.core.decoder import check_positive_int
 from mtad.decoders.compose import Composition
-from mtad.propose.tree import Chains
-from mtad.verify.multidraft import MultiDraft
 
 
 class SpecTr(Composition):
+    """i.i.d. chains, SpecTr's rule. Fields: the pieces' knobs (``gamma``, ``num_drafts``)."""
+
     name = "spectr"
     version = "1"  # bump when the behaviour changes (a point's identity includes it)
-    shape_knobs = ("gamma",)
-
-    def __init__(self, gamma: int = 4, num_drafts: int = 4, name: str | None = None):
-        super().__init__(name)
-        self.gamma = check_positive_int("gamma", gamma)
-        self.num_drafts = check_positive_int("num_drafts", num_drafts)
-        self.compose(Chains(self.num_drafts), MultiDraft("spectr"))
+    proposer, verifier = "chains", "spectr"

@@ -18,37 +18,16 @@ from __future__ import annotations
 
 import torch
 
-from mtad.autotune.autoshape import check_shape_knob
-from mtad.core.decoder import check_bool, check_tau
 from mtad.decoders.compose import Composition
-from mtad.propose.beam import Beam
-from mtad.verify.threshold import TreeThreshold
 
 
 class TreeMTAD(Composition):
-    """Tree-MTAD: beam-sampled token tree, one target pass over all of it, threshold acceptance."""
+    """Tree-MTAD: beam-sampled token tree, one target pass over all of it, threshold acceptance.
+    Fields: the pieces' knobs (``gamma``, ``width``, ``replacement``, ``tau``, ``compat_slot_index``)."""
 
     name = "tree_mtad"
     version = "1"  # bump when the behaviour changes (a point's identity includes it)
-    lossless = False
-    shape_knobs = ("gamma", "width")
-
-    def __init__(
-        self,
-        gamma: int = 4,
-        width: int = 4,
-        tau: float = 0.5,
-        replacement: bool = True,
-        compat_slot_index: bool = False,
-        name: str | None = None,
-    ):
-        super().__init__(name)
-        self.gamma = check_shape_knob("gamma", gamma)
-        self.width = check_shape_knob("width", width)
-        self.tau = check_tau(tau)
-        self.replacement = check_bool("replacement", replacement)
-        self.compat_slot_index = check_bool("compat_slot_index", compat_slot_index)
-        self.compose(Beam(self.replacement), TreeThreshold(self.tau, self.compat_slot_index))
+    proposer, verifier = "beam", "tree_threshold"
 
     def reference(self, beams) -> torch.Tensor:  # [g]
         """The per-depth reference log Q of ``beams`` (``TreeThreshold.reference``)."""

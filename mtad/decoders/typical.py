@@ -14,37 +14,12 @@ passes, so the decoder equals greedy decoding.
 
 from __future__ import annotations
 
-import math
-
-from mtad.core.decoder import check_positive_int
 from mtad.decoders.compose import Composition
-from mtad.propose.chain import Chain
-from mtad.verify.typical import TypicalAcceptance
-
-
-def check_probability(field_name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value <= 1):
-        raise ValueError(f"{field_name} must be a number in (0, 1], got {value!r}")
-    return float(value)
 
 
 class Typical(Composition):
+    """Chain drafts, typical acceptance. Fields: the pieces' knobs (``gamma``, ``eps``, ``delta``)."""
+
     name = "typical"
     version = "1"  # bump when the behaviour changes (a point's identity includes it)
-    lossless = False
-    shape_knobs = ("gamma",)
-
-    def __init__(
-        self, gamma: int = 4, eps: float = 0.09, delta: float = 0.3, name: str | None = None
-    ):
-        super().__init__(name)
-        self.gamma = check_positive_int("gamma", gamma)
-        self.eps = check_probability("eps", eps)
-        if (
-            isinstance(delta, bool)
-            or not isinstance(delta, (int, float))
-            or not (delta > 0 and math.isfinite(delta))
-        ):
-            raise ValueError(f"delta must be a finite number > 0, got {delta!r}")
-        self.delta = float(delta)
-        self.compose(Chain(), TypicalAcceptance(self.eps, self.delta))
+    proposer, verifier = "chain", "typical"

@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mtad.core.decoder import plain_probs
+from mtad.core.knobs import GAMMA, WIDTH, Knob, Rule
 from mtad.core.protocols import ROOT, StepContext
 from mtad.core.sampling import host_supports_with
 from mtad.core.tree import TokenTree, warped_rows
@@ -273,6 +274,12 @@ class Beam:
     """
 
     kind = "beam"
+    knobs = (GAMMA, WIDTH, Knob("replacement", Rule("bool", example="true"), True))  # draws with replacement
+
+    @staticmethod
+    def provides(replacement: bool = True, **_) -> tuple[str, ...]:
+        # with replacement, a slot's children are i.i.d. draws from its q, as many as its draws
+        return ("node_q", "beam_history", *(("iid_children",) if replacement else ()))
 
     def __init__(self, replacement: bool = True):
         self.replacement = replacement

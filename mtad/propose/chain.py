@@ -13,10 +13,11 @@ from __future__ import annotations
 import torch
 
 from mtad.core.decoder import StepContext, plain_probs, sample
+from mtad.core.knobs import GAMMA, MODE, Knob, Rule
 from mtad.core.sampling import host_support
 from mtad.core.tree import TokenTree
 
-MODES = ("greedy", "sampling")
+MODES = MODE.rule.choices
 
 
 def draft_chain(ctx: StepContext, gamma: int) -> tuple[list[int], torch.Tensor]:
@@ -38,6 +39,8 @@ class Chain:
     """``depth`` tokens drawn autoregressively from the warped draft (``draft_chain``)."""
 
     kind = "chain"
+    knobs = (GAMMA,)
+    provides = ("chain", "chain_q")
 
     def propose(self, ctx: StepContext, depth: int, width: int = 1) -> TokenTree:
         tokens, q = draft_chain(ctx, depth)
@@ -59,6 +62,12 @@ class ConfidenceRun:
     """
 
     kind = "chain"
+    knobs = (
+        Knob("max_run", Rule("integer", 1, means="little-model tokens per run", example="10"), 10, shape=True),
+        MODE,
+        Knob("alpha_fb", Rule("number", 0, high_open=True, means="fallback threshold", example="0.6"), 0.6),
+    )
+    provides = ("chain",)
 
     def __init__(self, mode: str, alpha_fb: float):
         self.mode, self.alpha_fb = mode, alpha_fb

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from mtad.core.decoder import StepContext, sample
+from mtad.core.knobs import GAMMA, Knob, Rule
 from mtad.core.protocols import ROOT
 from mtad.core.sampling import Rows, Support, as_support, draw, host_support, host_supports
 from mtad.core.tree import TokenTree
@@ -102,16 +103,6 @@ def draft_chains(ctx: StepContext, k: int, gamma: int) -> TokenTree:
     return b.tree(gamma)
 
 
-def check_branching(field_name: str, value) -> list[int]:
-    try:
-        ks = [int(k) for k in value]
-    except TypeError as e:
-        raise ValueError(f"{field_name} must be a list of positive integers, e.g. [4, 2, 2]; got {value!r}") from e
-    if not ks or any(k < 1 for k in ks):
-        raise ValueError(f"{field_name} must be a non-empty list of integers >= 1, e.g. [4, 2, 2]; got {value!r}")
-    return ks
-
-
 def draw_without_replacement(
     q: torch.Tensor | Support,  # [V] draft distribution, or its host support
     k: int,
@@ -150,6 +141,13 @@ class Tree:
     """
 
     kind = "tree"  # one draft pass per depth over every node of the level
+    knobs = (Knob("k_config", Rule("integers", 1, means="children per node at each depth", example="[4,2,2]"),
+                  (4, 2, 2), arg="branching"),)
+    depth_from = "k_config"  # the draft's depth (a decoder's gamma) is len(k_config)
+
+    @staticmethod
+    def provides(sampler: str = "iid", **_) -> tuple[str, ...]:
+        return ("node_q", "iid_children" if sampler == "iid" else "siblings_without_replacement")
 
     def __init__(self, branching: Sequence[int], sampler: str = "iid"):
         self.branching = list(branching)
@@ -163,6 +161,8 @@ class Chains:
     """``num_drafts`` i.i.d. chains of ``depth`` tokens under the root (``draft_chains``)."""
 
     kind = "chains"  # one draft pass per depth over the k chains
+    knobs = (GAMMA, Knob("num_drafts", Rule("integer", 1, means="i.i.d. chains", example="4"), 4))
+    provides = ("node_q", "iid_children", "iid_chains")
 
     def __init__(self, num_drafts: int):
         self.num_drafts = num_drafts

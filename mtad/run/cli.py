@@ -23,6 +23,8 @@ from mtad.run.config import (
     ConfigError,
     check_knobs,
     check_scorer,
+    decoder_fields,
+    decoder_problem,
     describe_error,
     did_you_mean,
     explicit_keys,
@@ -154,6 +156,12 @@ def _compose(job: Sequence[str]):
         groups_only = [o for o in job if o.lstrip("+~").split("=", 1)[0] in GROUPS]
         try:  # the keys next to the one that failed, for a "did you mean"
             base = compose("config", overrides=groups_only)
+        except Exception:
+            base = None
+        problem = _decoder_key_problem(job, base)
+        if problem:
+            raise ConfigError(problem) from None
+        try:
             keys = {"": list(base.keys())}
             for k in base.keys():
                 node = OmegaConf.select(base, str(k), throw_on_resolution_failure=False)
@@ -162,6 +170,22 @@ def _compose(job: Sequence[str]):
         except Exception:
             keys = None
         raise ConfigError(describe_error(e, keys)) from None
+
+
+def _decoder_key_problem(job: Sequence[str], base) -> str | None:
+    """A ``decoder.<key>=`` override of a key the chosen decoder's YAML does not have: the
+    decoder class's own message (e.g. a chain composition has no width), or None."""
+    from omegaconf import OmegaConf
+
+    if base is None or base.get("decoder") is None:
+        return None
+    node = OmegaConf.to_container(base.decoder, resolve=False)
+    for o in job:
+        key, _, value = o.lstrip("+~").partition("=")
+        leaf = key[len("decoder."):]
+        if key.startswith("decoder.") and "." not in leaf and leaf not in node and leaf not in decoder_fields(node):
+            return decoder_problem({**node, leaf: value})
+    return None
 
 
 def check_run_dirs(overrides: Sequence, multirun: bool) -> None:

@@ -1,13 +1,17 @@
 """The run config's schemas and checks: one place that says which values are valid.
 
 Schemas are dataclasses registered in Hydra's ConfigStore; each checked field carries its
-``Rule`` (range, choices, hint) in its metadata, declared once and read by ``validate``:
+``Rule`` (``mtad.core.knobs``: range, choices, hint) in its metadata, read by ``validate``:
 - ``MtadConfig`` (``mtad_schema``), the first entry of ``conf/config.yaml``'s defaults list:
   OmegaConf checks its types while composing (``limit=abc`` fails there) and the set of
   top-level keys is closed;
-- one schema per decoder class (``schema/decoder/<name>``, found by the node's ``_target_``):
-  the fields the class takes. A field whose default interpolates a top-level knob
-  (``gamma: ${gamma}``, as the decoder's YAML writes it) is a knob the decoder uses;
+- a decoder's schema is derived (``decoder_schema``) from what its class and its pieces
+  declare (``knobs`` on the classes of ``mtad.propose``, ``mtad.verify``, ``mtad.decoders``;
+  the top-level knobs ``gamma``, ``tau``, ``width`` in ``mtad.core.knobs``), never written
+  here: its fields, their rules, where ``auto`` applies, and the pairs that fit are checked
+  by the class's own ``settings`` (what its constructor runs), without building anything.
+  A field that interpolates a top-level knob (``gamma: ${gamma}``, as the decoder's YAML
+  writes it; ``shared`` in its declaration) is a knob the decoder uses;
 - ``TaskChecks`` and ``ModelChecks`` (``schema/task_checks``, ``schema/model_checks``): the
   task and model fields checked when a task or model has them.
 Decoder, task and model schemas are checked against, never merged into the composed config
@@ -22,9 +26,8 @@ about results or runs.
 from __future__ import annotations
 
 import dataclasses
-import difflib
+import functools
 import importlib
-import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -34,11 +37,12 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from mtad.core.knobs import GAMMA, TAU, WIDTH, Knob, KnobError, Rule, did_you_mean
 from mtad.models.cpu_choice import register_resolver as register_cpu_pair_resolver
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-#: Top-level knobs a decoder may use (its schema's knob fields interpolate them).
-KNOBS = ("gamma", "tau", "width")
+#: Top-level knobs a decoder may use (its fields interpolate them: ``mtad.core.knobs``, ``shared``).
+KNOBS = tuple(k.name for k in (GAMMA, TAU, WIDTH))
 #: Config groups (folders of conf/) that name a YAML file.
 GROUPS = ("model", "decoder", "task", "logger", "experiment")
 #: torch.manual_seed takes [-2**63, 2**64 - 1]; a seed up to 2**63 - 1 leaves room for the
@@ -57,78 +61,10 @@ class MachineUnfit(ConfigError):
     "finished" with points never run)."""
 
 
-@dataclass(frozen=True)
-class Rule:
-    """What one config field accepts. ``kind``: ``integer``, ``number`` (int or float; ``inf``
-    passes unless ``high_open``), ``integers`` (a non-empty list of integers, each in range),
-    ``bool`` or ``choice`` (one of ``choices``, read from ``source``, ``module:NAME`` of the code
-    that owns them). Bounds: ``low`` inclusive unless ``low_open``, ``high`` inclusive unless
-    ``high_open``. ``special``: strings accepted besides (``auto``: mtad.autotune.autoshape
-    chooses per step). ``example`` makes the hint (``e.g. <field>=<example>``) unless ``hint``."""
-
-    kind: str
-    low: float = -math.inf
-    high: float = math.inf
-    low_open: bool = False
-    high_open: bool = False
-    nullable: bool = False
-    source: str = ""
-    special: tuple[str, ...] = ()
-    means: str = ""
-    example: str = ""
-    hint: str = ""
-
-    @property
-    def choices(self) -> tuple[str, ...]:
-        module, _, name = self.source.partition(":")
-        return tuple(getattr(importlib.import_module(module), name)) if module else ()
-
-    def _bound(self, x: float) -> str:
-        return str(int(x)) if self.kind in ("integer", "integers") and math.isfinite(x) else f"{x:g}"
-
-    def _range(self) -> str:
-        if self.high != math.inf:
-            return (f"in {'(' if self.low_open else '['}{self._bound(self.low)}, "
-                    f"{self._bound(self.high)}{')' if self.high_open else ']'}")
-        if self.low == -math.inf:
-            return ""
-        return f"{'>' if self.low_open else '>='} {self._bound(self.low)}"
-
-    def text(self) -> str:
-        rng = self._range()
-        if self.kind == "bool":
-            out = "true or false"
-        elif self.kind == "choice":
-            out = "one of " + ", ".join(repr(c) for c in self.choices)
-        elif self.kind == "integers":
-            out = f"a non-empty list of integers {rng}".rstrip()
-        elif self.kind == "integer":
-            out = f"an integer {rng}".rstrip()
-        else:
-            out = (("a finite number " if self.high == math.inf and self.high_open else "") + rng).strip() or "a number"
-        out += " or null" if self.nullable else ""
-        out += "".join(f" or {v!r}" for v in self.special)
-        return out + (f" ({self.means})" if self.means else "")
-
-    def _number(self, v: Any, integer: bool) -> bool:
-        if isinstance(v, bool) or not isinstance(v, int if integer else (int, float)):
-            return False
-        above = v > self.low if self.low_open else v >= self.low
-        below = v < self.high if self.high_open else v <= self.high
-        return above and below
-
-    def ok(self, v: Any) -> bool:
-        if v is None:
-            return self.nullable
-        if isinstance(v, str) and v in self.special:
-            return True
-        if self.kind == "bool":
-            return isinstance(v, bool)
-        if self.kind == "choice":
-            return isinstance(v, str) and v in self.choices
-        if self.kind == "integers":
-            return isinstance(v, (list, tuple)) and bool(v) and all(self._number(k, True) for k in v)
-        return self._number(v, self.kind == "integer")
+def _source(spec: str):
+    """The choices named by ``module:NAME``, read when asked (``Rule.options``)."""
+    module, _, name = spec.partition(":")
+    return lambda: tuple(getattr(importlib.import_module(module), name))
 
 
 def _positive(example: str, means: str = "") -> Rule:
@@ -143,24 +79,13 @@ def _seconds(example: str) -> Rule:
     return Rule("number", 0, low_open=True, means="seconds", example=example)
 
 
-# Rules shared by several fields (a knob and the decoder fields that interpolate it).
-GAMMA = _positive("4", "draft tokens per step")
-WIDTH = _positive("4", "beam width W")
-TAU = Rule("number", 0, low_open=True, means="MTAD acceptance threshold; .inf allowed", example="0.5")
 LIMIT = Rule("integer", 1, nullable=True, means="null: all of the task's examples", example="30")
-GAMMA_OR_AUTO = dataclasses.replace(GAMMA, special=("auto",))  # mtad.autotune.autoshape.AUTO
-WIDTH_OR_AUTO = dataclasses.replace(WIDTH, special=("auto",))
-DTYPE = Rule("choice", source="mtad.models.offline:DTYPES", example="float32")
+DTYPE = Rule("choice", options=_source("mtad.models.offline:DTYPES"), example="float32")
 
 
 def checked(rule: Rule | None, default: Any = MISSING) -> Any:
     """A schema field and its rule (``default``: ``???``, the value comes from the YAML)."""
     return field(default=default, metadata={"rule": rule})
-
-
-def knob(name: str, rule: Rule) -> Any:
-    """A decoder field that uses the top-level knob ``name``: its default is ``${name}``."""
-    return field(default=f"${{{name}}}", metadata={"rule": rule, "knob": name})
 
 
 def nested(schema: type) -> Any:
@@ -176,9 +101,9 @@ class MtadConfig:
     logger: Any = None
     seed: int = checked(Rule("integer", 0, MAX_SEED, means="torch.manual_seed, with room for per-example seeds",
                              example="42"), 42)
-    gamma: Any = checked(GAMMA_OR_AUTO, 4)  # Any, not int: room for 'auto'
-    tau: float = checked(TAU, 0.5)
-    width: Any = checked(WIDTH_OR_AUTO, 4)  # Any, not int: room for 'auto'
+    gamma: Any = checked(GAMMA.rule, GAMMA.default)  # Any, not int: room for 'auto'
+    tau: float = checked(TAU.rule, TAU.default)
+    width: Any = checked(WIDTH.rule, WIDTH.default)  # Any, not int: room for 'auto'
     temperature: float = checked(Rule("number", 0, means="0 = greedy", example="1.0"), 1.0)
     top_k: int = checked(Rule("integer", 0, means="0 = disabled", example="10"), 10)
     top_p: float = checked(Rule("number", 0, 1, low_open=True, hint="use top_p=1.0 to disable"), 0.9)
@@ -196,20 +121,6 @@ TOP_LEVEL_KEYS = tuple(f.name for f in dataclasses.fields(MtadConfig))
 
 # ----------------------------------------------------------------------------- decoders
 
-#: Decoder schemas by the class they configure (``_target_``).
-DECODER_SCHEMAS: dict[str, type] = {}
-
-
-def _decoder(name: str):
-    """Make a class a decoder schema: a dataclass, stored as ``schema/decoder/<name>``."""
-    def register(cls: type) -> type:
-        schema = dataclass(cls)
-        DECODER_SCHEMAS[schema._target_] = schema
-        ConfigStore.instance().store(group="schema/decoder", name=name, node=schema)
-        return schema
-    return register
-
-
 @dataclass
 class DecoderSchema:
     """What every decoder takes: its class and an optional display name (``bild_sampling``)."""
@@ -218,98 +129,95 @@ class DecoderSchema:
     name: Optional[str] = None  # noqa: UP045
 
 
-@_decoder("greedy")
-class GreedySchema(DecoderSchema):
-    _target_: str = "mtad.decoders.autoregressive.Greedy"
+def _plain(decoder: Any) -> dict:
+    from omegaconf import OmegaConf
+
+    if OmegaConf.is_config(decoder):
+        return OmegaConf.to_container(decoder, resolve=False)
+    return dict(decoder or {})
 
 
-@_decoder("multinomial")
-class MultinomialSchema(DecoderSchema):
-    _target_: str = "mtad.decoders.autoregressive.Multinomial"
+def decoder_class(decoder: Any) -> type:
+    """The class a decoder node (or ``_target_``) names; ConfigError when it is not a decoder."""
+    from hydra.utils import get_class
+
+    target = decoder if isinstance(decoder, str) else str(_plain(decoder).get("_target_"))
+    try:
+        cls = get_class(target)
+    except Exception:
+        cls = None
+    if not callable(getattr(cls, "fields", None)):
+        raise ConfigError(f"decoder class {target} has no schema: it is not an importable "
+                          "mtad.core.decoder.Decoder subclass (a decoder's fields are its knobs)")
+    return cls
 
 
-@_decoder("spd")
-class SpDSchema(DecoderSchema):
-    _target_: str = "mtad.decoders.spd.SpD"
-    gamma: Any = knob("gamma", GAMMA_OR_AUTO)
+def decoder_fields(decoder: Any) -> dict[str, Knob]:
+    """The fields a decoder node may set, declared by its class and pieces (``mtad.core.knobs``;
+    a ``Speculative`` node: by the proposer and verifier it names)."""
+    node = _plain(decoder)
+    try:
+        return decoder_class(node).fields(node)
+    except KnobError as e:
+        raise ConfigError(f"decoder.{e}") from None
 
 
-@_decoder("mtad")
-class MTADSchema(DecoderSchema):
-    _target_: str = "mtad.decoders.mtad.MTAD"
-    gamma: Any = knob("gamma", GAMMA_OR_AUTO)
-    width: Any = knob("width", WIDTH_OR_AUTO)
-    tau: float = knob("tau", TAU)
-    replacement: bool = checked(_bool("true"))
+_SCHEMAS: dict[tuple, type] = {}
 
 
-@_decoder("tree_mtad")
-class TreeMTADSchema(MTADSchema):
-    _target_: str = "mtad.decoders.tree_mtad.TreeMTAD"
-    compat_slot_index: bool = checked(_bool("false"))
+def decoder_schema(decoder: Any) -> type:
+    """The schema of a decoder node, derived from its class's declarations (``decoder_fields``)
+    and stored in Hydra's ConfigStore as ``schema/decoder/<name>``: a dataclass whose fields
+    carry their ``rule`` (and ``knob``: the top-level knob a shared field interpolates)."""
+    node = _plain(decoder)
+    cls, fields = decoder_class(node), decoder_fields(node)
+    key = (node.get("_target_"), tuple(fields.items()))
+    if key not in _SCHEMAS:
+        specs = [("_target_", str, field(default=node.get("_target_")))]
+        for n, k in fields.items():
+            default = f"${{{n}}}" if k.shared else MISSING
+            specs.append((n, Any, field(default=default, metadata={"rule": k.rule, "knob": n if k.shared else None})))
+        pieces = [str(node[p]) for p in ("proposer", "verifier") if p in fields]
+        name = "_".join([cls.name, *pieces])
+        schema = dataclasses.make_dataclass(f"{cls.__name__}Schema", specs, bases=(DecoderSchema,))
+        ConfigStore.instance().store(group="schema/decoder", name=name, node=schema)
+        _SCHEMAS[key] = schema
+    return _SCHEMAS[key]
 
 
-@_decoder("mjgd")
-class MJGDSchema(DecoderSchema):
-    _target_: str = "mtad.decoders.mjgd.MJGD"
-    gamma: int = knob("gamma", GAMMA)
-    method: str = checked(Rule("choice", source="mtad.decoders.mjgd:METHODS", example="auto"))
-    beam_width: int = checked(_positive("16"))
-    max_enumeration: int = checked(_positive("100000"))
+def decoder_problem(decoder: Any, resolved: Any = None) -> str | None:
+    """The first thing wrong with a decoder node, in one line, or None: a key its class does not
+    take, a value out of its field's rule, a proposer the verifier does not fit (the class's
+    ``settings``: everything its constructor checks, without building anything). ``resolved``:
+    the node with the top-level knobs it interpolates resolved (values are checked on it)."""
+    node = _plain(decoder)
+    cls = decoder_class(node)
+    try:
+        cls.settings(node if resolved is None else _plain(resolved))
+    except KnobError as e:
+        name = node.get("name") or getattr(cls, "name", "decoder")
+        if e.rule is not None:
+            return field_message(f"decoder.{e.field}", e.value, e.rule)
+        if e.unknown:
+            return f"unknown key 'decoder.{e.field}'{e.detail}"
+        return f"decoder={name}: {e}"
+    return None
 
 
-@_decoder("mtjd")
-class MTJDSchema(MJGDSchema):
-    _target_: str = "mtad.decoders.mjgd.MTJD"
+@functools.cache
+def _all_decoder_knobs() -> tuple[Knob, ...]:
+    """Every knob a decoder of conf/decoder/ or a registered piece declares."""
+    from omegaconf import OmegaConf
 
+    from mtad.decoders.compose import PROPOSERS, VERIFIERS
 
-@_decoder("bild")
-class BiLDSchema(DecoderSchema):
-    _target_: str = "mtad.decoders.bild.BiLD"
-    mode: str = checked(Rule("choice", source="mtad.decoders.bild:MODES", example="greedy"))
-    alpha_fb: float = checked(Rule("number", 0, high_open=True, means="fallback threshold", example="0.6"))
-    alpha_rb: float = checked(Rule("number", 0, means="rollback threshold; .inf allowed", example="5.0"))
-    max_run: int = checked(_positive("10"))
-
-
-@_decoder("specinfer")
-class SpecInferSchema(DecoderSchema):
-    _target_: str = "mtad.decoders.specinfer.SpecInfer"
-    k_config: list[int] = checked(Rule("integers", 1, means="children per node at each depth", example="[4,2,2]"))
-
-
-@_decoder("mcns")
-class MCNSSchema(SpecInferSchema):
-    _target_: str = "mtad.decoders.mcns.MCNS"
-
-
-@_decoder("mcss")
-class MCSSSchema(SpecInferSchema):
-    _target_: str = "mtad.decoders.mcss.MCSS"
-
-
-@_decoder("spectr")
-class SpecTrSchema(DecoderSchema):
-    _target_: str = "mtad.decoders.spectr.SpecTr"
-    gamma: int = knob("gamma", GAMMA)
-    num_drafts: int = checked(_positive("4"))
-
-
-@_decoder("typical")
-class TypicalSchema(DecoderSchema):
-    _target_: str = "mtad.decoders.typical.Typical"
-    gamma: int = knob("gamma", GAMMA)
-    eps: float = checked(Rule("number", 0, 1, low_open=True, example="0.09"))
-    delta: float = checked(Rule("number", 0, low_open=True, high_open=True, example="0.3"))
-
-
-@_decoder("speculative")
-class SpeculativeSchema(DecoderSchema):
-    _target_: str = "mtad.decoders.compose.Speculative"
-    proposer: str = checked(Rule("choice", source="mtad.decoders.compose:PROPOSERS", example="beam"))
-    verifier: str = checked(Rule("choice", source="mtad.decoders.compose:VERIFIERS", example="specinfer"))
-    gamma: Any = knob("gamma", GAMMA_OR_AUTO)
-    width: Any = knob("width", WIDTH_OR_AUTO)
+    out = [k for reg in (PROPOSERS, VERIFIERS) for p in reg.values() for k in p.knobs]
+    for path in sorted((CONF_DIR / "decoder").glob("*.yaml")):
+        try:
+            out += decoder_fields(OmegaConf.to_container(OmegaConf.load(path), resolve=False)).values()
+        except ConfigError:
+            continue  # validate reports it when that decoder is chosen
+    return tuple(out)
 
 
 # ----------------------------------------------------------------------------- tasks and models
@@ -333,7 +241,7 @@ class ScorerChecks:
     max_rows: Any = checked(Rule("integer", 1, 10_000_000, example="10000"), None)
     output_limit: Any = checked(Rule("integer", 1, 1 << 30, means="bytes", example="65536"), None)
     drop_privileges: Any = checked(_bool("true"), None)
-    isolation: Any = checked(Rule("choice", source="eval.sandbox:ISOLATIONS", example="rlimits"), None)
+    isolation: Any = checked(Rule("choice", options=_source("eval.sandbox:ISOLATIONS"), example="rlimits"), None)
     keep_distinct: Any = checked(_bool("false"), None)
     use_stemmer: Any = checked(_bool("true"), None)
 
@@ -397,15 +305,6 @@ def _fields(schema: type) -> dict[str, dataclasses.Field]:
     return {f.name: f for f in dataclasses.fields(schema)}
 
 
-def decoder_schema(decoder: Any) -> type:
-    """The schema of a decoder node (or ``_target_``); ConfigError when its class has none."""
-    target = decoder if isinstance(decoder, str) else str((decoder or {}).get("_target_"))
-    if target not in DECODER_SCHEMAS:
-        raise ConfigError(f"decoder class {target} has no schema: add one to mtad/run/config.py "
-                          "(its fields and their rules)")
-    return DECODER_SCHEMAS[target]
-
-
 def _rule_in(schema: type | None, parts: list[str]) -> Rule | None:
     for part in parts[:-1]:
         f = _fields(schema).get(part)
@@ -417,13 +316,20 @@ def _rule_in(schema: type | None, parts: list[str]) -> Rule | None:
 
 
 def rule_for(path: str, decoder: Any = None) -> Rule | None:
-    """The rule of the dotted field ``path`` (``decoder.*``: of ``decoder``'s schema, else of
-    the first decoder schema that has the field); None when the field has none."""
+    """The rule of the dotted field ``path`` (``decoder.*``: of ``decoder``'s field, else the rule
+    every decoder and piece declaring the field agrees on, with ``auto`` where one takes it: the
+    composed decoder's own is checked later); None when there is none."""
     head, _, rest = path.partition(".")
     if not rest:
         return _rule_in(MtadConfig, [head])
     if head == "decoder":
-        schemas = [decoder_schema(decoder)] if decoder is not None else list(DECODER_SCHEMAS.values())
+        if decoder is not None:
+            k = decoder_fields(decoder).get(rest)
+            return k.rule if k is not None else None
+        knobs = [k for k in _all_decoder_knobs() if k.name == rest]
+        if len({k.without_auto().rule for k in knobs}) != 1:
+            return None  # declared differently: the decoder decides
+        return next((k.rule for k in knobs if k.auto), knobs[0].rule)  # with auto where any takes it
     else:
         schemas = {"task": [TaskChecks], "model": [ModelChecks]}.get(head, [])
     return next((r for s in schemas if (r := _rule_in(s, rest.split("."))) is not None), None)
@@ -471,18 +377,16 @@ def _check(cfg: Any, schema: type, prefix: str) -> None:
 
 
 def validate(cfg: Any) -> None:
-    """Check a composed config against the schemas: the top-level fields, the decoder's own
-    (an unknown one is refused), the task's and the model's; ConfigError names the first bad one."""
+    """Check a composed config against the schemas: the top-level fields, the decoder's (its
+    class's ``settings``: an unknown field, a value out of range, a proposer that does not fit
+    its verifier), the task's and the model's; ConfigError names the first bad one."""
     _check(cfg, MtadConfig, "")
     decoder = cfg.get("decoder")
     if decoder is not None:
-        schema = decoder_schema(decoder)
-        names = list(_fields(schema))
-        for key in decoder.keys():
-            if key not in names:
-                raise ConfigError(f"unknown key 'decoder.{key}'{did_you_mean(str(key), names)} "
-                                  f"({_name(decoder)} takes {', '.join(names[1:])})")
-        _check(cfg, schema, "decoder.")
+        resolved = _value(cfg, "decoder")
+        problem = decoder_problem(decoder, None if resolved is _ABSENT else resolved)
+        if problem:
+            raise ConfigError(problem)
     for section, schema in (("task", TaskChecks), ("model", ModelChecks)):
         if cfg.get(section) is not None:
             _check(cfg, schema, f"{section}.")
@@ -514,9 +418,9 @@ def check_scorer(cfg: Any) -> None:
 
 
 def decoder_knobs(decoder: Any) -> list[str]:
-    """The top-level knobs a decoder uses: its schema's knob fields (``gamma: ${gamma}``)."""
-    uses = {f.metadata.get("knob") for f in dataclasses.fields(decoder_schema(decoder))}
-    return [k for k in KNOBS if k in uses]
+    """The top-level knobs a decoder uses: its shared fields (``gamma: ${gamma}``)."""
+    fields = decoder_fields(decoder)
+    return [k for k in KNOBS if k in fields and fields[k].shared]
 
 
 def _name(decoder: Any) -> str:
@@ -527,7 +431,7 @@ def check_knobs(cfg: Any, explicit: Iterable[str]) -> None:
     """Refuse a knob set explicitly for a decoder that does not use it."""
     decoder = cfg.decoder
     uses = decoder_knobs(decoder)
-    own = [str(k) for k in decoder.keys() if k not in ("_target_", "name") and k not in uses]
+    own = [str(k) for k in decoder.keys() if k not in ("_target_", "name", "proposer", "verifier") and k not in uses]
     name = _name(decoder)
     for knob_name in KNOBS:
         if knob_name in explicit and knob_name not in uses:
@@ -537,11 +441,6 @@ def check_knobs(cfg: Any, explicit: Iterable[str]) -> None:
                 + f": drop {knob_name}=... for decoder={name}"
                 + (f" (its own settings are decoder.{own[0]}=...)" if own else "")
             )
-
-
-def did_you_mean(word: str, options: Iterable[str]) -> str:
-    near = difflib.get_close_matches(word, list(options), n=3, cutoff=0.6)
-    return f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
 
 
 def file_keys(path: Path) -> set[str]:

@@ -77,6 +77,8 @@ class SpeculativeChain:
 
     target_pass = "chain"
     lossless = True
+    knobs = ()
+    needs = ("chain", "chain_q")
 
     def verify(self, ctx: StepContext, tree: TokenTree) -> StepOutput:
         tokens = tree.tokens[1:]

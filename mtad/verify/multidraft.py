@@ -566,6 +566,18 @@ class MultiDraft:
 
     target_pass = "tree"
     lossless = True
+    knobs = ()
+    #: what each rule needs from a draft (see the module docstring)
+    NEEDS = {
+        "specinfer": ("node_q", "iid_children"),
+        "mcss": ("node_q", "siblings_without_replacement"),
+        "spectr": ("node_q", "iid_chains"),
+        "mcns": ("node_q",),
+    }
+
+    @staticmethod
+    def needs(rule: str, **_) -> tuple[str, ...]:
+        return MultiDraft.NEEDS[rule]
 
     def __init__(self, rule: str, merge_equal_prefixes: bool | None = None):
         if rule not in RULES:

@@ -26,6 +26,7 @@ import math
 import torch
 
 from mtad.core.decoder import StepContext, StepOutput, plain_probs, sample
+from mtad.core.knobs import MODE, Knob, Rule
 from mtad.core.runner import fed_tensors
 from mtad.core.sampling import host_supports
 from mtad.core.tree import TokenTree
@@ -52,6 +53,8 @@ class Rollback:
 
     target_pass = "chain"
     lossless = False
+    knobs = (MODE, Knob("alpha_rb", Rule("number", 0, means="rollback threshold; .inf allowed", example="5.0"), 5.0))
+    needs = ("chain",)
 
     def __init__(self, mode: str, alpha_rb: float):
         self.mode, self.alpha_rb = mode, alpha_rb

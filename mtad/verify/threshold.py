@@ -51,6 +51,7 @@ import math
 import torch
 
 from mtad.core.decoder import StepContext, StepOutput, sample
+from mtad.core.knobs import TAU, Knob, Rule
 from mtad.core.protocols import ROOT
 from mtad.core.runner import fed_tensors
 from mtad.core.tree import TokenTree
@@ -103,6 +104,8 @@ class JointThreshold:
 
     target_pass = "chain"
     lossless = False
+    knobs = (TAU,)
+    needs = ("beam_history",)
 
     def __init__(self, tau: float):
         self.tau = tau
@@ -134,6 +137,9 @@ class TreeThreshold:
 
     target_pass = "tree"
     lossless = False
+    knobs = (TAU, Knob("compat_slot_index", Rule("bool", means="the authors' fixed-slot reading of the "
+                                                  "reference, for comparison only", example="false"), False))
+    needs = ("beam_history",)
 
     def __init__(self, tau: float, compat_slot_index: bool = False):
         self.tau = tau

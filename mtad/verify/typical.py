@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from mtad.core.decoder import StepContext, StepOutput, sample
+from mtad.core.knobs import Knob, Rule
 from mtad.core.runner import fed_tensors
 from mtad.core.tree import TokenTree
 from mtad.verify.chain import target_chain
@@ -50,6 +51,11 @@ class TypicalAcceptance:
 
     target_pass = "chain"
     lossless = False
+    knobs = (
+        Knob("eps", Rule("number", 0, 1, low_open=True, example="0.09"), 0.09),
+        Knob("delta", Rule("number", 0, low_open=True, high_open=True, example="0.3"), 0.3),
+    )
+    needs = ("chain",)
 
     def __init__(self, eps: float, delta: float):
         self.eps, self.delta = eps, delta
