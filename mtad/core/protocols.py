@@ -37,7 +37,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 ROOT = 0  # row of the root (the committed endpoint) in a step's tree; nodes are rows 1..N
 
-#: ``Proposer.kind``: how a proposer's draft passes look for ``depth`` levels at ``width``
+#: ``Proposer.kind``: how a proposer's draft passes look for ``depth`` levels at ``width`` (the
+#: new rows of each pass after the root's logits; the deepest level is never fed to the draft)
 ProposerKind = Literal["chain", "beam", "chains", "tree"]
 PROPOSER_KINDS: dict[ProposerKind, str] = {
     "chain": "one row per draft pass: a chain, one token per depth",
@@ -107,7 +108,8 @@ class Proposer(Protocol):
 
 
 class Verifier(Protocol):
-    """Scores a drafted tree with the target and decides what to emit (``mtad.verify``)."""
+    """Scores a drafted tree with the target (one pass, ``mtad.verify.score``) and decides what
+    to emit with its acceptance rule (``mtad.verify``)."""
 
     #: what its target pass scores: one of ``TARGET_PASSES``
     target_pass: TargetPass
