@@ -1,13 +1,13 @@
 """Verification maths for the lossless multi-draft decoders (SpecInfer, MCSS, SpecTr, MCNS).
 
-Each method is written twice over one shared core:
+Each method is one function that one walk runs:
 
 * a **single-position rule** ``*_position(P, Q, cands) -> PositionOutcome``: a pure
   function returning the exact outcome distribution at one tree node, i.e. the
   probability that candidate ``i`` is the one accepted, the probability that every
   candidate is rejected and the distribution of the token emitted then;
-* one **tree walk**, ``MultiDraft(rule).walk(parents, tokens, p, q, generator)``, that
-  draws the outcome at each node from that same function (equivalent in distribution to
+* the **tree walk** shared by every rule, ``MultiDraft(rule).walk(parents, tokens, p, q,
+  generator)``, that draws the outcome at each node from that same function (equivalent in distribution to
   the papers' sequential uniforms) and walks down the accepted child.
 
 The exact-enumeration tests therefore prove the very code the decoders run.
