@@ -9,7 +9,8 @@ logit scale 32), for ``--prompts`` random prompts:
 * ``decoders``: for each correct lossless decoder, on how many prompts the check fails (must be
   0) and on how many its output differs at all (at a near-tie);
 * ``planted``: SpD with an off-by-one in verification (row i of the target's distributions
-  scores draft token i+1's position: ``target_chain`` shifted by one row): on how many prompts
+  scores draft token i+1's position: the target pass's ``p`` shifted by one row before
+  ``mtad.verify.chain.verify_chain``): on how many prompts
   the same check fails (it must fail on some: the check has power);
 * ``hidden_rounding_spacings``: per position, eps/2 * |w_a - w_b| * |h| / spacing(|top-1|):
   how far one bfloat16 rounding of the last hidden state h can move the top-2 gap (w_a, w_b:
@@ -62,17 +63,16 @@ def off_by_one_verification():
     """SpD's verification reads the target's distributions one row late (a planted bug)."""
     import mtad.verify.chain as chain
 
-    real = chain.target_chain
+    real = chain.verify_chain
 
-    def shifted(ctx, tokens):
-        p = real(ctx, tokens)
-        return torch.cat([p[1:], p[-1:]])
+    def shifted(tokens, p, *args, **kwargs):
+        return real(tokens, torch.cat([p[1:], p[-1:]]), *args, **kwargs)
 
-    chain.target_chain = shifted
+    chain.verify_chain = shifted
     try:
         yield
     finally:
-        chain.target_chain = real
+        chain.verify_chain = real
 
 
 def hidden_rounding_spacings(model, prompt, tokens) -> list[float]:

@@ -17,8 +17,8 @@ Three parts, all plain numbers (docs/cost_model.md has the derivation):
 
 A step's time depends on how its draft is proposed and what the target verifies, not on
 which decoder composes them: a *kind* names a pass profile, (proposer kind, verifier target
-pass) of ``mtad.core.protocols.Proposer`` / ``Verifier`` (``PROFILES``; the kinds keep the names
-saved priors use for them). Step time of each kind (``t_d``/``t_t``: draft/target pass time,
+pass) in the vocabularies of ``mtad.core.protocols`` (``PROPOSER_KINDS``, ``TARGET_PASSES``)
+(``PROFILES``; the kinds keep the names saved priors use for them). Step time of each kind (``t_d``/``t_t``: draft/target pass time,
 ``c``: overhead)::
 
     spd        (chain, chain)  g * t_d(1)                  + t_t(g + 1)        + c(g)

@@ -11,8 +11,10 @@ added, and a node's parent row is smaller than its own.
 A speculative step is a ``Proposer`` (``mtad.propose``: drafts a token tree on the draft
 model, ``mtad.core.tree.TokenTree``) and a ``Verifier`` (``mtad.verify``: one target pass over
 what it needs of the tree and an acceptance rule); a decoder composes the two
-(``mtad.decoders``). Their ``kind`` strings say what their passes look like, which is all the
-cost model (``mtad.autotune.costmodel``) needs to know of them.
+(``mtad.decoders``). A proposer's ``kind`` (``PROPOSER_KINDS``) says what its draft passes look
+like and a verifier's ``target_pass`` (``TARGET_PASSES``) what its target pass scores: one
+vocabulary each, which is all the cost model (``mtad.autotune.costmodel.PROFILES``) needs to
+know of them.
 
 This module sits below the decoders and the drafting / verification maths
 (``mtad.propose``, ``mtad.verify``, ``mtad.decoders``); of the package it imports only
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import torch
 
@@ -34,6 +36,22 @@ if TYPE_CHECKING:  # pragma: no cover
     from mtad.core.tree import TokenTree
 
 ROOT = 0  # row of the root (the committed endpoint) in a step's tree; nodes are rows 1..N
+
+#: ``Proposer.kind``: how a proposer's draft passes look for ``depth`` levels at ``width`` (the
+#: new rows of each pass after the root's logits; the deepest level is never fed to the draft)
+ProposerKind = Literal["chain", "beam", "chains", "tree"]
+PROPOSER_KINDS: dict[ProposerKind, str] = {
+    "chain": "one row per draft pass: a chain, one token per depth",
+    "beam": "at most width rows per draft pass: the beam slots of one depth (equal paths share a row)",
+    "chains": "at most one row per chain per draft pass: the next tokens of i.i.d. chains",
+    "tree": "one draft pass per depth over the level's nodes (branching[d] children each)",
+}
+#: ``Verifier.target_pass``: what its one target pass (``mtad.verify.score``) scores
+TargetPass = Literal["chain", "tree"]
+TARGET_PASSES: dict[TargetPass, str] = {
+    "chain": "one path: the drafted chain, or one path of the drafted tree (one row per depth)",
+    "tree": "every distinct node of the drafted tree",
+}
 
 
 class TreeRunner(Protocol):
@@ -82,19 +100,19 @@ class StepContext:
 class Proposer(Protocol):
     """Drafts one step's token tree on ``ctx.draft`` (``mtad.propose``)."""
 
-    #: how its draft passes look: ``"chain"`` (one row per depth) or ``"beam"`` (the root,
-    #: then up to ``width`` rows per depth)
-    kind: str
+    #: how its draft passes look: one of ``PROPOSER_KINDS``
+    kind: ProposerKind
 
     def propose(self, ctx: StepContext, depth: int, width: int = 1) -> TokenTree:
         """A tree of ``depth`` levels (``width``: the beam width, where the proposer has one)."""
 
 
 class Verifier(Protocol):
-    """Scores a drafted tree with the target and decides what to emit (``mtad.verify``)."""
+    """Scores a drafted tree with the target (one pass, ``mtad.verify.score``) and decides what
+    to emit with its acceptance rule (``mtad.verify``)."""
 
-    #: what its target pass scores: ``"chain"`` (one path of the tree) or ``"tree"`` (every node)
-    target_pass: str
+    #: what its target pass scores: one of ``TARGET_PASSES``
+    target_pass: TargetPass
     lossless: bool  # its output follows the warped target distribution for a fitting proposer
 
     def verify(self, ctx: StepContext, tree: TokenTree) -> StepOutput:

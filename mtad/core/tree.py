@@ -17,16 +17,19 @@ beam trees, enumeration trees), ``dedup`` keeps the canonical rows of a tree, re
 Besides the rows a tree carries what its proposer knows about it: ``q`` (the warped draft
 distribution each row's children were drawn from, as ``[N+1, V]`` rows: a tensor or
 ``mtad.core.sampling.Rows``, row ``i`` for row ``i``; ``None`` when the proposer has none),
-``depth`` (the depth drafted), ``beams`` (beam sampling's slots, cumulative log-likelihoods
-and ancestry: ``mtad.propose.beam.Beams``) and ``info`` (a proposer's notes, e.g. BiLD's
-fallback).
+``depth`` (the depth drafted), ``beams`` (``Beams``: beam sampling's slots, their tree rows,
+cumulative draft log-likelihoods and ancestry; ``None`` unless a beam proposer made the tree)
+and ``info`` (a proposer's notes, e.g. BiLD's fallback).
+
+``Beams`` is defined here, beside the tree that carries it, because two layers meet through
+it: the beam proposer (``mtad.propose.beam.Beam``) fills it and MTAD's threshold rules
+(``mtad.verify.threshold``) read it; neither imports the other.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
@@ -36,14 +39,54 @@ from mtad.core.warping import Warping
 
 
 @dataclass
+class Beams:
+    """The beam-sampling history of one step (depths 0-based: ``t = 0 .. gamma - 1``).
+
+    Glossary (``mtad.propose.beam`` has the sampling itself): a *slot* is a beam's index at
+    one depth (``0 .. n_t - 1``); ``parents[t][i]`` is the slot at depth ``t - 1`` that slot
+    ``i`` at depth ``t`` extends (``-1`` at depth 0), and following it back gives a beam's
+    *ancestry* (the draws re-permute the beams at every depth, so slot numbers alone do not);
+    the *weight* is the renormalised beam score (it ranks the final beams); the *cumulative
+    log Q* is the raw draft log-likelihood of a beam's prefix.
+    """
+
+    tokens: list[torch.Tensor]  # per depth t: [n_t] long, token of each slot (host)
+    parents: list[torch.Tensor]  # per depth t: [n_t] long, slot at depth t-1 (-1 at t = 0) (host)
+    cum_logq: list[torch.Tensor]  # per depth t: [n_t] raw cumulative draft log-likelihood (host)
+    weights: torch.Tensor  # [n_{gamma-1}] final renormalised beam weights (host)
+    rows: list[list[int]] = field(default_factory=list)  # per depth t: [n_t] tree row of each slot
+
+    @property
+    def gamma(self) -> int:
+        return len(self.tokens)
+
+    def best(self) -> int:
+        """Slot of the final beam with the largest weight (first on ties)."""
+        return int(torch.argmax(self.weights))
+
+    def ancestry(self, slot: int) -> list[int]:
+        """Slots, depth 0 .. gamma-1, of the final beam ``slot`` and its ancestors."""
+        slots = [slot]
+        for t in range(self.gamma - 1, 0, -1):
+            slots.append(int(self.parents[t][slots[-1]]))
+        return slots[::-1]
+
+    def path_tokens(self, slot: int) -> list[int]:
+        return [int(self.tokens[t][s]) for t, s in enumerate(self.ancestry(slot))]
+
+    def path_cum_logq(self, slot: int) -> torch.Tensor:  # [gamma]
+        return torch.stack([self.cum_logq[t][s] for t, s in enumerate(self.ancestry(slot))])
+
+
+@dataclass
 class TokenTree:
     parents: list[int] = field(default_factory=lambda: [-1])  # [N+1], parents[0] = -1
     tokens: list[int] = field(default_factory=lambda: [-1])  # [N+1], tokens[0] = -1 (the endpoint)
     canon: list[int] = field(default_factory=lambda: [0])  # [N+1] first row with the same path
     depths: list[int] = field(default_factory=lambda: [0])  # [N+1] 0 for the root
-    q: Any = None  # [N+1] rows of the warped draft distribution each row's children came from
+    q: torch.Tensor | Rows | None = None  # row r: the warped draft row r's children came from
     depth: int = 0  # depth drafted (a chain's length)
-    beams: Any = None  # beam-specific data (mtad.propose.beam.Beams), when a beam proposer made it
+    beams: Beams | None = None  # beam sampling's history, when a beam proposer made the tree
     info: dict = field(default_factory=dict)
     _index: dict = field(default_factory=dict, repr=False)  # (canonical parent, token) -> row
 
@@ -64,7 +107,7 @@ class TokenTree:
         return r if r is not None else self.add(parent, token)
 
     @classmethod
-    def chain(cls, tokens: Sequence[int], q: Any = None) -> TokenTree:
+    def chain(cls, tokens: Sequence[int], q: torch.Tensor | Rows | None = None) -> TokenTree:
         """A chain: token ``i`` is row ``i + 1`` under row ``i``."""
         tree = cls(q=q, depth=len(tokens))
         for i, t in enumerate(tokens):

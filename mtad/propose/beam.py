@@ -49,8 +49,9 @@ depth's rows are gathered with integer views.
 The token tree (``mtad.core.tree.TokenTree``): one row per slot, depth by depth, slots in
 order; slots with the same path share a canonical row (the one (parent, token) merge of the
 tree type), so the draft is fed each distinct node once and ``TokenTree.dedup`` gives the beam
-tree of distinct nodes (tree-MTAD). The tree carries the beams (``tree.beams``: slots,
-ancestry, cumulative log Q and weights, what MTAD's rules read) and ``q``: the warped draft
+tree of distinct nodes (tree-MTAD). The tree carries the beams (``tree.beams``, a
+``mtad.core.tree.Beams``: slots, their rows, ancestry, cumulative log Q and weights, what MTAD's
+rules read) and ``q``: the warped draft
 distribution after every row, read lazily (``mtad.core.tree.warped_rows``; at temperature > 0
 the very rows the beams were scored with), what the multi-draft rules read. Given its parent
 slot, a draw with replacement is an i.i.d. draw from the parent's ``q`` and a slot's number of
@@ -63,48 +64,14 @@ likelihoods.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
 from mtad.core.decoder import plain_probs
 from mtad.core.knobs import GAMMA, WIDTH, Knob, Rule
 from mtad.core.protocols import ROOT, StepContext
 from mtad.core.sampling import host_supports_with
-from mtad.core.tree import TokenTree, warped_rows
+from mtad.core.tree import Beams, TokenTree, warped_rows
 from mtad.core.warping import Warping
-
-
-@dataclass
-class Beams:
-    """The beam-sampling history of one step (depths 0-based: ``t = 0 .. gamma - 1``)."""
-
-    tokens: list[torch.Tensor]  # per depth t: [n_t] long, token of each slot (host)
-    parents: list[torch.Tensor]  # per depth t: [n_t] long, slot at depth t-1 (-1 at t = 0) (host)
-    cum_logq: list[torch.Tensor]  # per depth t: [n_t] raw cumulative draft log-likelihood (host)
-    weights: torch.Tensor  # [n_{gamma-1}] final renormalised beam weights (host)
-    rows: list[list[int]] = field(default_factory=list)  # per depth t: [n_t] tree row of each slot
-
-    @property
-    def gamma(self) -> int:
-        return len(self.tokens)
-
-    def best(self) -> int:
-        """Slot of the final beam with the largest weight (first on ties)."""
-        return int(torch.argmax(self.weights))
-
-    def ancestry(self, slot: int) -> list[int]:
-        """Slots, depth 0 .. gamma-1, of the final beam ``slot`` and its ancestors."""
-        slots = [slot]
-        for t in range(self.gamma - 1, 0, -1):
-            slots.append(int(self.parents[t][slots[-1]]))
-        return slots[::-1]
-
-    def path_tokens(self, slot: int) -> list[int]:
-        return [int(self.tokens[t][s]) for t, s in enumerate(self.ancestry(slot))]
-
-    def path_cum_logq(self, slot: int) -> torch.Tensor:  # [gamma]
-        return torch.stack([self.cum_logq[t][s] for t, s in enumerate(self.ancestry(slot))])
 
 
 def scoring_probs(warping: Warping, logits: torch.Tensor) -> torch.Tensor:  # [..., V]

@@ -9,8 +9,9 @@ tree's canonical rows, renumbered (``TokenTree.feed_rows``).
 
 Devices: the draft's warped rows of one depth cross to the host together (one transfer
 per depth, ``mtad.core.sampling.host_supports``), where children are drawn; the tree keeps
-those host supports as its ``q``. ``mtad.verify.multidraft.score_tree`` brings the target's warped rows across
-in one transfer on an accelerator (on the CPU it warps the rows a walk reads, lazily).
+those host supports as its ``q``. The target pass (``mtad.verify.score``) brings the target's
+warped rows across in one transfer on an accelerator (on the CPU it warps the rows a walk reads,
+lazily).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Verification of one chain: the target pass over it and speculative sampling (SpD).
+"""Speculative sampling of one chain (SpD): the rule, on the target pass's output.
 
 Speculative sampling (Leviathan et al., ICML 2023; Chen et al., 2023), lossless for a chain
 drawn autoregressively from the warped draft (``mtad.propose.chain.Chain``): one target pass
@@ -6,9 +6,8 @@ gives p1..p(g+1); accept xi while U <= min(1, pi(xi)/qi(xi)); after the first re
 emit a correction y ~ norm(max(0, p - q)); if all g were accepted emit a bonus
 y ~ p(g+1). At temperature 0 (one-hot p and q) this is exactly greedy decoding.
 
-``target_chain`` (one target pass over the endpoint and a chain) and ``chain_masses`` (a
-chain's masses under several distributions, one transfer) serve the other chain rules too
-(``mtad.verify.threshold``, ``mtad.verify.typical``, ``mtad.verify.rollback``).
+The target pass is ``mtad.verify.score.score`` (shared by every verifier); ``verify_chain`` is
+the rule, on its output.
 
 Devices: verification gathers every p_i(x_i), q_i(x_i) on the target's device (indexed with
 the target pass's own copy of the tokens, ``mtad.core.runner.fed_tensors``) and crosses
@@ -21,28 +20,8 @@ from __future__ import annotations
 import torch
 
 from mtad.core.decoder import StepContext, StepOutput, residual, sample
-from mtad.core.runner import fed_tensors
 from mtad.core.tree import TokenTree
-
-
-def chain_masses(
-    draft_tokens: list[int],  # [g]
-    *dists: torch.Tensor,  # each [>= g, V]: row i scores draft_tokens[i]
-    x: torch.Tensor | None = None,  # [g] the tokens already on a device (a pass's own copy)
-) -> list[list[float]]:  # per dist: [g] masses p_i(x_i)
-    """Every dist's mass at the chain's tokens, gathered on the first dist's device: one
-    transfer (and one host-to-device copy of the tokens unless ``x`` is given)."""
-    g = len(draft_tokens)
-    if g == 0:
-        return [[] for _ in dists]
-    dev = dists[0].device
-    dtype = dists[0].dtype
-    for d in dists[1:]:
-        dtype = torch.promote_types(dtype, d.dtype)
-    rows = torch.arange(g, device=dev)
-    x = x.to(dev) if x is not None else torch.tensor(draft_tokens, dtype=torch.long, device=dev)
-    gathered = torch.stack([d.to(dev)[rows, x].to(dtype) for d in dists])  # [len(dists), g]
-    return gathered.cpu().tolist()
+from mtad.verify.score import chain_masses, chain_tokens, score
 
 
 def verify_chain(
@@ -66,12 +45,6 @@ def verify_chain(
     return g, sample(p[g], generator, bound)
 
 
-def target_chain(ctx: StepContext, tokens: list[int]) -> torch.Tensor:
-    """One target pass over the endpoint and a chain; warped p [len(tokens) + 1, V]."""
-    logits = ctx.target.forward(tokens, list(range(len(tokens))))  # rows: chain node i+1 under row i
-    return ctx.warping(torch.cat([ctx.target.root_logits[None], logits]))
-
-
 class SpeculativeChain:
     """Speculative sampling of a chain tree (rows 1..g) with its draft rows ``tree.q``."""
 
@@ -81,9 +54,9 @@ class SpeculativeChain:
     needs = ("chain", "chain_q")
 
     def verify(self, ctx: StepContext, tree: TokenTree) -> StepOutput:
-        tokens = tree.tokens[1:]
+        tokens = chain_tokens(tree, "speculative sampling")
         g = len(tokens)
-        p = target_chain(ctx, tokens)
-        x, _ = fed_tensors(ctx.target, tokens, None, p.device)
-        n, y = verify_chain(tokens, p, tree.q, ctx.generator, ctx.warping.support_bound, x)
+        scores = score(ctx, tree)  # p: [g+1, V]
+        x, _ = scores.fed()
+        n, y = verify_chain(tokens, scores.p, tree.q, ctx.generator, ctx.warping.support_bound, x)
         return StepOutput(tokens=tokens[:n] + [y], drafted=g, accepted=n, tree_size=g)

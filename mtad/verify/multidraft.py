@@ -1,13 +1,13 @@
 """Verification maths for the lossless multi-draft decoders (SpecInfer, MCSS, SpecTr, MCNS).
 
-Each method is written twice over one shared core:
+Each method is one function that one walk runs:
 
 * a **single-position rule** ``*_position(P, Q, cands) -> PositionOutcome``: a pure
   function returning the exact outcome distribution at one tree node, i.e. the
   probability that candidate ``i`` is the one accepted, the probability that every
   candidate is rejected and the distribution of the token emitted then;
-* a **tree walker** ``verify_*(parents, tokens, p, q, generator)`` that draws the
-  outcome at each node from that same function (equivalent in distribution to
+* the **tree walk** shared by every rule, ``MultiDraft(rule).walk(parents, tokens, p, q,
+  generator)``, that draws the outcome at each node from that same function (equivalent in distribution to
   the papers' sequential uniforms) and walks down the accepted child.
 
 The exact-enumeration tests therefore prove the very code the decoders run.
@@ -30,9 +30,9 @@ the rows on its path), whose rows are vectors or their host supports
 (``mtad.core.sampling.Support``). This is the code base's token-tree convention
 (``mtad.core.runner``).
 
-Devices: the walk runs on the host. A decoder hands it rows that cross from the device
-once per step (``mtad.propose.tree.score_tree``; the draft's supports crossed
-while drafting), so verification costs one device-to-host transfer whatever the tree.
+Devices: the walk runs on the host. ``MultiDraft.verify`` hands it the target's rows, which
+cross from the device once per step (``mtad.verify.score.Scores.rows``; the draft's supports
+crossed while drafting), so verification costs one device-to-host transfer whatever the tree.
 
 Support. After top-k / top-p a distribution over V ~ 152k tokens has a handful of
 nonzero entries. On a long vocabulary each visited node's rule runs on the union of
@@ -49,7 +49,11 @@ Methods:
   Speculative Decoding", arXiv:2401.06706 (2024). Siblings drawn from ``q``
   without replacement (``draw_without_replacement``).
 * SpecTr -- k-sequential draft selection, Sun et al., "SpecTr: Fast Speculative
-  Decoding via Optimal Transport", NeurIPS 2023. ``k`` i.i.d. chain drafts.
+  Decoding via Optimal Transport", NeurIPS 2023. ``k`` i.i.d. chain drafts (the root has k
+  children, one per chain; equal prefixes are not merged in the tree). At each depth the
+  k-sequential rule runs over the next tokens of the k_t drafts consistent with the accepted
+  prefix (``merge_equal_prefixes``; rho* recomputed for k_t); drafts agreeing with the
+  accepted token stay alive; the path follows the branch of the deepest accepted node.
 * MCNS -- multi-candidate naive sampling: draw ``y ~ p`` and keep it if it is a
   candidate; a lossless sanity baseline.
 
@@ -60,8 +64,8 @@ is skipped (never accepted, no update of ``P`` or ``Q``), which keeps every rule
 lossless whatever it is given.
 
 The verifier ``MultiDraft(rule)`` (the ``mtad.core.protocols.Verifier`` of these rules) scores a
-drafted ``mtad.core.tree.TokenTree`` with one target pass (``score_tree``) and walks it with the
-tree's ``q``. Which proposer fits which rule: SpecInfer and SpecTr need the candidates at a node
+drafted ``mtad.core.tree.TokenTree`` with one target pass (``mtad.verify.score.score``) and
+walks it with the tree's ``q``. Which proposer fits which rule: SpecInfer and SpecTr need the candidates at a node
 to be i.i.d. draws from its ``q`` given their number (``mtad.propose.tree.Tree`` with the
 ``iid`` sampler, ``Chains``, and beam sampling *with replacement*, ``mtad.propose.beam.Beam``,
 whose draws given their parent slot are i.i.d. from the parent's ``q`` and whose number of
@@ -72,8 +76,8 @@ tokens drawn under it); MCNS takes any proposal. With ``merge_equal_prefixes`` t
 candidates after an accepted node are the children of every row carrying the accepted path
 (SpecTr's alive drafts; for beams, slots drawn twice), still i.i.d. given their number.
 
-This module knows nothing about models, caches or tokenizers beyond ``score_tree``'s one
-target pass: distributions and token ids in, accepted node indices and one token out. Chain
+This module knows nothing about models, caches or tokenizers: distributions and token ids in,
+accepted node indices and one token out (the target pass is ``mtad.verify.score``). Chain
 speculative sampling (SpD) lives in ``mtad.verify.chain``.
 """
 
@@ -87,7 +91,8 @@ import torch
 from mtad.core import sampling
 from mtad.core.decoder import StepContext, StepOutput
 from mtad.core.sampling import Rows, Support, as_support, sample
-from mtad.core.tree import TokenTree, warped_rows
+from mtad.core.tree import TokenTree
+from mtad.verify.score import score
 
 __all__ = [
     "Compressed",
@@ -100,11 +105,6 @@ __all__ = [
     "specinfer_position",
     "spectr_position",
     "spectr_rho",
-    "score_tree",
-    "verify_mcns",
-    "verify_mcss",
-    "verify_specinfer",
-    "verify_spectr",
 ]
 
 
@@ -459,91 +459,6 @@ def _walk(
     return path[::-1], token
 
 
-def verify_specinfer(
-    parents: Sequence[int],  # [N+1], parents[0] = -1
-    tokens: Sequence[int],  # [N+1], tokens[0] unused
-    p: torch.Tensor,  # [N+1, V] warped target distribution after each row
-    q: torch.Tensor,  # [N+1, V] warped draft distribution each row's children were drawn from
-    generator: torch.Generator,
-    compress: bool | None = None,
-) -> tuple[list[int], int]:
-    """SpecInfer tree verification (Miao et al., ASPLOS 2024): (accepted path, correction/bonus).
-
-    Children of each node must be i.i.d. draws from ``q`` of that node.
-    """
-    return _walk(parents, tokens, p, q, generator, specinfer_position, compress=compress)
-
-
-def verify_mcss(
-    parents: Sequence[int],  # [N+1], parents[0] = -1
-    tokens: Sequence[int],  # [N+1], tokens[0] unused
-    p: torch.Tensor,  # [N+1, V] warped target distribution after each row
-    q: torch.Tensor,  # [N+1, V] warped draft distribution each row's children were drawn from
-    generator: torch.Generator,
-    compress: bool | None = None,
-) -> tuple[list[int], int]:
-    """MCSS tree verification (Yang et al., arXiv:2401.06706): (accepted path, correction/bonus).
-
-    Children of each node must be drawn from ``q`` of that node without
-    replacement, in index order (``mtad.propose.tree.draw_without_replacement``).
-    """
-    return _walk(parents, tokens, p, q, generator, mcss_position, compress=compress)
-
-
-def verify_spectr(
-    parents: Sequence[int],  # [N+1], parents[0] = -1
-    tokens: Sequence[int],  # [N+1], tokens[0] unused
-    p: torch.Tensor,  # [N+1, V] warped target distribution after each row
-    q: torch.Tensor,  # [N+1, V] warped draft distribution each row's child was drawn from
-    generator: torch.Generator,
-    compress: bool | None = None,
-) -> tuple[list[int], int]:
-    """SpecTr sequence verification of k i.i.d. chain drafts (Sun et al., NeurIPS 2023).
-
-    The root has k children, one per chain; each chain is its own branch (equal
-    prefixes not merged in the tree). At each depth the k-sequential rule runs
-    over the next tokens of the k_t drafts consistent with the accepted prefix
-    (rho* recomputed for k_t); drafts agreeing with the accepted token stay alive.
-    A full rejection emits the residual sample; a bonus is drawn from ``p`` if a
-    chain end was reached. Returns (accepted path, correction/bonus); the path
-    follows the branch of the deepest accepted node (all alive branches carry
-    the same tokens).
-    """
-    return _walk(
-        parents, tokens, p, q, generator, spectr_position, merge_equal_prefixes=True, compress=compress
-    )
-
-
-def verify_mcns(
-    parents: Sequence[int],  # [N+1], parents[0] = -1
-    tokens: Sequence[int],  # [N+1], tokens[0] unused
-    p: torch.Tensor,  # [N+1, V] warped target distribution after each row
-    q: torch.Tensor,  # [N+1, V] unused: MCNS does not look at the proposal
-    generator: torch.Generator,
-    compress: bool | None = None,
-) -> tuple[list[int], int]:
-    """MCNS: at each node draw y ~ p; accept the child carrying y, else emit y and stop.
-
-    Returns (accepted path, correction/bonus). Lossless for any proposal.
-    """
-    return _walk(
-        parents, tokens, p, q, generator, lambda P, Q, cands: mcns_position(P, cands), compress=compress
-    )
-
-
-def score_tree(ctx: StepContext, tree: TokenTree) -> Rows:  # [N+1] host supports of warped p
-    """One target pass over the tree's distinct nodes; warped p for every row (row 0 = root).
-
-    On the CPU a row is warped when first read (a verifier reads only the rows on its
-    path); on an accelerator the first read warps every row and brings their supports to
-    the host in one transfer (``mtad.core.tree.warped_rows``).
-    """
-    rows, tokens, parents = tree.feed_rows()  # target runner rows 1..U
-    logits = ctx.target.forward(tokens, parents)
-    pos = {r: i for i, r in enumerate(rows)}
-    return warped_rows(tree, ctx.warping, ctx.target.root_logits, logits, pos)
-
-
 def _mcns_rule(P, Q, cands):
     return mcns_position(P, cands)
 
@@ -585,9 +500,25 @@ class MultiDraft:
         self.rule = rule
         self.merge = (rule == "spectr") if merge_equal_prefixes is None else merge_equal_prefixes
 
+    def walk(
+        self,
+        parents: Sequence[int],  # [N+1], parents[0] = -1
+        tokens: Sequence[int],  # [N+1], tokens[0] unused
+        p: torch.Tensor | Rows,  # [N+1, V] warped target distribution after each row
+        q: torch.Tensor | Rows,  # [N+1, V] warped draft distribution each row's children came from
+        generator: torch.Generator,
+        compress: bool | None = None,
+    ) -> tuple[list[int], int]:
+        """The rule over a scored tree: (accepted path of rows, correction/bonus token).
+
+        The children of each row must be drawn from its ``q`` as the rule needs (i.i.d. for
+        SpecInfer and SpecTr, without replacement in index order for MCSS; MCNS ignores ``q``).
+        """
+        return _walk(parents, tokens, p, q, generator, RULES[self.rule],
+                     merge_equal_prefixes=self.merge, compress=compress)
+
     def verify(self, ctx: StepContext, tree: TokenTree) -> StepOutput:
-        p = score_tree(ctx, tree)
-        path, y = _walk(tree.parents, tree.tokens, p, tree.q, ctx.generator, RULES[self.rule],
-                        merge_equal_prefixes=self.merge)
+        p = score(ctx, tree).rows()  # [N+1] host supports, read lazily
+        path, y = self.walk(tree.parents, tree.tokens, p, tree.q, ctx.generator)
         return StepOutput(tokens=tree.path_tokens(path) + [y], drafted=tree.depth,
                           accepted=len(path), tree_size=len(tree.unique_rows))

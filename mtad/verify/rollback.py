@@ -7,7 +7,7 @@ run the target twice in a step. It checks a chain drafted by BiLD's little-model
 (``mtad.propose.chain.ConfidenceRun``, whose ``tree.info["fallback"]`` says how the run
 ended); ``mtad.decoders.bild`` documents the reading of the published code in full:
 
-    target   one pass over the unchecked draft tokens x_1..x_n: p_1..p_(n+1)
+    target   one pass over the unchecked draft tokens x_1..x_n (``mtad.verify.score``): p_1..p_(n+1)
     rollback first i with -log p_i(x_i) > alpha_rb; the target's token y at i is drawn from
              p_i. If y != x_i: keep x_1..x_(i-1), y, then run the target once more and emit
              its token z ~ p(. | ..., x_<i, y) (two target passes in this step).
@@ -27,10 +27,9 @@ import torch
 
 from mtad.core.decoder import StepContext, StepOutput, plain_probs, sample
 from mtad.core.knobs import MODE, Knob, Rule
-from mtad.core.runner import fed_tensors
 from mtad.core.sampling import host_supports
 from mtad.core.tree import TokenTree
-from mtad.verify.chain import chain_masses
+from mtad.verify.score import Scores, chain_masses, chain_tokens, score
 
 
 def rollback_position(
@@ -68,33 +67,33 @@ class Rollback:
         return sample(probs, ctx.generator, ctx.warping.support_bound)
 
     def verify(self, ctx: StepContext, tree: TokenTree) -> StepOutput:
-        draft, fallback = tree.tokens[1:], tree.info.get("fallback", False)
+        draft, fallback = chain_tokens(tree, "BiLD's rollback"), tree.info.get("fallback", False)
         n = len(draft)
         info = {"fallback": fallback, "rollback": None, "target_tokens": 0}
         if n == ctx.remaining and not fallback:  # the run ends the generation, unverified
             return StepOutput(tokens=draft, drafted=n, accepted=n, tree_size=0, info=info)
-        logits = ctx.target.forward(draft, list(range(n)))  # [n, V], chain rows 1..n
-        p = self.probs(ctx, torch.cat([ctx.target.root_logits[None], logits]))  # [n+1, V]
-        pxs, pick = self._verify_rows(ctx, draft, p)  # one transfer
+        scores = score(ctx, tree)  # chain rows 1..n
+        p = self.probs(ctx, scores.logits)  # [n+1, V]
+        pxs, pick = self._verify_rows(ctx, draft, p, scores)  # one transfer
         rb = rollback_position(draft, pxs, self.alpha_rb)
         if rb is not None:
             y = pick(rb)
             if y != draft[rb]:  # roll back to i = rb, then one more target iteration
                 tokens = draft[:rb] + [y]
                 if len(tokens) < ctx.remaining:
-                    again = ctx.target.forward([y], [rb])[0]  # [V], y under row rb
+                    again = scores.then(rb, y)  # [V], y under row rb
                     tokens.append(self.pick(ctx, self.probs(ctx, again)))
                 info.update(rollback=rb, target_tokens=len(tokens) - rb)
                 return StepOutput(tokens=tokens, drafted=n, accepted=rb, tree_size=n + 1, info=info)
         info["target_tokens"] = 1
         return StepOutput(tokens=draft + [pick(n)], drafted=n, accepted=n, tree_size=n, info=info)
 
-    def _verify_rows(self, ctx: StepContext, draft: list[int], p: torch.Tensor):
+    def _verify_rows(self, ctx: StepContext, draft: list[int], p: torch.Tensor, scores: Scores):
         """p_i(x_i) for the run and a picker of the target's token at any row: one transfer."""
         n = len(draft)
         if self.mode == "greedy":
             rows = torch.arange(n, device=p.device)
-            x, _ = fed_tensors(ctx.target, draft, None, p.device)  # the target pass's own copy
+            x, _ = scores.fed()  # the target pass's own copy
             host = torch.cat([p[rows, x], torch.argmax(p, -1).to(p.dtype)]).cpu().tolist()
             return host[:n], lambda i: int(host[n + i])
         supports = host_supports(p, ctx.warping.support_bound)

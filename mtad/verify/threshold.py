@@ -2,9 +2,11 @@
 Not lossless, by design (Qin et al., "Optimized Multi-Token Joint Decoding with Auxiliary
 Model for LLM Inference", ICLR 2025).
 
-Both rules read the beam-sampling data of the drafted tree (``tree.beams``, made by
-``mtad.propose.beam.Beam``: the best final beam, its ancestry and the cumulative draft
-log-likelihoods ``log Q``), so they pair with the beam proposer.
+Both rules read the beam-sampling history of the drafted tree (``tree.beams``, a
+``mtad.core.tree.Beams`` that the beam proposer ``mtad.propose.beam.Beam`` fills: the best final
+beam, its ancestry and the cumulative draft log-likelihoods ``log Q``), so they pair with the
+beam proposer; a tree without it is refused in one line. The target pass is
+``mtad.verify.score.score``: over the best beam's path (chain) or over every beam node (tree).
 
 Chain (``JointThreshold``, MTAD)::
 
@@ -53,9 +55,8 @@ import torch
 from mtad.core.decoder import StepContext, StepOutput, sample
 from mtad.core.knobs import TAU, Knob, Rule
 from mtad.core.protocols import ROOT
-from mtad.core.runner import fed_tensors
-from mtad.core.tree import TokenTree
-from mtad.verify.chain import target_chain
+from mtad.core.tree import Beams, TokenTree
+from mtad.verify.score import score
 
 
 def cumulative_log_ratio(
@@ -99,6 +100,14 @@ def tree_accept(
     return a, best, per_depth
 
 
+def beams_of(tree: TokenTree, rule: str) -> Beams:
+    """The tree's beam-sampling history; ValueError when no beam proposer made the tree."""
+    if tree.beams is None:
+        raise ValueError(f"{rule} reads the beam history of a beam-sampled draft (tree.beams, "
+                         f"filled by mtad.propose.beam.Beam); this tree has none")
+    return tree.beams
+
+
 class JointThreshold:
     """MTAD's rule on the best beam of a beam tree (``tree.beams``): see the module docstring."""
 
@@ -111,13 +120,14 @@ class JointThreshold:
         self.tau = tau
 
     def verify(self, ctx: StepContext, tree: TokenTree) -> StepOutput:
-        beams = tree.beams
+        beams = beams_of(tree, "MTAD's threshold")
         g = beams.gamma
         best = beams.best()
         draft = beams.path_tokens(best)  # [g]
-        p = target_chain(ctx, draft)  # [g+1, V] warped target distributions
+        scores = score(ctx, TokenTree.chain(draft))  # the best beam's path only
+        p = scores.p  # [g+1, V] warped target distributions
         dev = p.device
-        x, _ = fed_tensors(ctx.target, draft, None, dev)  # the pass's own copy of the tokens
+        x, _ = scores.fed()  # the pass's own copy of the tokens
         log_p = p[torch.arange(g, device=dev), x].log().cpu()  # [g], one transfer
         cum_logq = beams.path_cum_logq(best).to(log_p.dtype)  # on the host (beam sampling's)
         r = cumulative_log_ratio(log_p, cum_logq)
@@ -145,22 +155,22 @@ class TreeThreshold:
         self.tau = tau
         self.compat_slot_index = compat_slot_index
 
-    def reference(self, beams) -> torch.Tensor:  # [g]
+    def reference(self, beams: Beams) -> torch.Tensor:  # [g]
         best = beams.best()
         if not self.compat_slot_index:
             return beams.path_cum_logq(best)
         return torch.stack([c[min(best, len(c) - 1)] for c in beams.cum_logq])
 
     def verify(self, ctx: StepContext, tree: TokenTree) -> StepOutput:
-        nodes, _ = tree.dedup()  # one row per distinct beam node
+        beams = beams_of(tree, "tree-MTAD's threshold")
+        scores = score(ctx, tree)  # one pass over the whole tree
+        nodes = scores.nodes  # one row per distinct beam node
         tokens, parents, depth = nodes.tokens, nodes.parents, nodes.depths
         g = tree.depth
-        logits = ctx.target.forward(tokens[1:], parents[1:])  # [N, V], one pass over the whole tree
-        p = ctx.warping(torch.cat([ctx.target.root_logits[None], logits]))  # [N+1, V], row 0 = root
-        dev = p.device
-        x, par = fed_tensors(ctx.target, tokens[1:], parents[1:], dev)  # the pass's own copy
+        p = scores.p  # [N+1, V], row 0 = root
+        x, par = scores.fed(parents=True)  # the pass's own copy
         edge_p = p[par, x].cpu()  # [N], one transfer: the edge probabilities
-        ref = self.reference(tree.beams).to(p.dtype)  # [g] on the host (beam sampling's)
+        ref = self.reference(beams).to(p.dtype)  # [g] on the host (beam sampling's)
         log_path_p = torch.zeros(len(tokens), dtype=p.dtype)  # [N+1] on the host, row 0: log 1
         for r in range(1, len(tokens)):  # parents precede children
             log_path_p[r] = log_path_p[parents[r]] + edge_p[r - 1].log()

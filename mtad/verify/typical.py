@@ -5,7 +5,7 @@ A draft chain is checked against the target with an entropy-dependent threshold 
 of speculative sampling; the rule reads only the target's distributions (any chain
 proposer fits; the draft's ``q`` is not used):
 
-    target  one pass: p_1..p_(g+1) (warped)
+    target  one pass (``mtad.verify.score``): p_1..p_(g+1) (warped)
     accept  x_i while p_i(x_i) > min(eps, delta * exp(-H(p_i)))   (longest run from x_1)
     emit    x_1..x_a, then y ~ p_(a+1)   (correction, or bonus when a = g)
 
@@ -19,9 +19,8 @@ import torch
 
 from mtad.core.decoder import StepContext, StepOutput, sample
 from mtad.core.knobs import Knob, Rule
-from mtad.core.runner import fed_tensors
 from mtad.core.tree import TokenTree
-from mtad.verify.chain import target_chain
+from mtad.verify.score import chain_tokens, score
 
 
 def entropy(p: torch.Tensor) -> torch.Tensor:  # [..., V] -> [...]
@@ -61,10 +60,11 @@ class TypicalAcceptance:
         self.eps, self.delta = eps, delta
 
     def verify(self, ctx: StepContext, tree: TokenTree) -> StepOutput:
-        tokens = tree.tokens[1:]
+        tokens = chain_tokens(tree, "typical acceptance")
         g = len(tokens)
-        p = target_chain(ctx, tokens)  # [g+1, V]
-        x, _ = fed_tensors(ctx.target, tokens, None, p.device)
+        scores = score(ctx, tree)
+        p = scores.p  # [g+1, V]
+        x, _ = scores.fed()
         a = typical_accept_length(tokens, p, self.eps, self.delta, x)
         return StepOutput(
             tokens=tokens[:a] + [sample(p[a], ctx.generator, ctx.warping.support_bound)],

@@ -107,8 +107,7 @@ def test_position_outcome_same_on_compressed_columns(name, seed):
     assert not bool(dense.residual[rest].any()), "the dense residual has mass outside the columns"
 
 
-WALKERS = {"specinfer": md.verify_specinfer, "mcss": md.verify_mcss,
-           "spectr": md.verify_spectr, "mcns": md.verify_mcns}
+WALKERS = {name: md.MultiDraft(name).walk for name in ("specinfer", "mcss", "spectr", "mcns")}
 
 
 def tree_for(name: str, q: torch.Tensor, gen: torch.Generator):
@@ -154,7 +153,7 @@ def test_walker_auto_compresses_long_vocabularies():
     p, q, _ = random_problem(7)
     parents, tokens = tree_for("specinfer", q, torch.Generator().manual_seed(7))
     p, q = p[: len(tokens)], q[: len(tokens)]
-    outs = Counter(md.verify_specinfer(parents, tokens, p, q, torch.Generator().manual_seed(s))[1]
+    outs = Counter(WALKERS["specinfer"](parents, tokens, p, q, torch.Generator().manual_seed(s))[1]
                    for s in range(200))
     support = set(torch.nonzero((p > 0).any(0)).flatten().tolist())
     assert set(outs) <= support and max(outs) >= 30

@@ -12,7 +12,7 @@ from mtad.propose.tree import draft_chains
 from mtad.run.cli import group_options, load_decoder
 from mtad.testing import chi_square_gof, exact_joint, sample_sequences
 from mtad.verify.chain import verify_chain
-from mtad.verify.multidraft import score_tree
+from mtad.verify.score import score
 
 PROMPT = [2, 3]
 LENGTH = 3
@@ -39,7 +39,7 @@ class LongestOfKSpD(Decoder):
 
     def step(self, ctx: StepContext) -> StepOutput:
         tree = draft_chains(ctx, self.k, self.gamma)
-        p = score_tree(ctx, tree)
+        p = score(ctx, tree).rows()
         best = None
         for c in range(self.k):
             rows = [1 + c + self.k * d for d in range(self.gamma)]

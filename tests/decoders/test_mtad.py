@@ -11,13 +11,14 @@ import torch
 from mtad.core.decoder import StepContext, StepOutput, residual, sample
 from mtad.core.engine import Engine
 from mtad.core.runner import ModelRunner
+from mtad.core.tree import TokenTree
 from mtad.core.warping import Warping
 from mtad.decoders.autoregressive import Greedy
 from mtad.decoders.mtad import MTAD
 from mtad.models.tiny import tiny_causal_lm
 from mtad.propose.beam import beam_sample, scoring_probs
 from mtad.testing import chi_square_gof, exact_joint, sample_sequences
-from mtad.verify.chain import target_chain
+from mtad.verify.score import score
 from mtad.verify.threshold import accept_length, cumulative_log_ratio
 
 PROMPT = [2, 3, 4]
@@ -301,7 +302,7 @@ class ResidualMTAD(MTAD):
     def step(self, ctx: StepContext) -> StepOutput:
         beams = beam_sample(ctx, self.gamma, self.width, self.replacement)
         draft = beams.path_tokens(beams.best())
-        p = target_chain(ctx, draft)  # [g+1, V]
+        p = score(ctx, TokenTree.chain(draft)).p  # [g+1, V]
         log_p = p[torch.arange(self.gamma), torch.tensor(draft)].log()
         r = cumulative_log_ratio(log_p, beams.path_cum_logq(beams.best()).to(log_p.dtype))
         a, _ = accept_length(r, self.tau)

@@ -7,6 +7,7 @@ import torch
 
 from mtad.core.decoder import StepContext, StepOutput, sample
 from mtad.core.engine import Engine
+from mtad.core.tree import TokenTree
 from mtad.core.warping import Warping
 from mtad.decoders.autoregressive import Greedy, Multinomial
 from mtad.decoders.spd import SpD
@@ -19,7 +20,8 @@ from mtad.testing import (
     prefix_marginal,
     sample_sequences,
 )
-from mtad.verify.chain import target_chain, verify_chain
+from mtad.verify.chain import verify_chain
+from mtad.verify.score import score
 
 PROMPT = [5, 6, 7, 8, 9]
 
@@ -85,7 +87,7 @@ class LossySpD(SpD):
 
     def step(self, ctx: StepContext) -> StepOutput:
         tokens, q = draft_chain(ctx, self.gamma)
-        p = target_chain(ctx, tokens)
+        p = score(ctx, TokenTree.chain(tokens)).p
         n, _ = verify_chain(tokens, p, q, ctx.generator)
         y = sample(p[n], ctx.generator)
         return StepOutput(

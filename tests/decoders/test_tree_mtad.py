@@ -9,11 +9,11 @@ import torch
 
 from mtad.core.engine import Engine
 from mtad.core.runner import ModelRunner
+from mtad.core.tree import Beams
 from mtad.core.warping import Warping
 from mtad.decoders.autoregressive import Greedy
 from mtad.decoders.mtad import MTAD
 from mtad.decoders.tree_mtad import TreeMTAD
-from mtad.propose.beam import Beams
 
 PROMPT = [2, 3, 4]
 

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import math
+import pkgutil
+import typing
+
 import pytest
 import torch
 
+import mtad.decoders
+import mtad.propose
 from mtad.core.decoder import StepContext
-from mtad.core.protocols import ROOT
+from mtad.core.protocols import PROPOSER_KINDS, ROOT, ProposerKind
 from mtad.core.runner import ModelRunner
-from mtad.core.tree import TokenTree
+from mtad.core.tree import Beams, TokenTree
 from mtad.core.warping import Warping
-from mtad.propose.beam import Beam, Beams, slot_tree
+from mtad.propose.beam import Beam, slot_tree
 from mtad.propose.chain import Chain, ConfidenceRun
 from mtad.propose.tree import Chains, Tree
 
@@ -42,7 +50,6 @@ def test_every_proposer_drafts_a_token_tree_of_the_asked_depth(toy_pair, propose
     tree = proposer.propose(_ctx(toy_pair, Warping(1.0)), 3, width)
     assert isinstance(tree, TokenTree) and max(tree.depths) == 3
     assert all(p < r for r, p in enumerate(tree.parents) if r > 0)
-    assert proposer.kind in ("chain", "tree", "chains", "beam")
 
 
 def test_beam_tree_q_is_the_warped_draft_after_each_row(toy_pair):
@@ -71,3 +78,54 @@ def test_beam_tree_layout_and_dedup():
     assert tokens == [-1, 1, 2, 3, 4] and parents == [-1, ROOT, ROOT, 1, 2]
     assert depth == [0, 1, 1, 2, 2]
     assert node_of == [[1, 1, 2], [3, 3, 4]]
+
+
+def _proposer_classes() -> list[type]:
+    """Every class in ``mtad.propose`` and ``mtad.decoders`` with a ``propose`` method."""
+    out = []
+    for package in (mtad.propose, mtad.decoders):
+        for m in pkgutil.iter_modules(package.__path__):
+            mod = importlib.import_module(f"{package.__name__}.{m.name}")
+            out += [c for _, c in inspect.getmembers(mod, inspect.isclass)
+                    if c.__module__ == mod.__name__ and callable(getattr(c, "propose", None))]
+    return out
+
+
+# every proposer of mtad.propose, drafting 4 levels at width 3
+KIND_CASES = [Chain(), ConfidenceRun("sampling", 0.0), Beam(), Beam(replacement=False),
+              Chains(3), Tree([3, 2, 2, 2])]
+
+
+def test_every_proposer_declares_a_kind_of_the_vocabulary():
+    assert set(PROPOSER_KINDS) == set(typing.get_args(ProposerKind))
+    classes = _proposer_classes()
+    assert {c for c in classes if c.__module__.startswith("mtad.propose.")} == {
+        type(p) for p in KIND_CASES}, "add the new proposer to KIND_CASES"
+    for cls in classes:
+        assert cls.kind in PROPOSER_KINDS, f"{cls.__qualname__}.kind = {cls.kind!r}"
+
+
+@pytest.mark.parametrize("proposer", KIND_CASES, ids=lambda p: type(p).__name__)
+def test_kind_says_how_the_draft_passes_look(toy_pair, proposer):
+    ctx = _ctx(toy_pair, Warping(1.0))
+    rows = []  # new rows of each draft pass (the root's own pass has none)
+    real = ctx.draft.forward
+
+    def recording(tokens, parents):
+        if tokens:
+            rows.append(len(tokens))
+        return real(tokens, parents)
+
+    ctx.draft.forward = recording
+    depth, width = 4, 3
+    tree = proposer.propose(ctx, depth, width)
+    assert len(rows) <= depth - 1  # the last level is never fed to the draft
+    if proposer.kind == "chain":
+        assert rows == [1] * len(rows)
+    elif proposer.kind == "beam":
+        assert rows and max(rows) <= width
+    elif proposer.kind == "chains":
+        assert rows and max(rows) <= proposer.num_drafts
+    else:  # "tree": pass d feeds at most the level's nodes
+        assert rows and all(n <= math.prod(proposer.branching[: d + 1]) for d, n in enumerate(rows))
+    assert max(tree.depths) == depth

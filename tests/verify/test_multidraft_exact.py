@@ -23,16 +23,13 @@ from scipy import stats
 from mtad.core.warping import warp_probs
 from mtad.propose.tree import draw_without_replacement
 from mtad.verify.multidraft import (
+    MultiDraft,
     PositionOutcome,
     mcns_position,
     mcss_position,
     specinfer_position,
     spectr_position,
     spectr_rho,
-    verify_mcns,
-    verify_mcss,
-    verify_specinfer,
-    verify_spectr,
 )
 
 F64 = torch.float64
@@ -328,13 +325,13 @@ def chains_draft(draft, prefix, k, depth, g):
     return parents, tokens, prefixes
 
 
-# name -> (verifier, drafter(draft, prefix, depth, g))
+# name -> (the verifier's walk, drafter(draft, prefix, depth, g))
 WALKERS = {
-    "specinfer": (verify_specinfer, lambda d, pre, n, g: tree_draft(d, pre, (2, 2)[:n], g, iid)),
+    "specinfer": (MultiDraft("specinfer").walk, lambda d, pre, n, g: tree_draft(d, pre, (2, 2)[:n], g, iid)),
     # 4 > nnz(draft) = 3 candidates requested at the root: fewer are drawn
-    "mcss": (verify_mcss, lambda d, pre, n, g: tree_draft(d, pre, (4, 2)[:n], g, wor)),
-    "spectr": (verify_spectr, lambda d, pre, n, g: chains_draft(d, pre, 3, n, g)),
-    "mcns": (verify_mcns, lambda d, pre, n, g: tree_draft(d, pre, (2, 2)[:n], g, iid)),
+    "mcss": (MultiDraft("mcss").walk, lambda d, pre, n, g: tree_draft(d, pre, (4, 2)[:n], g, wor)),
+    "spectr": (MultiDraft("spectr").walk, lambda d, pre, n, g: chains_draft(d, pre, 3, n, g)),
+    "mcns": (MultiDraft("mcns").walk, lambda d, pre, n, g: tree_draft(d, pre, (2, 2)[:n], g, iid)),
 }
 
 
@@ -412,19 +409,20 @@ def test_spectr_follows_alive_drafts_across_branches():
     p = torch.stack([onehot[0], onehot[2], onehot[0], onehot[2], onehot[1]])
     half = torch.tensor([0, 0.5, 0.5], dtype=F64)
     q = torch.stack([onehot[0], half, onehot[0], half, onehot[1]])
-    path, token = verify_spectr(parents, tokens, p, q, torch.Generator().manual_seed(0))
+    path, token = MultiDraft("spectr").walk(parents, tokens, p, q, torch.Generator().manual_seed(0))
     assert path == [3, 4] and token == 1
 
 
 def test_bad_tree_is_rejected():
     p = torch.full((3, V), 1 / V, dtype=F64)
     g = torch.Generator().manual_seed(0)
+    walk = MultiDraft("specinfer").walk
     with pytest.raises(ValueError, match="parents"):
-        verify_specinfer([-1, 0, 2], [-1, 1, 2], p, p, g)
+        walk([-1, 0, 2], [-1, 1, 2], p, p, g)
     with pytest.raises(ValueError, match="root"):
-        verify_specinfer([0, 0, 1], [-1, 1, 2], p, p, g)
+        walk([0, 0, 1], [-1, 1, 2], p, p, g)
     with pytest.raises(ValueError, match="rows"):
-        verify_specinfer([-1, 0], [-1, 1], p, p, g)
+        walk([-1, 0], [-1, 1], p, p, g)
 
 
 def test_spectr_rho_is_one_for_equal_distributions_whose_sum_is_an_ulp_off():

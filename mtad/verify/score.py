@@ -1,0 +1,123 @@
+"""The target's pass over a drafted token tree, written once: one pass, logits after every node.
+
+Every verifier in ``mtad.verify`` is this scorer and an acceptance rule, kept apart as vLLM
+keeps its scorer apart from its rejection sampler: ``score(ctx, tree)`` feeds the tree's
+distinct nodes to the target in one pass (``ctx.target.forward``) and returns ``Scores``; the
+rule reads from it what it needs and decides what to emit:
+
+* ``Scores.p``: the warped target distributions ``[U+1, V]`` on the logits' device (SpD,
+  typical acceptance, MTAD's thresholds; for a chain, row ``i`` scores draft token ``i``);
+* ``Scores.rows()``: the same per row of the drafted tree, as host supports read lazily
+  (``mtad.core.tree.warped_rows``; the multi-draft walks);
+* ``Scores.logits``: the raw logits ``[U+1, V]`` (BiLD's rollback reads a plain softmax);
+* ``Scores.fed()``: the scored tokens (and parent rows) on the logits' device, the pass's own
+  copy (``mtad.core.runner.fed_tensors``: no host-to-device copy);
+* ``Scores.then(row, token)``: one more target pass, ``token`` under a scored row (BiLD's
+  rollback runs the target once more).
+
+Numbering: the target scores the tree's distinct nodes (``TokenTree.dedup``: rows with equal
+paths have equal logits), ``Scores.nodes``, in row order; scored row 0 is the root (the
+committed endpoint) and ``Scores.node[r]`` is the scored row of tree row ``r``. A chain is its
+own node tree. Which of a tree's rows a verifier scores is the rule's: a tree rule scores the
+drafted tree, MTAD's chain rule the best beam's path (``TokenTree.chain``).
+
+Devices: the pass's logits stay on the target's (last) device; ``p`` is warped there; nothing
+crosses to the host here except through ``rows()`` (one transfer for the whole tree on an
+accelerator, lazily per visited row on the CPU). Host-to-device: the runner's one pinned copy
+per pass.
+
+This module knows the runner protocol (``mtad.core.protocols.TreeRunner``) and the token tree,
+nothing of how a tree was drafted or how a rule accepts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from mtad.core.protocols import StepContext
+from mtad.core.runner import fed_tensors
+from mtad.core.sampling import Rows
+from mtad.core.tree import TokenTree, warped_rows
+
+
+@dataclass
+class Scores:
+    """The target's pass over a tree (see the module docstring)."""
+
+    ctx: StepContext
+    tree: TokenTree  # the tree scored (its rows, with duplicates)
+    nodes: TokenTree  # its distinct nodes: the target's rows 1..U, in order
+    node: list[int]  # [N+1] scored row of each tree row (0 for the root)
+    root: torch.Tensor  # [V] logits after the root
+    body: torch.Tensor  # [U, V] logits after nodes 1..U
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.body.device
+
+    @property
+    def logits(self) -> torch.Tensor:  # [U+1, V] row 0: the root
+        if "logits" not in self._cache:
+            self._cache["logits"] = torch.cat([self.root[None], self.body])
+        return self._cache["logits"]
+
+    @property
+    def p(self) -> torch.Tensor:  # [U+1, V] warped, on the logits' device
+        if "p" not in self._cache:
+            self._cache["p"] = self.ctx.warping(self.logits)
+        return self._cache["p"]
+
+    def rows(self) -> Rows:  # [N+1] host supports of the warped p after every tree row
+        """``p`` per row of the drafted tree, read lazily onto the host (``warped_rows``)."""
+        pos = {r: self.node[r] - 1 for r in self.tree.unique_rows}
+        return warped_rows(self.tree, self.ctx.warping, self.root, self.body, pos)
+
+    def fed(self, parents: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The scored nodes' tokens [U] (and parent rows [U]) on the logits' device: the pass's
+        own copy while it is the target's last pass (read it before ``then``)."""
+        return fed_tensors(self.ctx.target, self.nodes.tokens[1:],
+                           self.nodes.parents[1:] if parents else None, self.device)
+
+    def then(self, row: int, token: int) -> torch.Tensor:  # [V]
+        """One more target pass: the logits after ``token`` placed under scored row ``row``."""
+        return self.ctx.target.forward([token], [row])[0]
+
+
+def score(ctx: StepContext, tree: TokenTree) -> Scores:
+    """One target pass over the distinct nodes of ``tree``; its logits after every node."""
+    nodes, node = tree.dedup()
+    body = ctx.target.forward(nodes.tokens[1:], nodes.parents[1:])  # [U, V], rows 1..U
+    return Scores(ctx, tree, nodes, node, ctx.target.root_logits, body)  # root after the pass
+
+
+def chain_tokens(tree: TokenTree, rule: str) -> list[int]:
+    """The tokens of a chain tree (row ``i + 1`` under row ``i``); ValueError for another shape."""
+    g = len(tree.tokens) - 1
+    if tree.parents != [-1, *range(g)]:
+        raise ValueError(
+            f"{rule} verifies a chain (one row per depth, as mtad.propose.chain drafts); "
+            f"got a tree of {g} rows over {tree.depth} depths")
+    return tree.tokens[1:]
+
+
+def chain_masses(
+    draft_tokens: list[int],  # [g]
+    *dists: torch.Tensor,  # each [>= g, V]: row i scores draft_tokens[i]
+    x: torch.Tensor | None = None,  # [g] the tokens already on a device (a pass's own copy)
+) -> list[list[float]]:  # per dist: [g] masses p_i(x_i)
+    """Every dist's mass at the chain's tokens, gathered on the first dist's device: one
+    transfer (and one host-to-device copy of the tokens unless ``x`` is given)."""
+    g = len(draft_tokens)
+    if g == 0:
+        return [[] for _ in dists]
+    dev = dists[0].device
+    dtype = dists[0].dtype
+    for d in dists[1:]:
+        dtype = torch.promote_types(dtype, d.dtype)
+    rows = torch.arange(g, device=dev)
+    x = x.to(dev) if x is not None else torch.tensor(draft_tokens, dtype=torch.long, device=dev)
+    gathered = torch.stack([d.to(dev)[rows, x].to(dtype) for d in dists])  # [len(dists), g]
+    return gathered.cpu().tolist()
