@@ -194,12 +194,32 @@ def interrupt(proc: subprocess.Popen, sweep_dir: Path, log_path: Path, deadline_
                         os.kill(pid, signal.SIGKILL)
                     else:  # frozen: Slurm's SIGTERM (which submitit ignores), then SIGKILL after KillWait
                         subprocess.run(["scancel", jid], check=True)
+                        hold(pid)
                     hit[jid] = (h, hashes)
                     say(f"{how} {jid} (pid {pid}) in point {h} after {lines} of its records")
                     break
                 os.kill(pid, signal.SIGCONT)
             time.sleep(0.01)
     return hit
+
+
+def hold(pid: int, limit_s: float = 120.0) -> None:
+    """Keep a cancelled task stopped until Slurm's SIGKILL ends it. Slurm resumes a stopped
+    task (SIGCONT) before its SIGTERM, which submitit ignores; on a quiet machine the tiny
+    points would then all finish within KillWait and the job would end "finished", not
+    cancelled. A real job outlives KillWait: this stands in for one (in a thread)."""
+    import threading
+
+    def run():
+        end = time.time() + limit_s
+        while time.time() < end:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                return
+            time.sleep(0.02)
+
+    threading.Thread(target=run, daemon=True).start()
 
 
 def snapshot(sweep_dir: Path, hashes) -> dict[str, tuple]:
