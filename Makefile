@@ -230,7 +230,7 @@ test-stack: $(STACK_ENV)/.stamp ## Stack-sensitive tests on another stack, cache
 	@mkdir -p $(dir $(STACK_OUT)); set -o pipefail; start=$$(date +%s); { \
 	  echo "# make test-stack TORCH=$(TORCH) TRANSFORMERS=$(TRANSFORMERS): pytest -m '$(STACK_MARK)'"; \
 	  echo "# commit $$(git rev-parse --short HEAD 2>/dev/null)$$(git diff --quiet HEAD -- . ':!results/stacks' 2>/dev/null || echo ' (dirty)'), $$(date -u +%Y-%m-%dT%H:%M:%SZ), $$(nproc) CPUs"; \
-	  echo "# side environment $(STACK_ENV): built in $$(cat $(STACK_ENV)/.build-seconds) s (once; cached after)"; \
+	  echo "# side environment $(STACK_NAME) (under STACKS): built in $$(cat $(STACK_ENV)/.build-seconds) s (once; cached after)"; \
 	  $(STACK_ENV)/bin/python -c 'import sys, torch, transformers, numpy; print(f"# python {sys.version.split()[0]}, torch {torch.__version__}, transformers {transformers.__version__}, numpy {numpy.__version__}")'; \
 	  HF_HUB_OFFLINE=1 PYTHONPATH=$(CURDIR) $(STACK_ENV)/bin/python -m pytest -q -p no:cacheprovider -m '$(STACK_MARK)' --durations=5 $(STACK_TESTS) $(ARGS); rc=$$?; \
 	  echo "# tests: $$(( $$(date +%s) - start )) s wall, exit $$rc"; exit $$rc; } 2>&1 | tee $(STACK_OUT)
