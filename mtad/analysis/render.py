@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -713,15 +712,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cli() -> None:
     """The console script (``[project.scripts]`` in pyproject.toml)."""
-    from mtad.run.results import BadResultsFile
-    from mtad.run.results.targets import UntrustedConfig
+    from mtad.run.results import exit_on_bad_results
 
-    try:
-        code = main()
-    except (BadResultsFile, UntrustedConfig) as e:  # a results file that cannot be used: one line
-        print(f"error: {e}", file=sys.stderr)
-        code = 2
-    raise SystemExit(code)
+    exit_on_bad_results(main)
 
 
 if __name__ == "__main__":

@@ -70,6 +70,7 @@ from mtad.run.results.store import (
 )
 
 __all__ = [
+    "exit_on_bad_results",
     "BUSY", "CACHED", "CONFIG_FILE", "DONE", "ERROR_FILE", "FAILED", "FORMAT", "INDEX_FILE",
     "LOCK_FILE", "PARTIAL", "PENDING", "POINT_FILE", "SAMPLES_FILE", "SKIPPED", "SKIPPED_FILE",
     "SUMMARY_FILE", "UNKNOWN", "RECORD_FIELDS", "OPTIONAL_FIELDS", "Check", "FolderBusy", "FolderNotWritable",
@@ -78,3 +79,19 @@ __all__ = [
     "read_jsonl", "rewrite_jsonl", "scan_jsonl", "shown_path", "write_json_atomic", "Catalog", "Store", "is_point_folder",
     "load_point", "point_dirs", "used_config",
 ]
+
+
+def exit_on_bad_results(main) -> None:
+    """Run a console script's ``main`` (returns an exit code); a results file that cannot be
+    used (``BadResultsFile``, a stored config naming code outside the allow-list) ends it in
+    one line with exit 2."""
+    import sys
+
+    from mtad.run.results.targets import UntrustedConfig
+
+    try:
+        code = main()
+    except (BadResultsFile, UntrustedConfig) as e:
+        print(f"error: {e}", file=sys.stderr)
+        code = 2
+    raise SystemExit(code)

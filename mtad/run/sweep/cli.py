@@ -218,12 +218,6 @@ def list_unfinished(sweep: Sweep, argv: Sequence[str], out=None) -> list:
 
 def cli() -> None:
     """The console script (``[project.scripts]`` in pyproject.toml)."""
-    from mtad.run.results import BadResultsFile
-    from mtad.run.results.targets import UntrustedConfig
+    from mtad.run.results import exit_on_bad_results
 
-    try:
-        code = main()
-    except (BadResultsFile, UntrustedConfig) as e:  # a results file that cannot be used: one line
-        print(f"error: {e}", file=sys.stderr)
-        code = 2
-    raise SystemExit(code)
+    exit_on_bad_results(main)
