@@ -33,6 +33,13 @@ FILE = Path(__file__).with_name("draw_fingerprints.json")
 #: flatter warping, so that acceptance both succeeds and fails along the way.
 CASES = (([3, 4, 5], 1, (1.0, 10, 0.9)), ([7, 1], 5, (0.7, 0, 1.0)), ([2, 9, 9, 4], 11, (1.3, 20, 0.95)))
 LENGTH = 24
+#: the same on a vocabulary above ``mtad.core.sampling.DENSE_MAX``, where draws are made on supports
+#: (the sparse paths a real vocabulary takes), with a random draft and with a copy of the target
+#: (long acceptances), greedy, top-k + top-p, top-p alone and plain temperature.
+LARGE_VOCAB = 5000
+LARGE_CASES = tuple((draft, [11, 4000, 7], seed, w) for draft, seed in (("random", 2), ("equal", 3))
+                    for w in ((0.0, 0, 1.0), (1.0, 10, 0.9), (1.0, 0, 0.9), (0.8, 0, 1.0)))
+LARGE_LENGTH = 16
 
 
 def _pair():
@@ -42,21 +49,43 @@ def _pair():
     return t, d
 
 
+def _large():
+    t = tiny_causal_lm("qwen2", vocab_size=LARGE_VOCAB, hidden_size=16, num_heads=2, num_layers=1,
+                       dtype=torch.float64, seed=0, logit_scale=6.0)
+    d = tiny_causal_lm("qwen2", vocab_size=LARGE_VOCAB, hidden_size=16, num_heads=2, num_layers=1,
+                       dtype=torch.float64, seed=1, logit_scale=6.0)
+    return {"random": (t, d), "equal": (t, t)}
+
+
+def _hash(dec, runs) -> str:
+    h = hashlib.sha256()
+    for target, draft, prompt, seed, (temp, top_k, top_p), length in runs:
+        res = Engine(target, draft, dec, Warping(temp, top_k=top_k, top_p=top_p)).generate(prompt, length, seed=seed)
+        h.update(json.dumps([res.output_ids, [s.accepted for s in res.steps],
+                             [s.emitted for s in res.steps]]).encode())
+    return h.hexdigest()[:16]
+
+
 def fingerprint(name: str, pair) -> tuple[str, str]:
     """(version, hash) of decoder ``name``'s seeded generations on the tiny pair."""
     target, draft = pair
     dec = load_decoder(name)
-    h = hashlib.sha256()
-    for prompt, seed, (temp, top_k, top_p) in CASES:
-        res = Engine(target, draft, dec, Warping(temp, top_k=top_k, top_p=top_p)).generate(prompt, LENGTH, seed=seed)
-        h.update(json.dumps([res.output_ids, [s.accepted for s in res.steps],
-                             [s.emitted for s in res.steps]]).encode())
-    return str(getattr(dec, "version", None)), h.hexdigest()[:16]
+    return str(getattr(dec, "version", None)), _hash(dec, [(target, draft, p, s, w, LENGTH) for p, s, w in CASES])
+
+
+def fingerprint_large(name: str, pairs) -> str:
+    """The hash of decoder ``name``'s seeded generations on the large-vocabulary pairs."""
+    return _hash(load_decoder(name), [(*pairs[d], p, s, w, LARGE_LENGTH) for d, p, s, w in LARGE_CASES])
 
 
 @pytest.fixture(scope="module")
 def pair():
     return _pair()
+
+
+@pytest.fixture(scope="module")
+def large():
+    return _large()
 
 
 def _committed() -> dict:
@@ -80,6 +109,24 @@ def test_draws_unchanged_unless_the_version_is_bumped(pair, name):
                     "its new stream with python tests/decoders/test_draw_fingerprints.py --update")
 
 
+@pytest.mark.parametrize("name", group_options("decoder"))
+def test_large_vocabulary_draws_unchanged_unless_the_version_is_bumped(large, name):
+    """The same rule where draws are made on supports (a vocabulary above DENSE_MAX)."""
+    committed = _committed().get(name)
+    assert committed is not None and "large" in committed, (
+        f"decoder {name} has no large-vocabulary fingerprint: run "
+        "python tests/decoders/test_draw_fingerprints.py --update")
+    version = str(getattr(load_decoder(name), "version", None))
+    if version != committed["version"]:
+        pytest.fail(f"decoder {name}'s version changed ({committed['version']} -> {version}): record "
+                    "its new stream with python tests/decoders/test_draw_fingerprints.py --update")
+    digest = fingerprint_large(name, large)
+    assert digest == committed["large"], (
+        f"decoder {name}'s seeded draws on a large vocabulary changed (fingerprint {committed['large']} "
+        f"-> {digest}) but its version is still {version}: bump the decoder's `version`, then run "
+        "python tests/decoders/test_draw_fingerprints.py --update")
+
+
 def test_every_fingerprinted_decoder_still_exists():
     assert set(_committed()) <= set(group_options("decoder"))
 
@@ -87,17 +134,19 @@ def test_every_fingerprinted_decoder_still_exists():
 def update() -> int:
     """Rewrite the entries of decoders whose version changed (or that are new); refuse one
     whose stream changed under the same version."""
-    pair = _pair()
+    pair, large = _pair(), _large()
     old = _committed() if FILE.exists() else {}
     new, refused = {}, []
     for name in group_options("decoder"):
         version, digest = fingerprint(name, pair)
+        digest_large = fingerprint_large(name, large)
         before = old.get(name)
-        if before and before["version"] == version and before["hash"] != digest:
+        if before and before["version"] == version and (
+                before["hash"] != digest or before.get("large", digest_large) != digest_large):
             refused.append(name)
             new[name] = before
         else:
-            new[name] = {"version": version, "hash": digest}
+            new[name] = {"version": version, "hash": digest, "large": digest_large}
     FILE.write_text(json.dumps(new, indent=1, sort_keys=True) + "\n")
     for name in refused:
         print(f"{name}: draws changed under the same version {old[name]['version']}: bump it first",
