@@ -50,6 +50,7 @@ __all__ = [
     "DENSE_MAX",
     "Support",
     "as_support",
+    "candidate_supports",
     "device_sample",
     "draw",
     "host_support",
@@ -183,6 +184,28 @@ def host_supports_with(
             s = Support(*support(host[j, :vocab]), vocab)
             out[i] = (s, back(host[j, vocab:][s.ids]) if other is not None else None)
     return out  # type: ignore[return-value]
+
+
+def candidate_supports(
+    ids: torch.Tensor,  # [R, c] candidate token ids of each row (``mtad.core.warping.warp_candidates``)
+    probs: torch.Tensor,  # [R, c] their probabilities; every other entry of the row is 0
+    vocab: int,  # V, the rows' length
+) -> list[Support]:  # [R], each equal to ``host_support`` of the dense row
+    """The host supports of rows given by their candidates, without building the rows:
+    exactly what ``host_supports`` returns for the dense rows (the nonzero entries by
+    ascending id; every entry of a vector of at most ``DENSE_MAX``)."""
+    if probs.dtype in (torch.float16, torch.bfloat16):
+        probs = probs.float()
+    ids, probs = ids.cpu(), probs.cpu()
+    if vocab <= DENSE_MAX:
+        dense = torch.zeros(ids.shape[0], vocab, dtype=probs.dtype).scatter_(-1, ids, probs)
+        return host_supports(dense)
+    order = ids.argsort(-1)
+    ids, probs = ids.gather(-1, order), probs.gather(-1, order)
+    if ids.shape[-1] == 1:  # one candidate per row (greedy): its probability is 1
+        return [Support(i, v, vocab) for i, v in zip(ids, probs)]
+    keep = probs > 0
+    return [Support(i[k], v[k], vocab) for i, v, k in zip(ids, probs, keep)]
 
 
 def host_support(probs: torch.Tensor, bound: int | None = None) -> Support:  # probs [V]

@@ -6,7 +6,7 @@ tokens whose mass reaches ``top_p``; the most likely token is always kept).
 Temperature 0 means greedy: the warped distribution is one-hot on the argmax
 (first index on ties), so every sampling rule collapses to greedy decoding.
 
-On the CPU, top-k then top-p runs on the k candidates only (``_top_k_fast_path``, which
+On the CPU, top-k then top-p runs on the k candidates only (``_top_k_candidates``, which
 reads the number of tied candidates on the host); on an accelerator the general path
 runs (a sort over the vocabulary, no host round-trip). Both keep the same tokens with the
 same probabilities, up to floating-point summation order.
@@ -65,6 +65,10 @@ class Warping:
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
         return warp_probs(logits, self.temperature, self.top_k, self.top_p)
 
+    def candidates(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``warp_candidates`` with these parameters."""
+        return warp_candidates(logits, self.temperature, self.top_k, self.top_p)
+
 
 def warp_probs(
     logits: torch.Tensor,  # [..., V]
@@ -79,13 +83,15 @@ def warp_probs(
         out = torch.zeros_like(logits)
         out.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
         return out
-    logits = logits / temperature
+    if temperature != 1.0:  # x / 1.0 == x: no pass over the vocabulary for it
+        logits = logits / temperature
     vocab = logits.shape[-1]
     if 0 < top_k < vocab:
         # the fast path reads the number of ties on the host; an accelerator sorts instead
-        fast = _top_k_fast_path(logits, top_k, top_p) if logits.device.type == "cpu" else None
+        fast = _top_k_candidates(logits, top_k, top_p) if logits.device.type == "cpu" else None
         if fast is not None:
-            return fast
+            idx, probs = fast
+            return torch.zeros_like(logits).scatter_(-1, idx, probs)
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p < 1.0:
@@ -98,7 +104,35 @@ def warp_probs(
     return logits.softmax(-1)
 
 
-def _top_k_fast_path(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor | None:
+def warp_candidates(
+    logits: torch.Tensor,  # [R, V]
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor] | None:  # ids [R, c], probabilities [R, c]; or None
+    """The warped rows by their candidates: ``warp_probs(logits)`` is zero outside ``ids`` and
+    equals ``probs`` there (the very values it scatters; a candidate top-p removed has 0).
+
+    What a caller that needs only the nonzero entries reads instead of the dense rows (no
+    zeroed [R, V] buffer, no scan of it for its support): at temperature 0 the argmax with
+    probability 1, on any device; with top-k on the CPU the fast path's candidates. None
+    where ``warp_probs`` takes its general path (no top-k, an accelerator, many ties).
+    """
+    dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    if temperature == 0:
+        ids = logits.argmax(-1, keepdim=True)
+        return ids, torch.ones(ids.shape, dtype=dtype, device=logits.device)
+    if not (0 < top_k < logits.shape[-1]) or logits.device.type != "cpu":
+        return None
+    logits = logits.to(dtype)
+    if temperature != 1.0:
+        logits = logits / temperature
+    return _top_k_candidates(logits, top_k, top_p)
+
+
+def _top_k_candidates(
+    logits: torch.Tensor, top_k: int, top_p: float,
+) -> tuple[torch.Tensor, torch.Tensor] | None:  # ids [..., c], probabilities [..., c]
     """Top-k then top-p on the k candidates only (no sort over the whole vocabulary).
 
     Same result as the general path. Ties at the k-th logit (common with bfloat16 logits)
@@ -121,4 +155,4 @@ def _top_k_fast_path(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Te
         remove = tail <= (1 - top_p)
         remove[..., 0] = False  # always keep the most likely token
         vals = vals.masked_fill(remove, float("-inf"))
-    return torch.zeros_like(logits).scatter_(-1, idx, vals.softmax(-1))
+    return idx, vals.softmax(-1)

@@ -174,3 +174,33 @@ def test_lossless_on_support_path(toy_pair, name, monkeypatch):
     _, pval, dof = chi_square_gof(counts, joint)
     assert dof >= 10
     assert pval > ALPHA, f"{name} on the support path differs from the target joint (p={pval:.2e})"
+
+
+@pytest.mark.parametrize("vocab", [50, 5000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("setting", [(0.0, 0, 1.0), (1.0, 10, 0.9), (0.7, 5, 1.0), (1.3, 20, 0.5)])
+def test_candidate_supports_equal_the_dense_rows_supports(vocab, dtype, setting):
+    """warp_candidates + candidate_supports == host_supports(warp_probs(.)), entry for entry, with
+    ties at the k-th logit (rounded logits) and rows that top-p cuts."""
+    from mtad.core.sampling import candidate_supports, host_supports
+    from mtad.core.warping import warp_candidates, warp_probs
+
+    g = torch.Generator().manual_seed(vocab)
+    logits = (3 * torch.randn(6, vocab, generator=g, dtype=torch.float64))
+    logits[:3] = logits[:3].round()  # many ties
+    logits = logits.to(dtype)
+    got = candidate_supports(*warp_candidates(logits, *setting), vocab)
+    want = host_supports(warp_probs(logits, *setting))
+    assert len(got) == len(want) == 6
+    for a, b in zip(got, want):
+        assert a.size == b.size
+        assert torch.equal(a.ids, b.ids)
+        assert a.vals.dtype == b.vals.dtype and torch.equal(a.vals, b.vals)
+
+
+def test_warp_candidates_declines_where_the_general_path_runs():
+    from mtad.core.warping import warp_candidates
+
+    logits = torch.randn(2, 100)
+    assert warp_candidates(logits, 1.0, 0, 0.9) is None  # top-p alone: a sort
+    assert warp_candidates(logits, 1.0, 0, 1.0) is None  # plain temperature: every entry
