@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mtad.core.protocols import ROOT
-from mtad.core.sampling import Rows, Support, host_support, host_supports
+from mtad.core.sampling import Rows, Support, candidate_supports, host_support, host_supports
 from mtad.core.warping import Warping
 
 
@@ -174,7 +174,10 @@ def warped_rows(
             return Support(torch.zeros(0, dtype=torch.long), torch.zeros(0), root.shape[-1])
         if c not in warped:
             if root.device.type == "cpu":
-                warped[c] = host_support(warping(root if c == ROOT else logits[pos[c]]), bound)
+                x = root if c == ROOT else logits[pos[c]]
+                cand = warping.candidates(x[None])  # no dense row where the warping is sparse
+                warped[c] = (candidate_supports(*cand, x.shape[-1])[0] if cand is not None
+                             else host_support(warping(x), bound))
             else:  # every row at once: one transfer
                 every = host_supports(warping(torch.cat([root[None], logits])), bound)
                 warped.update(zip([ROOT, *pos], every))
