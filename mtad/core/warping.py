@@ -7,9 +7,11 @@ Temperature 0 means greedy: the warped distribution is one-hot on the argmax
 (first index on ties), so every sampling rule collapses to greedy decoding.
 
 On the CPU, top-k then top-p runs on the k candidates only (``_top_k_candidates``, which
-reads the number of tied candidates on the host); on an accelerator the general path
-runs (a sort over the vocabulary, no host round-trip). Both keep the same tokens with the
-same probabilities, up to floating-point summation order.
+reads the number of tied candidates on the host), and top-p alone finds the nucleus by
+bucketing the logits (``_nucleus_remove``) instead of sorting the vocabulary; on an
+accelerator the general path runs (a sort over the vocabulary, no host round-trip). They
+keep the same tokens with the same probabilities, up to floating-point summation order (and
+the order of tied logits at the nucleus boundary, which a sort leaves unspecified).
 
 This module knows nothing about models: logits in, probabilities out.
 """
@@ -95,13 +97,58 @@ def warp_probs(
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p < 1.0:
-        sorted_logits, sorted_idx = torch.sort(logits, dim=-1, descending=False)
-        cum = sorted_logits.softmax(-1).cumsum(-1)
-        remove_sorted = cum <= (1 - top_p)
-        remove_sorted[..., -1] = False  # always keep the most likely token
-        remove = remove_sorted.scatter(-1, sorted_idx, remove_sorted)
+        if logits.device.type == "cpu" and logits.dim() >= 1 and logits.shape[-1] > _NUCLEUS_BUCKETS:
+            remove = _nucleus_remove(logits.reshape(-1, vocab), top_p).reshape(logits.shape)
+        else:
+            sorted_logits, sorted_idx = torch.sort(logits, dim=-1, descending=False)
+            cum = sorted_logits.softmax(-1).cumsum(-1)
+            remove_sorted = cum <= (1 - top_p)
+            remove_sorted[..., -1] = False  # always keep the most likely token
+            remove = remove_sorted.scatter(-1, sorted_idx, remove_sorted)
         logits = logits.masked_fill(remove, float("-inf"))
     return logits.softmax(-1)
+
+
+_NUCLEUS_BUCKETS = 2048
+_NUCLEUS_SLACK = 1e-6  # cumulative mass within this of 1 - top_p is decided token by token
+
+
+def _nucleus_remove(logits: torch.Tensor, top_p: float) -> torch.Tensor:  # [R, V] -> [R, V] bool
+    """The tokens top-p removes, as the sorting path decides, without sorting the vocabulary.
+
+    The sorting path sorts each row's logits ascending and removes a token when the
+    cumulative mass up to it (``softmax(sorted).cumsum()``, accumulated in float64 by
+    torch on the CPU, compared in the logits' dtype) is at most ``1 - top_p``. Here the
+    logits are put in ``_NUCLEUS_BUCKETS`` equal-width buckets (ascending logit), the
+    buckets' masses summed in float64: a token in a bucket whose cumulative mass is below
+    ``1 - top_p - slack`` is removed, one above ``1 - top_p + slack`` is kept, and only the
+    tokens of the few buckets between (tens, for real and random rows alike) are sorted and
+    decided by the same comparison. Same tokens as the sorting path except (a) a cumulative
+    mass within a rounding error of ``1 - top_p`` (the softmax's normaliser is summed in
+    another order) and (b) tied logits at the boundary, which the sorting path orders
+    arbitrarily and this one by token id (lower ids removed first). ``tests/core/test_warping.py``
+    compares both.
+    """
+    rows, _ = logits.shape
+    thr = 1 - top_p
+    p = logits.softmax(-1).double()
+    top = logits.max(-1, keepdim=True).values
+    low = torch.where(logits > float("-inf"), logits, top).min(-1, keepdim=True).values
+    scale = (_NUCLEUS_BUCKETS - 1) / (top - low).clamp_min(torch.finfo(logits.dtype).tiny)
+    bucket = ((logits - low) * scale).clamp_(0, _NUCLEUS_BUCKETS - 1).long()  # ascending logit
+    through = torch.zeros(rows, _NUCLEUS_BUCKETS, dtype=torch.float64).scatter_add_(-1, bucket, p).cumsum(-1)
+    first = (through <= thr - _NUCLEUS_SLACK).sum(-1, keepdim=True)  # buckets before it: removed
+    last = (through <= thr + _NUCLEUS_SLACK).sum(-1, keepdim=True)  # buckets after it: kept
+    below = torch.cat([through.new_zeros(rows, 1), through], -1).gather(-1, first)  # mass before `first`
+    remove = bucket < first
+    band = (bucket >= first) & (bucket <= last)
+    thr_dtype = torch.tensor(thr, dtype=logits.dtype)
+    for r in range(rows):
+        ids = torch.nonzero(band[r]).flatten()
+        ids = ids[torch.sort(logits[r, ids], stable=True).indices]  # ascending; ties by id
+        cum = (below[r] + p[r, ids].cumsum(0)).to(logits.dtype)
+        remove[r, ids] = cum <= thr_dtype
+    return remove.scatter_(-1, logits.argmax(-1, keepdim=True), False)  # always keep the most likely
 
 
 def warp_candidates(

@@ -84,3 +84,56 @@ def test_most_likely_token_always_kept():
 def test_bad_values_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
         Warping(**kwargs)
+
+
+def _sort_path_remove(x, top_p):
+    s, i = torch.sort(x, dim=-1)
+    cum = s.softmax(-1).cumsum(-1)
+    rm = cum <= 1 - top_p
+    rm[..., -1] = False
+    return rm.scatter(-1, i, rm)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("scale", [0.05, 1.0, 4.0, 12.0])
+@pytest.mark.parametrize("top_p", [0.5, 0.9, 0.99])
+def test_nucleus_without_a_sort_keeps_the_sorting_paths_tokens(dtype, scale, top_p, monkeypatch):
+    """Top-p alone on the CPU (bucketed, no sort over the vocabulary) keeps exactly the tokens the
+    sorting path keeps, from near-uniform rows (most of the vocabulary kept) to peaked ones (a few)."""
+    from mtad.core.warping import _nucleus_remove
+
+    g = torch.Generator().manual_seed(int(scale * 100) + int(top_p * 100))
+    x = (scale * torch.randn(6, 20000, generator=g, dtype=torch.float64)).to(dtype)
+    x[0, :5000] = float("-inf")  # masked entries (as top-k leaves them) count as zero mass
+    want = _sort_path_remove(x, top_p)
+    real_sort = torch.sort
+
+    def small_sorts_only(t, *a, **k):
+        assert t.shape[-1] < 2000, "the nucleus sorted (most of) the vocabulary"
+        return real_sort(t, *a, **k)
+
+    monkeypatch.setattr(torch, "sort", small_sorts_only)
+    got = _nucleus_remove(x, top_p)
+    monkeypatch.undo()
+    assert torch.equal(got, want)
+    out = warp_probs(x, 1.0, 0, top_p)
+    torch.testing.assert_close(out.double(), x.double().masked_fill(want, float("-inf")).softmax(-1),
+                               atol=1e-6 if dtype == torch.float32 else 1e-12, rtol=0)
+
+
+def test_nucleus_ties_at_the_boundary_are_cut_by_token_id():
+    """Tied logits straddling the cut: as many kept as the sorting path keeps, the higher ids."""
+    from mtad.core.warping import _nucleus_remove
+
+    g = torch.Generator().manual_seed(3)
+    x = (3 * torch.randn(8, 30000, generator=g)).to(torch.bfloat16).float()  # coarse: many ties
+    got, want = _nucleus_remove(x, 0.9), _sort_path_remove(x, 0.9)
+    assert torch.equal(got.sum(-1), want.sum(-1))  # the same number kept in every row
+    assert not torch.equal(got, want)  # the case under test occurs: tied tokens chosen otherwise
+    for r in range(8):
+        diff = torch.nonzero(got[r] != want[r]).flatten()
+        assert bool((x[r, diff] == x[r, diff[0]]).all()) if len(diff) else True  # only within a tie
+        kept_at_cut = torch.nonzero(~got[r] & (x[r] == x[r, diff[0]])).flatten() if len(diff) else []
+        removed_at_cut = torch.nonzero(got[r] & (x[r] == x[r, diff[0]])).flatten() if len(diff) else []
+        if len(kept_at_cut) and len(removed_at_cut):
+            assert int(removed_at_cut.max()) < int(kept_at_cut.min())  # lower ids removed first
