@@ -349,6 +349,23 @@ def test_a_file_that_is_not_a_sweep_is_refused(tmp_path):
         sw.load(f)
 
 
+def test_a_missing_or_unreadable_sweep_file_is_one_line_exit_2(tmp_path, capsys):
+    """A mistyped path, a file that is not YAML and a YAML without `sweep:` end in one line each
+    on stderr (exit 2), no traceback, no folder made."""
+    from mtad.run.sweep.cli import main
+
+    notyaml = tmp_path / "notes.md"
+    notyaml.write_text("* a list\n*not yaml: [\n")
+    plain = tmp_path / "study.yaml"
+    plain.write_text("seed: 0\n")
+    for path, says in ((tmp_path / "no_such.yaml", "no sweep file"), (notyaml, "is not a YAML sweep file"),
+                       (plain, "is not a sweep file")):
+        assert main([str(path), "--root", str(tmp_path / "out"), "--dry-run"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0] and "Traceback" not in err[0]
+    assert not (tmp_path / "out").exists()
+
+
 def test_examples_policy_is_checked_and_written_to_the_index(tmp_path):
     """``sweep.examples`` (all | requested) names what a rendering shows; a bad value is refused
     naming the field, and the index carries the policy and each point's limit."""

@@ -7,6 +7,7 @@ import logging
 import os
 import shlex
 import sys
+from pathlib import Path
 from collections.abc import Sequence
 from typing import Any
 
@@ -148,8 +149,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-    sweep = load(args.sweep_file, args.overrides, name=args.name, root=args.root, profile=args.profile,
-                 search=args.search)
+    try:
+        sweep = load(args.sweep_file, args.overrides, name=args.name, root=args.root, profile=args.profile,
+                     search=args.search)
+    except FileNotFoundError as e:  # a mistyped path: one line, with what exists
+        files = sorted(p.name for p in Path("experiments").glob("*.yaml")) if Path("experiments").is_dir() else []
+        print(f"mtad-sweep: {e}" + (f"; sweep files here: experiments/{{{','.join(files)}}}" if files else ""),
+              file=sys.stderr)
+        return 2
+    except ValueError as e:  # not a sweep file, a bad profile or override: the loader's own line
+        print(f"mtad-sweep: {e}", file=sys.stderr)
+        return 2
     if sweep.hydra_overrides and not args.launcher:
         log.warning("ignored without --launcher: %s", " ".join(sweep.hydra_overrides))
     problems = [p for p in sweep.points if p.hash is None]

@@ -179,7 +179,12 @@ def load(
     explicit_root = root is not None
     if not sweep_file.exists():
         raise FileNotFoundError(f"no sweep file {sweep_file}")
-    if "sweep" not in OmegaConf.load(sweep_file):
+    try:
+        top = OmegaConf.load(sweep_file)
+    except Exception as e:  # noqa: BLE001 - yaml's scanner/parser errors have no common public base
+        raise ValueError(f"{sweep_file} is not a YAML sweep file ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0]}); see experiments/table2.yaml") from None
+    if not isinstance(top, DictConfig) or "sweep" not in top:
         raise ValueError(
             f"{sweep_file} is not a sweep file: it has no `sweep:` block (name, root) "
             "and grid in hydra.sweeper.params; see experiments/table2.yaml"
