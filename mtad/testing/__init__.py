@@ -7,6 +7,7 @@ short length) and returns the exact warped target joint distribution;
 any sample outside the reference's support; ``prefix_marginal`` reduces either to the
 first ``k`` tokens, where a fixed sample has more counts per cell (more power against an
 error in the first block than the full joint's many sparse cells).
+``tiny_pair`` is the float64 40-token pair the decoder tests run every decoder on.
 """
 
 from __future__ import annotations
@@ -20,6 +21,17 @@ import torch
 from scipy import stats
 
 from mtad.core.warping import Warping
+
+
+def tiny_pair(vocab_size: int = 40):
+    """The decoder tests' float64 pair: a 2-layer target and a 1-layer draft of another seed,
+    logits scaled so that drafts are accepted and rejected (deterministic on any CPU)."""
+    from mtad.models.tiny import tiny_causal_lm
+
+    t = tiny_causal_lm("qwen2", vocab_size=vocab_size, dtype=torch.float64, seed=0, logit_scale=4.0)
+    d = tiny_causal_lm("qwen2", vocab_size=vocab_size, hidden_size=16, num_heads=2, num_layers=1,
+                       dtype=torch.float64, seed=1, logit_scale=4.0)
+    return t, d
 
 
 @torch.no_grad()

@@ -20,15 +20,14 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-import torch
 
 from mtad.core.engine import Engine
 from mtad.core.knobs import DRAFT_PROPERTIES, GAMMA, TAU, WIDTH, KnobError
 from mtad.core.warping import Warping
 from mtad.decoders.compose import PROPOSERS, VERIFIERS, Speculative, fit
-from mtad.models.tiny import tiny_causal_lm
 from mtad.run.cli import check_overrides, compose_config, group_options
 from mtad.run.config import MtadConfig, decoder_fields, decoder_knobs, rule_for
+from mtad.testing import tiny_pair
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,10 +122,7 @@ PAIRS = [(p, v) for p in PROPOSERS for v in VERIFIERS]
 
 @pytest.fixture(scope="module")
 def pair():
-    t = tiny_causal_lm("qwen2", vocab_size=40, dtype=torch.float64, seed=0, logit_scale=4.0)
-    d = tiny_causal_lm("qwen2", vocab_size=40, hidden_size=16, num_heads=2, num_layers=1,
-                       dtype=torch.float64, seed=1, logit_scale=4.0)
-    return t, d
+    return tiny_pair()
 
 
 @pytest.mark.parametrize("proposer, verifier", [pv for pv in PAIRS if _fits(*pv)])

@@ -2,21 +2,17 @@
 needed for a new decoder). Lossless decoders equal target greedy at temperature 0."""
 
 import pytest
-import torch
 
 from mtad.core.engine import Engine
 from mtad.core.warping import Warping
 from mtad.decoders.autoregressive import Greedy
-from mtad.models.tiny import tiny_causal_lm
 from mtad.run.cli import group_options, load_decoder
+from mtad.testing import tiny_pair
 
 
 @pytest.fixture(scope="module")
 def pair():
-    t = tiny_causal_lm("qwen2", vocab_size=40, dtype=torch.float64, seed=0, logit_scale=4.0)
-    d = tiny_causal_lm("qwen2", vocab_size=40, hidden_size=16, num_heads=2, num_layers=1,
-                       dtype=torch.float64, seed=1, logit_scale=4.0)
-    return t, d
+    return tiny_pair()
 
 
 def _decoder(name, **over):

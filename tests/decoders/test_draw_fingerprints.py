@@ -27,6 +27,7 @@ from mtad.core.engine import Engine
 from mtad.core.warping import Warping
 from mtad.models.tiny import tiny_causal_lm
 from mtad.run.cli import group_options, load_decoder
+from mtad.testing import tiny_pair
 
 FILE = Path(__file__).with_name("draw_fingerprints.json")
 #: (prompt, seed, warping): sampled at T=1 with the paper's top-k / top-p, and a sharper and a
@@ -43,10 +44,7 @@ LARGE_LENGTH = 16
 
 
 def _pair():
-    t = tiny_causal_lm("qwen2", vocab_size=40, dtype=torch.float64, seed=0, logit_scale=4.0)
-    d = tiny_causal_lm("qwen2", vocab_size=40, hidden_size=16, num_heads=2, num_layers=1,
-                       dtype=torch.float64, seed=1, logit_scale=4.0)
-    return t, d
+    return tiny_pair()
 
 
 def _large():
