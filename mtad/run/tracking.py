@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mtad.run.config import KNOBS
+
 #: Short names of knobs in run names (``g6 t0.3``); other knobs appear as ``key=value``.
 KNOB_ABBREV = {
     "gamma": "g",
@@ -37,8 +39,9 @@ KNOB_ABBREV = {
     "max_new_tokens": "n",
     "seed": "s",
 }
-#: Top-level knobs that only some decoders use (the decoder YAMLs interpolate them).
-DECODER_KNOBS = ("gamma", "tau", "width")
+#: Top-level knobs that only some decoders use (the decoder YAMLs interpolate them): the
+#: shared knobs of ``mtad.core.knobs``, as the run config's schema lists them.
+DECODER_KNOBS = KNOBS
 #: Config groups: named by the run's labels, not as knobs.
 GROUP_KEYS = ("model", "decoder", "task", "logger")
 #: Summary metrics renamed in the flat summary (others keep their names).
