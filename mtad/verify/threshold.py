@@ -52,7 +52,7 @@ import math
 
 import torch
 
-from mtad.core.decoder import StepContext, StepOutput, sample
+from mtad.core.decoder import StepContext, StepOutput
 from mtad.core.knobs import TAU, Knob, Rule
 from mtad.core.protocols import ROOT
 from mtad.core.tree import Beams, TokenTree
@@ -91,13 +91,41 @@ def tree_accept(
     d_idx = torch.tensor(depth) - 1  # -1 for the root, which never passes
     passing = (log_path_p - ref[d_idx.clamp_min(0)]) > math.log(tau)
     passing &= ~torch.isneginf(log_path_p) & (d_idx >= 0)
-    per_depth = [bool(passing[d_idx == d].any()) for d in range(g)]
+    flags = passing.tolist()
+    per_depth = [False] * g
+    for r, ok in enumerate(flags):
+        if ok:
+            per_depth[depth[r] - 1] = True
     a = max((d + 1 for d, ok in enumerate(per_depth) if ok), default=0)
     if a == 0:
         return 0, ROOT, per_depth
-    cand = torch.nonzero(passing & (d_idx == a - 1)).flatten()
-    best = int(cand[torch.argmax(log_path_p[cand])])
-    return a, best, per_depth
+    values = log_path_p.tolist()  # exact (float32 / float64 to Python floats); never NaN
+    cand = [r for r, ok in enumerate(flags) if ok and depth[r] == a]
+    return a, max(cand, key=values.__getitem__), per_depth  # max: the first of the largest
+
+
+def path_log_probs(
+    edge_p: torch.Tensor,  # [N] p(token of row r | its parent), rows 1..N
+    parents: list[int],  # [N+1] parent row (parents[0] = -1, parents[r] < r)
+    depth: list[int],  # [N+1] depth of each row, 0 for the root
+) -> torch.Tensor:  # [N+1] log P(path to row), row 0: log 1
+    """Path log-likelihoods: the parent's plus the edge's log, depth by depth (the same float
+    adds, in the same dtype, as row by row; the logarithms taken over the vector)."""
+    log_edge = edge_p.log()  # [N]
+    out = torch.zeros(len(parents), dtype=edge_p.dtype)
+    if all(depth[r] <= depth[r + 1] for r in range(len(depth) - 1)):  # depth by depth: row ranges
+        par = torch.tensor(parents)
+        start = 1
+        while start < len(depth):
+            end = start
+            while end < len(depth) and depth[end] == depth[start]:
+                end += 1
+            out[start:end] = out[par[start:end]] + log_edge[start - 1 : end - 1]
+            start = end
+        return out
+    for r in range(1, len(parents)):  # parents precede children
+        out[r] = out[parents[r]] + log_edge[r - 1]
+    return out
 
 
 def beams_of(tree: TokenTree, rule: str) -> Beams:
@@ -125,14 +153,12 @@ class JointThreshold:
         best = beams.best()
         draft = beams.path_tokens(best)  # [g]
         scores = score(ctx, TokenTree.chain(draft))  # the best beam's path only
-        p = scores.p  # [g+1, V] warped target distributions
-        dev = p.device
         x, _ = scores.fed()  # the pass's own copy of the tokens
-        log_p = p[torch.arange(g, device=dev), x].log().cpu()  # [g], one transfer
+        log_p = scores.masses(torch.arange(g, device=x.device), x, log=True)  # [g] log p_i(x_i), host
         cum_logq = beams.path_cum_logq(best).to(log_p.dtype)  # on the host (beam sampling's)
         r = cumulative_log_ratio(log_p, cum_logq)
         a, passes = accept_length(r, self.tau)
-        y = sample(p[a], ctx.generator, ctx.warping.support_bound)
+        y = scores.sample(a, ctx.generator)  # y ~ p_(a+1)
         return StepOutput(
             tokens=draft[:a] + [y],
             drafted=g,
@@ -167,15 +193,12 @@ class TreeThreshold:
         nodes = scores.nodes  # one row per distinct beam node
         tokens, parents, depth = nodes.tokens, nodes.parents, nodes.depths
         g = tree.depth
-        p = scores.p  # [N+1, V], row 0 = root
         x, par = scores.fed(parents=True)  # the pass's own copy
-        edge_p = p[par, x].cpu()  # [N], one transfer: the edge probabilities
-        ref = self.reference(beams).to(p.dtype)  # [g] on the host (beam sampling's)
-        log_path_p = torch.zeros(len(tokens), dtype=p.dtype)  # [N+1] on the host, row 0: log 1
-        for r in range(1, len(tokens)):  # parents precede children
-            log_path_p[r] = log_path_p[parents[r]] + edge_p[r - 1].log()
+        edge_p = scores.masses(par, x)  # [N] on the host: the edge probabilities p[parent, token]
+        ref = self.reference(beams).to(edge_p.dtype)  # [g] on the host (beam sampling's)
+        log_path_p = path_log_probs(edge_p, parents, depth)  # [N+1] on the host, row 0: log 1
         a, node, per_depth = tree_accept(log_path_p, depth, ref, self.tau)
-        y = sample(p[node], ctx.generator, ctx.warping.support_bound)  # node = ROOT (0) is the root row
+        y = scores.sample(node, ctx.generator)  # node = ROOT (0) is the root row
         return StepOutput(
             tokens=nodes.path_tokens(nodes.path(node)) + [y],
             drafted=g,
