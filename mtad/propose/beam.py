@@ -64,6 +64,8 @@ likelihoods.
 
 from __future__ import annotations
 
+from array import array
+
 import torch
 
 from mtad.core.decoder import plain_probs
@@ -265,15 +267,17 @@ def _sparse_select(
     """``_select`` over the flattened scores ``weight_i * row_i`` read on the rows' candidates
     only (no [n * V] score vector): the same entries, values and order, so the same draws.
 
-    Sampling: the warped rows' candidates (``Warping.candidates``: the top-k fast path),
-    each scaled by its slot's weight (the same float product as the dense score); the
-    nonzero ones by ascending flattened id ``i * V + token`` are exactly the dense scores'
-    host support, and the multinomial reads them in that order. Only where the flattened
-    scores are longer than ``DENSE_MAX`` (else their support is every entry: dense path).
-    Greedy: each slot's top ``W + 8`` entries of its plain softmax; every entry scoring at
-    least the W-th largest score is among them when the last of them scores strictly less
-    than the slot's own W-th (checked; else the dense path), so the candidates at or above
-    the W-th largest score are the dense path's, ordered as it orders them.
+    A score is computed on the host as the dense path computes it on the tensor: the product
+    of two floats of the scores' dtype, exact in double precision and rounded once to that
+    dtype (``_products``). Sampling: the warped rows' candidates (``Warping.candidates``: the
+    top-k fast path), each scaled by its slot's weight; the nonzero ones by ascending
+    flattened id ``i * V + token`` are exactly the dense scores' host support, and the
+    multinomial reads them in that order. Only where the flattened scores are longer than
+    ``DENSE_MAX`` (else their support is every entry: dense path). Greedy: each slot's top
+    ``W + 8`` entries of its plain softmax; every entry scoring at least the W-th largest
+    score is among them when the last of them scores strictly less than the slot's own W-th
+    (checked; else the dense path), so the candidates at or above the W-th largest score are
+    the dense path's, ordered as it orders them (descending score, then ascending index).
     """
     vocab = logits.shape[-1]
     n = len(weights)
@@ -289,38 +293,48 @@ def _sparse_select(
         if m < width:
             return None
         vals, ids = torch.topk(probs if probs.dim() == 2 else probs[None], m, dim=-1)  # [u, m]
-    if which is not None:
-        at = torch.tensor(which)
-        ids, vals = ids[at], vals[at]  # [n, c] per slot
     dt = torch.promote_types(vals.dtype, weights.dtype)
-    scores = (vals if vals.dtype == dt else vals.to(dt)) * weights.to(dt)[:, None]  # = wide[i] * w
-    flat = ids + torch.arange(0, n * vocab, vocab)[:, None] if n > 1 else ids
+    if dt not in _HOST_FLOAT:
+        return None
+    id_rows, val_rows = ids.tolist(), vals.tolist()
+    rows = range(n) if which is None else which
+    w = weights.tolist()
+    flat, q = [], []
+    for i, r in enumerate(rows):
+        flat.extend(i * vocab + t for t in id_rows[r])
+        q.extend(val_rows[r])
+    c = len(id_rows[0])
+    scores = _products(q, [w[i] for i in range(n) for _ in range(c)], dt)
     if probs is None:
-        keep = scores > 0  # the host support: nonzero entries (top-p's removed candidates are 0)
-        flat, scores, vals = flat[keep], scores[keep], vals[keep]
-        order = torch.argsort(flat)  # ascending flattened id (ids are distinct)
-        flat, scores, vals = flat[order], scores[order], vals[order]
-        nonzero = len(scores)
-        if nonzero == 0:
+        keep = sorted((f, s, v) for f, s, v in zip(flat, scores, q) if s > 0)  # ascending id
+        if not keep:
             raise RuntimeError("beam sampling: every draft score is zero (check the warping settings)")
-        k = width if replacement else min(width, nonzero)
-        pos = torch.multinomial(scores, k, replacement=replacement, generator=generator)
-        return flat[pos], scores[pos], vals[pos]
-    if m < vocab and bool((scores[:, -1] >= scores[:, width - 1]).any()):
-        return None  # ties (or zeros) may go on past a slot's top m
-    flat, scores, vals = flat.flatten(), scores.flatten(), vals.flatten()
-    kth = torch.topk(scores, width).values[-1]
-    if not bool(kth > 0):
-        return None  # the dense path's ties at zero take every entry
-    keep = scores >= kth
-    flat, scores, vals = flat[keep], scores[keep], vals[keep]
-    order = torch.argsort(flat)  # as the dense path's nonzero: ascending flattened id
-    flat, scores, vals = flat[order], scores[order], vals[order]
-    order = torch.sort(scores, descending=True, stable=True).indices[:width]
-    return flat[order], scores[order], vals[order]
+        k = width if replacement else min(width, len(keep))
+        s = torch.tensor([e[1] for e in keep], dtype=dt)
+        pos = torch.multinomial(s, k, replacement=replacement, generator=generator).tolist()
+        chosen = [keep[j] for j in pos]
+    else:
+        if m < vocab and any(scores[i * c + m - 1] >= scores[i * c + width - 1] for i in range(n)):
+            return None  # ties (or zeros) may go on past a slot's top m
+        kth = sorted(scores, reverse=True)[width - 1]
+        if not kth > 0:
+            return None  # the dense path's ties at zero take every entry
+        keep = [(f, s, v) for f, s, v in zip(flat, scores, q) if s >= kth]
+        chosen = sorted(keep, key=lambda e: (-e[1], e[0]))[:width]
+    return (torch.tensor([e[0] for e in chosen], dtype=torch.long),
+            torch.tensor([e[1] for e in chosen], dtype=dt),
+            torch.tensor([e[2] for e in chosen], dtype=vals.dtype))
 
 
 _ROW_MARGIN = 8  # greedy: entries read per slot past the W-th
+_HOST_FLOAT = (torch.float32, torch.float64)  # score dtypes whose products the host computes exactly
+
+
+def _products(a: list[float], b: list[float], dtype: torch.dtype) -> list[float]:
+    """``a * b`` entry by entry as a tensor of ``dtype`` computes it: float64 natively; float32
+    as the double product (exact: 24 + 24 significand bits) rounded once to float32."""
+    out = [x * y for x, y in zip(a, b)]
+    return out if dtype == torch.float64 else array("f", out).tolist()
 
 
 class _Fed:

@@ -49,6 +49,7 @@ token's support crosses once more.
 from __future__ import annotations
 
 import math
+import struct
 
 import torch
 
@@ -86,12 +87,21 @@ def tree_accept(
     ref: torch.Tensor,  # [g] reference log Q per depth
     tau: float,
 ) -> tuple[int, int, list[bool]]:
-    """(a, chosen row or ROOT, per-depth "some node passed" flags)."""
+    """(a, chosen row or ROOT, per-depth "some node passed" flags).
+
+    Decided on the host in Python floats with the tensors' float arithmetic (``_host_float``:
+    ``log P - ref`` rounded to their dtype, compared with ``log tau`` in that dtype)."""
     g = ref.numel()
-    d_idx = torch.tensor(depth) - 1  # -1 for the root, which never passes
-    passing = (log_path_p - ref[d_idx.clamp_min(0)]) > math.log(tau)
-    passing &= ~torch.isneginf(log_path_p) & (d_idx >= 0)
-    flags = passing.tolist()
+    dtype = torch.promote_types(log_path_p.dtype, ref.dtype)
+    rnd = _host_float(dtype)
+    if rnd is None:  # no host arithmetic for this dtype: on tensors
+        d_idx = torch.tensor(depth) - 1  # -1 for the root, which never passes
+        passing = (log_path_p - ref[d_idx.clamp_min(0)]) > math.log(tau)
+        passing &= ~torch.isneginf(log_path_p) & (d_idx >= 0)
+        flags = passing.tolist()
+    else:
+        values, refs, bar = log_path_p.tolist(), ref.tolist(), rnd(math.log(tau))
+        flags = [d > 0 and v != -math.inf and rnd(v - refs[d - 1]) > bar for v, d in zip(values, depth)]
     per_depth = [False] * g
     for r, ok in enumerate(flags):
         if ok:
@@ -107,25 +117,39 @@ def tree_accept(
 def path_log_probs(
     edge_p: torch.Tensor,  # [N] p(token of row r | its parent), rows 1..N
     parents: list[int],  # [N+1] parent row (parents[0] = -1, parents[r] < r)
-    depth: list[int],  # [N+1] depth of each row, 0 for the root
 ) -> torch.Tensor:  # [N+1] log P(path to row), row 0: log 1
-    """Path log-likelihoods: the parent's plus the edge's log, depth by depth (the same float
-    adds, in the same dtype, as row by row; the logarithms taken over the vector)."""
+    """Path log-likelihoods: the parent's plus the edge's log, row by row; the logarithms
+    taken over the vector, the sums on the host with the tensor's float addition
+    (``_host_float``)."""
     log_edge = edge_p.log()  # [N]
-    out = torch.zeros(len(parents), dtype=edge_p.dtype)
-    if all(depth[r] <= depth[r + 1] for r in range(len(depth) - 1)):  # depth by depth: row ranges
-        par = torch.tensor(parents)
-        start = 1
-        while start < len(depth):
-            end = start
-            while end < len(depth) and depth[end] == depth[start]:
-                end += 1
-            out[start:end] = out[par[start:end]] + log_edge[start - 1 : end - 1]
-            start = end
+    rnd = _host_float(edge_p.dtype)
+    if rnd is None:  # no host arithmetic for this dtype: on tensors
+        out = torch.zeros(len(parents), dtype=edge_p.dtype)
+        for r in range(1, len(parents)):  # parents precede children
+            out[r] = out[parents[r]] + log_edge[r - 1]
         return out
+    logs = log_edge.tolist()
+    sums = [0.0] * len(parents)
     for r in range(1, len(parents)):  # parents precede children
-        out[r] = out[parents[r]] + log_edge[r - 1]
-    return out
+        sums[r] = rnd(sums[parents[r]] + logs[r - 1])
+    return torch.tensor(sums, dtype=edge_p.dtype)
+
+
+def _f32(x: float) -> float:
+    return _F32.unpack(_F32.pack(x))[0]
+
+
+_F32 = struct.Struct("f")
+
+
+def _host_float(dtype: torch.dtype):
+    """Rounding of a Python float's result to ``dtype``, such that one float64 operation on
+    values of ``dtype`` and this rounding give the tensor operation's result: float64 as is;
+    float32 rounded once (a float64 +, -, * of float32 values then rounded to float32 is the
+    float32 operation: 53 >= 2 * 24 + 2 significand bits). None for other dtypes."""
+    if dtype == torch.float64:
+        return float
+    return _f32 if dtype == torch.float32 else None
 
 
 def beams_of(tree: TokenTree, rule: str) -> Beams:
@@ -196,7 +220,7 @@ class TreeThreshold:
         x, par = scores.fed(parents=True)  # the pass's own copy
         edge_p = scores.masses(par, x)  # [N] on the host: the edge probabilities p[parent, token]
         ref = self.reference(beams).to(edge_p.dtype)  # [g] on the host (beam sampling's)
-        log_path_p = path_log_probs(edge_p, parents, depth)  # [N+1] on the host, row 0: log 1
+        log_path_p = path_log_probs(edge_p, parents)  # [N+1] on the host, row 0: log 1
         a, node, per_depth = tree_accept(log_path_p, depth, ref, self.tau)
         y = scores.sample(node, ctx.generator)  # node = ROOT (0) is the root row
         return StepOutput(
