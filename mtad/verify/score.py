@@ -76,8 +76,14 @@ class Scores:
         the very values ``p`` holds). None on an accelerator or where the warping has none
         (no top-k, many ties): read ``p`` then."""
         if "candidates" not in self._cache:
-            self._cache["candidates"] = (self.ctx.warping.candidates(self.logits)
-                                         if self.device.type == "cpu" else None)
+            warping, cand = self.ctx.warping, None
+            if self.device.type == "cpu" and warping.greedy and "logits" not in self._cache:
+                # the argmax of each row: row by row, so the root and the body need no concatenation
+                root, body = warping.candidates(self.root[None]), warping.candidates(self.body)
+                cand = torch.cat([root[0], body[0]]), torch.cat([root[1], body[1]])
+            elif self.device.type == "cpu":
+                cand = warping.candidates(self.logits)
+            self._cache["candidates"] = cand
         return self._cache["candidates"]
 
     def sample(self, row: int, generator: torch.Generator) -> int:
