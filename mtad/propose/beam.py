@@ -44,7 +44,12 @@ scores and the draft probabilities there) cross to the host once per depth, wher
 happen; tokens, parents, weights and cumulative log Q are host tensors (the cumulative log Q
 adds the same logarithms of the same values as on the device). Nothing is copied to the
 device but the draft pass's inputs: weights scale the rows as scalar arguments, and a
-depth's rows are gathered with integer views.
+depth's rows are gathered with integer views. On the CPU the scores are read on the rows'
+candidates only (``_sparse_select``: the warped rows' top-k candidates when sampling, each
+slot's top ``W + 8`` plain-softmax entries when greedy), scaled by the weights on the host
+with the tensor's float product: no ``W x V`` score vector, the same entries, values and
+order, so the same draws (the dense path runs where that does not hold: no top-k, few
+entries, ties past a slot's top entries).
 
 The token tree (``mtad.core.tree.TokenTree``): one row per slot, depth by depth, slots in
 order; slots with the same path share a canonical row (the one (parent, token) merge of the
@@ -52,8 +57,9 @@ tree type), so the draft is fed each distinct node once and ``TokenTree.dedup`` 
 tree of distinct nodes (tree-MTAD). The tree carries the beams (``tree.beams``, a
 ``mtad.core.tree.Beams``: slots, their rows, ancestry, cumulative log Q and weights, what MTAD's
 rules read) and ``q``: the warped draft
-distribution after every row, read lazily (``mtad.core.tree.warped_rows``; at temperature > 0
-the very rows the beams were scored with), what the multi-draft rules read. Given its parent
+distribution after every row, read lazily (``mtad.core.tree.warped_rows``, built on the
+first read; at temperature > 0 the very rows the beams were scored with), what the multi-draft
+rules read (MTAD's rules read none). Given its parent
 slot, a draw with replacement is an i.i.d. draw from the parent's ``q`` and a slot's number of
 children does not depend on the children's tokens: SpecInfer's rule is lossless on these trees
 (``mtad.verify.multidraft``); without replacement it is not (nor is MCSS's).

@@ -7,6 +7,10 @@ rule reads from it what it needs and decides what to emit:
 
 * ``Scores.p``: the warped target distributions ``[U+1, V]`` on the logits' device (SpD,
   typical acceptance, MTAD's thresholds; for a chain, row ``i`` scores draft token ``i``);
+* ``Scores.candidates()``: on the CPU, ``p`` by its candidates without the dense rows
+  (``Warping.candidates``), and what reads through them: ``Scores.masses`` (``p`` at given
+  rows and tokens, on the host) and ``Scores.sample`` (one draw from a row); both read ``p``
+  itself on an accelerator or where the warping has no candidates (MTAD's thresholds);
 * ``Scores.rows()``: the same per row of the drafted tree, as host supports read lazily
   (``mtad.core.tree.warped_rows``; the multi-draft walks);
 * ``Scores.logits``: the raw logits ``[U+1, V]`` (BiLD's rollback reads a plain softmax);
@@ -23,7 +27,8 @@ drafted tree, MTAD's chain rule the best beam's path (``TokenTree.chain``).
 
 Devices: the pass's logits stay on the target's (last) device; ``p`` is warped there; nothing
 crosses to the host here except through ``rows()`` (one transfer for the whole tree on an
-accelerator, lazily per visited row on the CPU). Host-to-device: the runner's one pinned copy
+accelerator, lazily per visited row on the CPU), ``masses`` (one transfer) and ``sample``
+(``mtad.core.sampling.sample``'s reads). Host-to-device: the runner's one pinned copy
 per pass.
 
 This module knows the runner protocol (``mtad.core.protocols.TreeRunner``) and the token tree,

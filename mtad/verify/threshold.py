@@ -42,8 +42,11 @@ rule gathers ``log p_i(x_i)`` on the target's device with the target pass's own 
 tokens (``mtad.core.runner.fed_tensors``: no further host-to-device copy) and crosses once;
 R is summed on the host; the correction's support crosses once more. The tree rule keeps the
 warped tree ``p`` on the target's device; the edge probabilities ``p[parent, token]`` cross to
-the host in one transfer, where paths are summed and the acceptance decided; the emitted
-token's support crosses once more.
+the host in one transfer, where paths are summed and the acceptance decided (in Python floats
+with the tensors' float arithmetic: ``path_log_probs``, ``tree_accept``); the emitted token's
+support crosses once more. On the CPU both rules read ``p`` by its candidates
+(``mtad.verify.score.Scores.candidates``: greedy's argmax, the top-k fast path's candidates)
+instead of the dense warped rows: the same masses and supports, so the same draws.
 """
 
 from __future__ import annotations
