@@ -275,7 +275,7 @@ def _sparse_select(
 
     A score is computed on the host as the dense path computes it on the tensor: the product
     of two floats of the scores' dtype, exact in double precision and rounded once to that
-    dtype (``_products``). Sampling: the warped rows' candidates (``Warping.candidates``: the
+    dtype (``_products``; many candidates: on tensors, ``_sample_tensors``). Sampling: the warped rows' candidates (``Warping.candidates``: the
     top-k fast path), each scaled by its slot's weight; the nonzero ones by ascending
     flattened id ``i * V + token`` are exactly the dense scores' host support, and the
     multinomial reads them in that order. Only where the flattened scores are longer than
@@ -302,6 +302,8 @@ def _sparse_select(
     dt = torch.promote_types(vals.dtype, weights.dtype)
     if dt not in _HOST_FLOAT:
         return None
+    if probs is None and n * ids.shape[-1] > _HOST_ENTRIES:  # long supports: on tensors
+        return _sample_tensors(ids, vals, which, weights.to(dt), vocab, width, replacement, generator)
     id_rows, val_rows = ids.tolist(), vals.tolist()
     rows = range(n) if which is None else which
     w = weights.tolist()
@@ -332,7 +334,37 @@ def _sparse_select(
             torch.tensor([e[2] for e in chosen], dtype=vals.dtype))
 
 
+def _sample_tensors(
+    ids: torch.Tensor,  # [u, c] candidate ids of each row
+    vals: torch.Tensor,  # [u, c] their warped probabilities
+    which: list[int] | None,  # [n] row of each slot (None: slot i is row i)
+    weights: torch.Tensor,  # [n] in the scores' dtype
+    vocab: int,
+    width: int,
+    replacement: bool,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``_sparse_select``'s sampling on tensors (many candidates): the same entries, values and
+    order (a tensor product of the same two floats is the dense score)."""
+    if which is not None:
+        at = torch.tensor(which)
+        ids, vals = ids[at], vals[at]  # [n, c] per slot
+    n = len(weights)
+    scores = vals.to(weights.dtype) * weights[:, None]  # = wide[i] * float(w)
+    flat = ids + torch.arange(0, n * vocab, vocab)[:, None]
+    keep = scores > 0  # the host support: nonzero entries (top-p's removed candidates are 0)
+    flat, scores, vals = flat[keep], scores[keep], vals[keep]
+    order = torch.argsort(flat)  # ascending flattened id (ids are distinct)
+    flat, scores, vals = flat[order], scores[order], vals[order]
+    if len(scores) == 0:
+        raise RuntimeError("beam sampling: every draft score is zero (check the warping settings)")
+    k = width if replacement else min(width, len(scores))
+    pos = torch.multinomial(scores, k, replacement=replacement, generator=generator)
+    return flat[pos], scores[pos], vals[pos]
+
+
 _ROW_MARGIN = 8  # greedy: entries read per slot past the W-th
+_HOST_ENTRIES = 2048  # sampling: candidate entries past which the scores are read on tensors
 _HOST_FLOAT = (torch.float32, torch.float64)  # score dtypes whose products the host computes exactly
 
 

@@ -66,6 +66,15 @@ def test_candidate_scores_select_what_the_dense_scores_select(dtype, warping, re
     assert taken >= 8  # the candidate path ran on most cases, ties included
 
 
+def test_many_candidates_select_on_tensors_what_the_dense_scores_select(monkeypatch):
+    import mtad.propose.beam as beam
+
+    monkeypatch.setattr(beam, "_HOST_ENTRIES", 8)  # every case on the tensor form
+    for dtype in (torch.float32, torch.float64):
+        test_candidate_scores_select_what_the_dense_scores_select(dtype, Warping(1.0, 10, 0.9), True)
+        test_candidate_scores_select_what_the_dense_scores_select(dtype, Warping(0.7, 5, 1.0), False)
+
+
 def test_greedy_declines_when_ties_run_past_the_rows_top_entries():
     vocab = DENSE_MAX + 10
     logits = torch.zeros(2, vocab)  # every entry tied
