@@ -68,14 +68,16 @@ class Beams:
         """Slots, depth 0 .. gamma-1, of the final beam ``slot`` and its ancestors."""
         slots = [slot]
         for t in range(self.gamma - 1, 0, -1):
-            slots.append(int(self.parents[t][slots[-1]]))
+            slots.append(self.parents[t].tolist()[slots[-1]])
         return slots[::-1]
 
     def path_tokens(self, slot: int) -> list[int]:
-        return [int(self.tokens[t][s]) for t, s in enumerate(self.ancestry(slot))]
+        return [self.tokens[t].tolist()[s] for t, s in enumerate(self.ancestry(slot))]
 
     def path_cum_logq(self, slot: int) -> torch.Tensor:  # [gamma]
-        return torch.stack([self.cum_logq[t][s] for t, s in enumerate(self.ancestry(slot))])
+        c = self.cum_logq
+        return torch.tensor([c[t].tolist()[s] for t, s in enumerate(self.ancestry(slot))],
+                            dtype=c[0].dtype if c else torch.float32)  # the same values (exact)
 
 
 @dataclass

@@ -44,7 +44,12 @@ scores and the draft probabilities there) cross to the host once per depth, wher
 happen; tokens, parents, weights and cumulative log Q are host tensors (the cumulative log Q
 adds the same logarithms of the same values as on the device). Nothing is copied to the
 device but the draft pass's inputs: weights scale the rows as scalar arguments, and a
-depth's rows are gathered with integer views.
+depth's rows are gathered with integer views. On the CPU the scores are read on the rows'
+candidates only (``_sparse_select``: the warped rows' top-k candidates when sampling, each
+slot's top ``W + 8`` plain-softmax entries when greedy), scaled by the weights on the host
+with the tensor's float product: no ``W x V`` score vector, the same entries, values and
+order, so the same draws (the dense path runs where that does not hold: no top-k, few
+entries, ties past a slot's top entries).
 
 The token tree (``mtad.core.tree.TokenTree``): one row per slot, depth by depth, slots in
 order; slots with the same path share a canonical row (the one (parent, token) merge of the
@@ -52,8 +57,9 @@ tree type), so the draft is fed each distinct node once and ``TokenTree.dedup`` 
 tree of distinct nodes (tree-MTAD). The tree carries the beams (``tree.beams``, a
 ``mtad.core.tree.Beams``: slots, their rows, ancestry, cumulative log Q and weights, what MTAD's
 rules read) and ``q``: the warped draft
-distribution after every row, read lazily (``mtad.core.tree.warped_rows``; at temperature > 0
-the very rows the beams were scored with), what the multi-draft rules read. Given its parent
+distribution after every row, read lazily (``mtad.core.tree.warped_rows``, built on the
+first read; at temperature > 0 the very rows the beams were scored with), what the multi-draft
+rules read (MTAD's rules read none). Given its parent
 slot, a draw with replacement is an i.i.d. draw from the parent's ``q`` and a slot's number of
 children does not depend on the children's tokens: SpecInfer's rule is lossless on these trees
 (``mtad.verify.multidraft``); without replacement it is not (nor is MCSS's).
@@ -64,12 +70,14 @@ likelihoods.
 
 from __future__ import annotations
 
+from array import array
+
 import torch
 
 from mtad.core.decoder import plain_probs
 from mtad.core.knobs import GAMMA, WIDTH, Knob, Rule
 from mtad.core.protocols import ROOT, StepContext
-from mtad.core.sampling import host_supports_with
+from mtad.core.sampling import DENSE_MAX, Rows, host_supports_with
 from mtad.core.tree import Beams, TokenTree, warped_rows
 from mtad.core.warping import Warping
 
@@ -83,10 +91,12 @@ def scoring_probs(warping: Warping, logits: torch.Tensor) -> torch.Tensor:  # [.
 
 def add_depth(tree: TokenTree, beams: Beams, t: int) -> list[int]:
     """Add depth ``t``'s slots to ``tree`` (one row each, under their parent slot's row)."""
-    rows = [
-        tree.add(ROOT if t == 0 else beams.rows[t - 1][int(p)], int(tok))
-        for p, tok in zip(beams.parents[t], beams.tokens[t])
-    ]
+    tokens = beams.tokens[t].tolist()
+    if t == 0:
+        rows = [tree.add(ROOT, tok) for tok in tokens]
+    else:
+        above = beams.rows[t - 1]
+        rows = [tree.add(above[p], tok) for p, tok in zip(beams.parents[t].tolist(), tokens)]
     beams.rows.append(rows)
     return rows
 
@@ -192,36 +202,177 @@ def _beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool) ->
     greedy = ctx.warping.greedy
     bound = None if greedy else ctx.warping.support_bound
     root = ctx.draft.root_logits
-    rows = scoring_probs(ctx.warping, root)[None]  # [1, V]
-    vocab = rows.shape[-1]
-    weights = torch.ones(1, dtype=rows.dtype)  # [n] on the host: the root is one beam of weight 1
-    cum_prev = torch.zeros(1, dtype=rows.dtype)  # [n] on the host
+    vocab = root.shape[-1]
+    sparse = root.device.type == "cpu"  # scores on the rows' candidates (see _sparse_select)
+    dtype = torch.float64 if root.dtype == torch.float64 else torch.float32  # the scoring rows'
+    weights = torch.ones(1, dtype=dtype)  # [n] on the host: the root is one beam of weight 1
+    cum_prev = None  # [n] on the host (None at the root: log Q of the empty prefix, 0)
     out = Beams(tokens=[], parents=[], cum_logq=[], weights=weights)
     tree = TokenTree(depth=gamma, beams=out)
     fed = _Fed()
     for t in range(gamma):
-        if t > 0:
-            rows = _expand(ctx, tree, out.rows[-1], fed)  # [n, V]
-        # weight_i * row_i, each weight a scalar argument (no copy to the device)
-        wide = rows.to(torch.promote_types(rows.dtype, weights.dtype))  # as weights * rows promotes
-        scores = torch.cat([wide[i] * float(w) for i, w in enumerate(weights.tolist())])  # [n * V]
-        idx, chosen, q_chosen = _select(scores, width, greedy, replacement, ctx.generator,
-                                        bound * len(weights) if bound else None,
-                                        rows.reshape(-1))  # [k] each, host
+        if t == 0:
+            logits, which = root, None  # the root: one row (a vector here)
+        else:
+            logits, which = _expand(ctx, tree, out.rows[-1], fed)  # [u, V], slot -> row (None: same)
+        picked = None
+        probs = scoring_probs(ctx.warping, logits) if greedy else None  # plain softmax at T = 0
+        if sparse:
+            picked = _sparse_select(ctx.warping, logits, probs, which, weights, width, replacement,
+                                    ctx.generator)
+        if picked is None:
+            if probs is None:
+                probs = scoring_probs(ctx.warping, logits)
+            rows = (probs[None] if t == 0 else probs if which is None
+                    else torch.stack([probs[i] for i in which]))  # [n, V] integer views: no index copy
+            # weight_i * row_i, each weight a scalar argument (no copy to the device)
+            wide = rows.to(torch.promote_types(rows.dtype, weights.dtype))  # as weights * rows promotes
+            scores = torch.cat([wide[i] * float(w) for i, w in enumerate(weights.tolist())])  # [n * V]
+            picked = _select(scores, width, greedy, replacement, ctx.generator,
+                             bound * len(weights) if bound else None, rows.reshape(-1))  # [k] each, host
+        idx, chosen, q_chosen = picked
         parent, token = idx // vocab, idx % vocab
-        weights = (
-            chosen / chosen.sum() if chosen.sum() > 0 else torch.full_like(chosen, 1 / len(idx))
-        )
-        cum = cum_prev[parent] + q_chosen.log()  # q(token | beam) read with the selection
+        total = chosen.sum()
+        weights = chosen / total if total > 0 else torch.full_like(chosen, 1 / len(idx))
+        log_q = q_chosen.log()  # q(token | beam) read with the selection
+        cum = log_q if cum_prev is None else cum_prev[parent] + log_q
         out.tokens.append(token)
         out.parents.append(parent if t > 0 else torch.full_like(parent, -1))
         out.cum_logq.append(cum)
         add_depth(tree, out, t)
         cum_prev = cum
     out.weights = weights
-    logits = torch.cat(fed.logits) if fed.logits else root[None][:0]
-    tree.q = warped_rows(tree, ctx.warping, root, logits, fed.pos)  # read only by tree rules
+    tree.q = _lazy_q(tree, ctx.warping, root, fed)  # read only by tree rules
     return tree
+
+
+def _lazy_q(tree: TokenTree, warping: Warping, root: torch.Tensor, fed: _Fed) -> Rows:
+    """``warped_rows`` of the draft after every row of ``tree``, built on the first read (a
+    rule that reads no ``q`` pays for no concatenation of the fed logits)."""
+    inner: list[Rows] = []
+
+    def row(r: int):
+        if not inner:
+            logits = torch.cat(fed.logits) if fed.logits else root[None][:0]
+            inner.append(warped_rows(tree, warping, root, logits, fed.pos))
+        return inner[0][r]
+
+    return Rows(len(tree.tokens), row)
+
+
+def _sparse_select(
+    warping: Warping,
+    logits: torch.Tensor,  # [u, V] (or the root's [V]) draft logits, on the CPU
+    probs: torch.Tensor | None,  # [u, V] (or [V]) scoring rows at T = 0 (plain softmax), else None
+    which: list[int] | None,  # [n] row of ``logits`` of each slot (None: slot i is row i)
+    weights: torch.Tensor,  # [n] the slots' weights, on the host
+    width: int,
+    replacement: bool,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:  # as ``_select``; None: take the dense path
+    """``_select`` over the flattened scores ``weight_i * row_i`` read on the rows' candidates
+    only (no [n * V] score vector): the same entries, values and order, so the same draws.
+
+    A score is computed on the host as the dense path computes it on the tensor: the product
+    of two floats of the scores' dtype, exact in double precision and rounded once to that
+    dtype (``_products``; many candidates: on tensors, ``_sample_tensors``). Sampling: the warped rows' candidates (``Warping.candidates``: the
+    top-k fast path), each scaled by its slot's weight; the nonzero ones by ascending
+    flattened id ``i * V + token`` are exactly the dense scores' host support, and the
+    multinomial reads them in that order. Only where the flattened scores are longer than
+    ``DENSE_MAX`` (else their support is every entry: dense path). Greedy: each slot's top
+    ``W + 8`` entries of its plain softmax; every entry scoring at least the W-th largest
+    score is among them when the last of them scores strictly less than the slot's own W-th
+    (checked; else the dense path), so the candidates at or above the W-th largest score are
+    the dense path's, ordered as it orders them (descending score, then ascending index).
+    """
+    vocab = logits.shape[-1]
+    n = len(weights)
+    if probs is None:  # sampling
+        if n * vocab <= DENSE_MAX:
+            return None
+        cand = warping.candidates(logits if logits.dim() == 2 else logits[None])
+        if cand is None:
+            return None
+        ids, vals = cand  # [u, c] each
+    else:  # greedy: top-W by score
+        m = min(vocab, width + _ROW_MARGIN)
+        if m < width:
+            return None
+        vals, ids = torch.topk(probs if probs.dim() == 2 else probs[None], m, dim=-1)  # [u, m]
+    dt = torch.promote_types(vals.dtype, weights.dtype)
+    if dt not in _HOST_FLOAT:
+        return None
+    if probs is None and n * ids.shape[-1] > _HOST_ENTRIES:  # long supports: on tensors
+        return _sample_tensors(ids, vals, which, weights.to(dt), vocab, width, replacement, generator)
+    id_rows, val_rows = ids.tolist(), vals.tolist()
+    rows = range(n) if which is None else which
+    w = weights.tolist()
+    flat, q = [], []
+    for i, r in enumerate(rows):
+        flat.extend(i * vocab + t for t in id_rows[r])
+        q.extend(val_rows[r])
+    c = len(id_rows[0])
+    scores = _products(q, [w[i] for i in range(n) for _ in range(c)], dt)
+    if probs is None:
+        keep = sorted((f, s, v) for f, s, v in zip(flat, scores, q) if s > 0)  # ascending id
+        if not keep:
+            raise RuntimeError("beam sampling: every draft score is zero (check the warping settings)")
+        k = width if replacement else min(width, len(keep))
+        s = torch.tensor([e[1] for e in keep], dtype=dt)
+        pos = torch.multinomial(s, k, replacement=replacement, generator=generator).tolist()
+        chosen = [keep[j] for j in pos]
+    else:
+        if m < vocab and any(scores[i * c + m - 1] >= scores[i * c + width - 1] for i in range(n)):
+            return None  # ties (or zeros) may go on past a slot's top m
+        kth = sorted(scores, reverse=True)[width - 1]
+        if not kth > 0:
+            return None  # the dense path's ties at zero take every entry
+        keep = [(f, s, v) for f, s, v in zip(flat, scores, q) if s >= kth]
+        chosen = sorted(keep, key=lambda e: (-e[1], e[0]))[:width]
+    return (torch.tensor([e[0] for e in chosen], dtype=torch.long),
+            torch.tensor([e[1] for e in chosen], dtype=dt),
+            torch.tensor([e[2] for e in chosen], dtype=vals.dtype))
+
+
+def _sample_tensors(
+    ids: torch.Tensor,  # [u, c] candidate ids of each row
+    vals: torch.Tensor,  # [u, c] their warped probabilities
+    which: list[int] | None,  # [n] row of each slot (None: slot i is row i)
+    weights: torch.Tensor,  # [n] in the scores' dtype
+    vocab: int,
+    width: int,
+    replacement: bool,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``_sparse_select``'s sampling on tensors (many candidates): the same entries, values and
+    order (a tensor product of the same two floats is the dense score)."""
+    if which is not None:
+        at = torch.tensor(which)
+        ids, vals = ids[at], vals[at]  # [n, c] per slot
+    n = len(weights)
+    scores = vals.to(weights.dtype) * weights[:, None]  # = wide[i] * float(w)
+    flat = ids + torch.arange(0, n * vocab, vocab)[:, None]
+    keep = scores > 0  # the host support: nonzero entries (top-p's removed candidates are 0)
+    flat, scores, vals = flat[keep], scores[keep], vals[keep]
+    order = torch.argsort(flat)  # ascending flattened id (ids are distinct)
+    flat, scores, vals = flat[order], scores[order], vals[order]
+    if len(scores) == 0:
+        raise RuntimeError("beam sampling: every draft score is zero (check the warping settings)")
+    k = width if replacement else min(width, len(scores))
+    pos = torch.multinomial(scores, k, replacement=replacement, generator=generator)
+    return flat[pos], scores[pos], vals[pos]
+
+
+_ROW_MARGIN = 8  # greedy: entries read per slot past the W-th
+_HOST_ENTRIES = 2048  # sampling: candidate entries past which the scores are read on tensors
+_HOST_FLOAT = (torch.float32, torch.float64)  # score dtypes whose products the host computes exactly
+
+
+def _products(a: list[float], b: list[float], dtype: torch.dtype) -> list[float]:
+    """``a * b`` entry by entry as a tensor of ``dtype`` computes it: float64 natively; float32
+    as the double product (exact: 24 + 24 significand bits) rounded once to float32."""
+    out = [x * y for x, y in zip(a, b)]
+    return out if dtype == torch.float64 else array("f", out).tolist()
 
 
 class _Fed:
@@ -260,12 +411,14 @@ def _expand(
     tree: TokenTree,
     slots: list[int],  # [n] tree rows of the previous depth's slots
     fed: _Fed,
-) -> torch.Tensor:  # [n, V] scoring rows of the slots
-    """Feed one depth of beams to the draft as tree nodes; the slots' scoring rows [n, V].
+) -> tuple[torch.Tensor, list[int] | None]:  # [u, V] logits of the distinct slots; slot -> row
+    """Feed one depth of beams to the draft as tree nodes; their logits and each slot's row
+    of them (None when slot i is row i).
 
     Slots with the same path share one node (their canonical row; drawn with replacement).
     """
-    todo = list(dict.fromkeys(tree.canon[r] for r in slots))
+    canon = [tree.canon[r] for r in slots]
+    todo = list(dict.fromkeys(canon))
     first = ctx.draft.num_nodes
     parents = [fed.node[tree.canon[tree.parents[r]]] for r in todo]
     logits = ctx.draft.forward([tree.tokens[r] for r in todo], parents)  # [u, V]
@@ -274,9 +427,7 @@ def _expand(
         fed.node[r] = first + 1 + i  # new draft rows first+1 ..
         fed.pos[r] = base + i
     fed.logits.append(logits)
-    probs = scoring_probs(ctx.warping, logits)
+    if len(todo) == len(canon):
+        return logits, None
     index = {r: i for i, r in enumerate(todo)}
-    which = [index[tree.canon[r]] for r in slots]
-    if which == list(range(len(todo))):
-        return probs
-    return torch.stack([probs[i] for i in which])  # integer views: no index copied to the device
+    return logits, [index[c] for c in canon]

@@ -7,6 +7,10 @@ rule reads from it what it needs and decides what to emit:
 
 * ``Scores.p``: the warped target distributions ``[U+1, V]`` on the logits' device (SpD,
   typical acceptance, MTAD's thresholds; for a chain, row ``i`` scores draft token ``i``);
+* ``Scores.candidates()``: on the CPU, ``p`` by its candidates without the dense rows
+  (``Warping.candidates``), and what reads through them: ``Scores.masses`` (``p`` at given
+  rows and tokens, on the host) and ``Scores.sample`` (one draw from a row); both read ``p``
+  itself on an accelerator or where the warping has no candidates (MTAD's thresholds);
 * ``Scores.rows()``: the same per row of the drafted tree, as host supports read lazily
   (``mtad.core.tree.warped_rows``; the multi-draft walks);
 * ``Scores.logits``: the raw logits ``[U+1, V]`` (BiLD's rollback reads a plain softmax);
@@ -23,7 +27,8 @@ drafted tree, MTAD's chain rule the best beam's path (``TokenTree.chain``).
 
 Devices: the pass's logits stay on the target's (last) device; ``p`` is warped there; nothing
 crosses to the host here except through ``rows()`` (one transfer for the whole tree on an
-accelerator, lazily per visited row on the CPU). Host-to-device: the runner's one pinned copy
+accelerator, lazily per visited row on the CPU), ``masses`` (one transfer) and ``sample``
+(``mtad.core.sampling.sample``'s reads). Host-to-device: the runner's one pinned copy
 per pass.
 
 This module knows the runner protocol (``mtad.core.protocols.TreeRunner``) and the token tree,
@@ -38,7 +43,7 @@ import torch
 
 from mtad.core.protocols import StepContext
 from mtad.core.runner import fed_tensors
-from mtad.core.sampling import Rows
+from mtad.core.sampling import Rows, candidate_supports, sample
 from mtad.core.tree import TokenTree, warped_rows
 
 
@@ -69,6 +74,44 @@ class Scores:
         if "p" not in self._cache:
             self._cache["p"] = self.ctx.warping(self.logits)
         return self._cache["p"]
+
+    def candidates(self) -> tuple[torch.Tensor, torch.Tensor] | None:  # ids, probs [U+1, c]
+        """``p`` by its candidates on the CPU, without the dense rows: ``Warping.candidates`` of
+        the same ``[U+1, V]`` logits (``p`` is zero outside ``ids`` and equals ``probs`` there,
+        the very values ``p`` holds). None on an accelerator or where the warping has none
+        (no top-k, many ties): read ``p`` then."""
+        if "candidates" not in self._cache:
+            warping, cand = self.ctx.warping, None
+            if self.device.type == "cpu" and warping.greedy and "logits" not in self._cache:
+                # the argmax of each row: row by row, so the root and the body need no concatenation
+                root, body = warping.candidates(self.root[None]), warping.candidates(self.body)
+                cand = torch.cat([root[0], body[0]]), torch.cat([root[1], body[1]])
+            elif self.device.type == "cpu":
+                cand = warping.candidates(self.logits)
+            self._cache["candidates"] = cand
+        return self._cache["candidates"]
+
+    def sample(self, row: int, generator: torch.Generator) -> int:
+        """One draw from ``p[row]`` (``mtad.core.sampling.sample``): on the host support read from
+        the candidates where there are some (the same support, so the same token), else from
+        ``p`` (on an accelerator as ``sample`` draws there)."""
+        cand = self.candidates()
+        if cand is not None:
+            return sample(candidate_supports(cand[0][row : row + 1], cand[1][row : row + 1],
+                                             self.body.shape[-1])[0], generator)
+        return sample(self.p[row], generator, self.ctx.warping.support_bound)
+
+    def masses(self, rows: torch.Tensor, tokens: torch.Tensor, log: bool = False) -> torch.Tensor:
+        """``p[rows, tokens]`` (their logarithms if ``log``) on the host: gathered from the
+        candidates on the CPU, else on the logits' device (``rows`` / ``tokens`` there, e.g.
+        ``fed()``'s), the logarithms taken there, crossing in one transfer."""
+        cand = self.candidates()
+        if cand is None:
+            m = self.p[rows, tokens]
+            return (m.log() if log else m).cpu()
+        ids, probs = cand[0][rows], cand[1][rows]  # [n, c]: each row's candidates
+        m = torch.where(ids == tokens[:, None], probs, 0).sum(-1)  # one match at most: exact
+        return m.log() if log else m
 
     def rows(self) -> Rows:  # [N+1] host supports of the warped p after every tree row
         """``p`` per row of the drafted tree, read lazily onto the host (``warped_rows``)."""

@@ -42,17 +42,21 @@ rule gathers ``log p_i(x_i)`` on the target's device with the target pass's own 
 tokens (``mtad.core.runner.fed_tensors``: no further host-to-device copy) and crosses once;
 R is summed on the host; the correction's support crosses once more. The tree rule keeps the
 warped tree ``p`` on the target's device; the edge probabilities ``p[parent, token]`` cross to
-the host in one transfer, where paths are summed and the acceptance decided; the emitted
-token's support crosses once more.
+the host in one transfer, where paths are summed and the acceptance decided (in Python floats
+with the tensors' float arithmetic: ``path_log_probs``, ``tree_accept``); the emitted token's
+support crosses once more. On the CPU both rules read ``p`` by its candidates
+(``mtad.verify.score.Scores.candidates``: greedy's argmax, the top-k fast path's candidates)
+instead of the dense warped rows: the same masses and supports, so the same draws.
 """
 
 from __future__ import annotations
 
 import math
+import struct
 
 import torch
 
-from mtad.core.decoder import StepContext, StepOutput, sample
+from mtad.core.decoder import StepContext, StepOutput
 from mtad.core.knobs import TAU, Knob, Rule
 from mtad.core.protocols import ROOT
 from mtad.core.tree import Beams, TokenTree
@@ -86,18 +90,69 @@ def tree_accept(
     ref: torch.Tensor,  # [g] reference log Q per depth
     tau: float,
 ) -> tuple[int, int, list[bool]]:
-    """(a, chosen row or ROOT, per-depth "some node passed" flags)."""
+    """(a, chosen row or ROOT, per-depth "some node passed" flags).
+
+    Decided on the host in Python floats with the tensors' float arithmetic (``_host_float``:
+    ``log P - ref`` rounded to their dtype, compared with ``log tau`` in that dtype)."""
     g = ref.numel()
-    d_idx = torch.tensor(depth) - 1  # -1 for the root, which never passes
-    passing = (log_path_p - ref[d_idx.clamp_min(0)]) > math.log(tau)
-    passing &= ~torch.isneginf(log_path_p) & (d_idx >= 0)
-    per_depth = [bool(passing[d_idx == d].any()) for d in range(g)]
+    dtype = torch.promote_types(log_path_p.dtype, ref.dtype)
+    rnd = _host_float(dtype)
+    if rnd is None:  # no host arithmetic for this dtype: on tensors
+        d_idx = torch.tensor(depth) - 1  # -1 for the root, which never passes
+        passing = (log_path_p - ref[d_idx.clamp_min(0)]) > math.log(tau)
+        passing &= ~torch.isneginf(log_path_p) & (d_idx >= 0)
+        flags = passing.tolist()
+    else:
+        values, refs, bar = log_path_p.tolist(), ref.tolist(), rnd(math.log(tau))
+        flags = [d > 0 and v != -math.inf and rnd(v - refs[d - 1]) > bar for v, d in zip(values, depth)]
+    per_depth = [False] * g
+    for r, ok in enumerate(flags):
+        if ok:
+            per_depth[depth[r] - 1] = True
     a = max((d + 1 for d, ok in enumerate(per_depth) if ok), default=0)
     if a == 0:
         return 0, ROOT, per_depth
-    cand = torch.nonzero(passing & (d_idx == a - 1)).flatten()
-    best = int(cand[torch.argmax(log_path_p[cand])])
-    return a, best, per_depth
+    values = log_path_p.tolist()  # exact (float32 / float64 to Python floats); never NaN
+    cand = [r for r, ok in enumerate(flags) if ok and depth[r] == a]
+    return a, max(cand, key=values.__getitem__), per_depth  # max: the first of the largest
+
+
+def path_log_probs(
+    edge_p: torch.Tensor,  # [N] p(token of row r | its parent), rows 1..N
+    parents: list[int],  # [N+1] parent row (parents[0] = -1, parents[r] < r)
+) -> torch.Tensor:  # [N+1] log P(path to row), row 0: log 1
+    """Path log-likelihoods: the parent's plus the edge's log, row by row; the logarithms
+    taken over the vector, the sums on the host with the tensor's float addition
+    (``_host_float``)."""
+    log_edge = edge_p.log()  # [N]
+    rnd = _host_float(edge_p.dtype)
+    if rnd is None:  # no host arithmetic for this dtype: on tensors
+        out = torch.zeros(len(parents), dtype=edge_p.dtype)
+        for r in range(1, len(parents)):  # parents precede children
+            out[r] = out[parents[r]] + log_edge[r - 1]
+        return out
+    logs = log_edge.tolist()
+    sums = [0.0] * len(parents)
+    for r in range(1, len(parents)):  # parents precede children
+        sums[r] = rnd(sums[parents[r]] + logs[r - 1])
+    return torch.tensor(sums, dtype=edge_p.dtype)
+
+
+def _f32(x: float) -> float:
+    return _F32.unpack(_F32.pack(x))[0]
+
+
+_F32 = struct.Struct("f")
+
+
+def _host_float(dtype: torch.dtype):
+    """Rounding of a Python float's result to ``dtype``, such that one float64 operation on
+    values of ``dtype`` and this rounding give the tensor operation's result: float64 as is;
+    float32 rounded once (a float64 +, -, * of float32 values then rounded to float32 is the
+    float32 operation: 53 >= 2 * 24 + 2 significand bits). None for other dtypes."""
+    if dtype == torch.float64:
+        return float
+    return _f32 if dtype == torch.float32 else None
 
 
 def beams_of(tree: TokenTree, rule: str) -> Beams:
@@ -125,14 +180,12 @@ class JointThreshold:
         best = beams.best()
         draft = beams.path_tokens(best)  # [g]
         scores = score(ctx, TokenTree.chain(draft))  # the best beam's path only
-        p = scores.p  # [g+1, V] warped target distributions
-        dev = p.device
         x, _ = scores.fed()  # the pass's own copy of the tokens
-        log_p = p[torch.arange(g, device=dev), x].log().cpu()  # [g], one transfer
+        log_p = scores.masses(torch.arange(g, device=x.device), x, log=True)  # [g] log p_i(x_i), host
         cum_logq = beams.path_cum_logq(best).to(log_p.dtype)  # on the host (beam sampling's)
         r = cumulative_log_ratio(log_p, cum_logq)
         a, passes = accept_length(r, self.tau)
-        y = sample(p[a], ctx.generator, ctx.warping.support_bound)
+        y = scores.sample(a, ctx.generator)  # y ~ p_(a+1)
         return StepOutput(
             tokens=draft[:a] + [y],
             drafted=g,
@@ -167,15 +220,12 @@ class TreeThreshold:
         nodes = scores.nodes  # one row per distinct beam node
         tokens, parents, depth = nodes.tokens, nodes.parents, nodes.depths
         g = tree.depth
-        p = scores.p  # [N+1, V], row 0 = root
         x, par = scores.fed(parents=True)  # the pass's own copy
-        edge_p = p[par, x].cpu()  # [N], one transfer: the edge probabilities
-        ref = self.reference(beams).to(p.dtype)  # [g] on the host (beam sampling's)
-        log_path_p = torch.zeros(len(tokens), dtype=p.dtype)  # [N+1] on the host, row 0: log 1
-        for r in range(1, len(tokens)):  # parents precede children
-            log_path_p[r] = log_path_p[parents[r]] + edge_p[r - 1].log()
+        edge_p = scores.masses(par, x)  # [N] on the host: the edge probabilities p[parent, token]
+        ref = self.reference(beams).to(edge_p.dtype)  # [g] on the host (beam sampling's)
+        log_path_p = path_log_probs(edge_p, parents)  # [N+1] on the host, row 0: log 1
         a, node, per_depth = tree_accept(log_path_p, depth, ref, self.tau)
-        y = sample(p[node], ctx.generator, ctx.warping.support_bound)  # node = ROOT (0) is the root row
+        y = scores.sample(node, ctx.generator)  # node = ROOT (0) is the root row
         return StepOutput(
             tokens=nodes.path_tokens(nodes.path(node)) + [y],
             drafted=g,

@@ -1,0 +1,63 @@
+"""Tree-MTAD's path sums and acceptance decided on the host (``path_log_probs``, ``tree_accept``)
+equal the tensor arithmetic they replace, bit for bit: row-by-row 0-d sums of 0-d logarithms,
+and the vectorised threshold test (float32 and float64, ties with the threshold included)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mtad.core.protocols import ROOT
+from mtad.verify.threshold import path_log_probs, tree_accept
+
+
+def _tensor_path_sums(edge_p, parents):
+    out = torch.zeros(len(parents), dtype=edge_p.dtype)
+    for r in range(1, len(parents)):
+        out[r] = out[parents[r]] + edge_p[r - 1].log()
+    return out
+
+
+def _tensor_accept(log_path_p, depth, ref, tau):
+    g = ref.numel()
+    d_idx = torch.tensor(depth) - 1
+    passing = (log_path_p - ref[d_idx.clamp_min(0)]) > math.log(tau)
+    passing &= ~torch.isneginf(log_path_p) & (d_idx >= 0)
+    per_depth = [bool(passing[d_idx == d].any()) for d in range(g)]
+    a = max((d + 1 for d, ok in enumerate(per_depth) if ok), default=0)
+    if a == 0:
+        return 0, ROOT, per_depth
+    cand = torch.nonzero(passing & (d_idx == a - 1)).flatten()
+    return a, int(cand[torch.argmax(log_path_p[cand])]), per_depth
+
+
+def _tree(gen, n):
+    parents, depth = [-1], [0]
+    for r in range(1, n + 1):
+        p = int(torch.randint(0, r, (1,), generator=gen))
+        parents.append(p)
+        depth.append(depth[p] + 1)
+    return parents, depth
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_host_path_sums_and_acceptance_equal_the_tensor_ones(dtype):
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(200):
+        n = 1 + trial % 17
+        parents, depth = _tree(gen, n)
+        edge = torch.rand(n, generator=gen, dtype=dtype) ** float(torch.randint(1, 40, (1,), generator=gen))
+        edge[torch.rand(n, generator=gen) < 0.15] = 0.0  # P = 0 on some edges
+        got = path_log_probs(edge, parents)
+        want = _tensor_path_sums(edge, parents)
+        assert got.dtype == want.dtype and torch.equal(got, want)
+        g = max(depth)
+        ref = -torch.rand(g, generator=gen, dtype=dtype) * 20
+        if trial % 5 == 0:  # nodes exactly at the threshold (tau = 1: log P - ref = 0)
+            ref = torch.tensor([want[depth.index(d + 1)] for d in range(g)], dtype=dtype)
+        for tau in (1.0, 0.5, 0.1, 3.0, math.inf):
+            assert tree_accept(got, depth, ref, tau) == _tensor_accept(got, depth, ref, tau)
+            wide = ref.double()  # mixed dtypes: the difference in the wider one
+            assert tree_accept(got, depth, wide, tau) == _tensor_accept(got, depth, wide, tau)
