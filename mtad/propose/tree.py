@@ -9,7 +9,10 @@ tree's canonical rows, renumbered (``TokenTree.feed_rows``).
 
 Devices: the draft's warped rows of one depth cross to the host together (one transfer
 per depth, ``mtad.core.sampling.host_supports``), where children are drawn; the tree keeps
-those host supports as its ``q``. The target pass (``mtad.verify.score``) brings the target's
+those host supports as its ``q``. On the CPU, where the warping gives its rows by their
+candidates (greedy, top-k: ``mtad.core.warping.Warping.candidates``), the supports are read
+from the candidates (``mtad.core.sampling.candidate_supports``, the same supports) without
+building or scanning the dense rows. The target pass (``mtad.verify.score``) brings the target's
 warped rows across in one transfer on an accelerator (on the CPU it warps the rows a walk reads,
 lazily).
 """
@@ -20,20 +23,44 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from mtad.core.decoder import StepContext, sample
+from mtad.core.decoder import StepContext
 from mtad.core.knobs import GAMMA, Knob, Rule
 from mtad.core.protocols import ROOT
-from mtad.core.sampling import Rows, Support, as_support, draw, host_support, host_supports
+from mtad.core.sampling import Rows, Support, as_support, candidate_supports, host_supports
 from mtad.core.tree import TokenTree
+from mtad.core.warping import Warping
 
 # (q [V] or its host support, k, generator) -> child tokens
 ChildSampler = Callable[[torch.Tensor | Support, int, torch.Generator], list[int]]
 
 
+def _tokens(s: Support, picks: list[int]) -> list[int]:
+    """The token ids at positions ``picks`` of a host support."""
+    if len(s.ids) == s.size:  # dense: position i is token i
+        return picks
+    return s.ids[picks].tolist() if len(picks) > 1 else [int(s.ids[picks[0]])]
+
+
 def iid_children(q: torch.Tensor | Support, k: int, generator: torch.Generator) -> list[int]:
-    """k i.i.d. draws from q (duplicates allowed), one draw at a time on q's host support."""
-    ids, vals = as_support(q)[:2]
-    return [int(draw(ids, vals, generator)[0]) for _ in range(k)]
+    """k i.i.d. draws from q (duplicates allowed), one draw at a time on q's host support
+    (``mtad.core.sampling.draw``'s ``torch.multinomial`` call, k times)."""
+    s = as_support(q)
+    if k <= 0:
+        return []
+    return _tokens(s, [int(torch.multinomial(s.vals, 1, generator=generator)) for _ in range(k)])
+
+
+def warped_supports(
+    warping: Warping,
+    logits: torch.Tensor,  # [R, V]
+) -> list[Support]:  # [R] ``host_supports(warping(logits), warping.support_bound)``
+    """The host supports of the warped rows: from the warping's candidates on the CPU where
+    it has them (no dense [R, V] rows, no scan), else the dense rows in one transfer."""
+    if logits.device.type == "cpu":
+        cand = warping.candidates(logits)
+        if cand is not None:
+            return candidate_supports(*cand, logits.shape[-1])
+    return host_supports(warping(logits), warping.support_bound)
 
 
 class _TreeBuilder:
@@ -41,13 +68,12 @@ class _TreeBuilder:
 
     def __init__(self, ctx: StepContext):
         self.ctx = ctx
-        self.bound = ctx.warping.support_bound
         self.t = TokenTree()
         self.parents, self.tokens, self.canon = self.t.parents, self.t.tokens, self.t.canon
         self._draft_node: dict[int, int] = {0: ROOT}  # canonical row -> draft runner row
-        q_root = ctx.warping(ctx.draft.root_logits)
-        self.vocab = q_root.shape[-1]
-        self.qs: dict[int, Support] = {0: host_support(q_root, self.bound)}  # canonical row -> q after it
+        root = ctx.draft.root_logits
+        self.vocab = root.shape[-1]
+        self.qs: dict[int, Support] = {0: warped_supports(ctx.warping, root[None])[0]}  # canonical row -> q after it
 
     def add(self, parent: int, token: int) -> int:
         return self.t.add(parent, token)
@@ -62,7 +88,7 @@ class _TreeBuilder:
             return
         parents = [self._draft_node[self.canon[self.parents[r]]] for r in todo]
         logits = self.ctx.draft.forward([self.tokens[r] for r in todo], parents)
-        supports = host_supports(self.ctx.warping(logits), self.bound)
+        supports = warped_supports(self.ctx.warping, logits)
         for i, r in enumerate(todo):
             self._draft_node[r] = self.ctx.draft.num_nodes - len(todo) + 1 + i
             self.qs[r] = supports[i]
@@ -98,7 +124,7 @@ def draft_chains(ctx: StepContext, k: int, gamma: int) -> TokenTree:
     b = _TreeBuilder(ctx)
     last = [0] * k
     for d in range(gamma):
-        last = [b.add(r, sample(b.q(r), ctx.generator)) for r in last]
+        last = [b.add(r, iid_children(b.q(r), 1, ctx.generator)[0]) for r in last]
         if d < gamma - 1:
             b.expand(last)
     return b.tree(gamma)
@@ -114,21 +140,23 @@ def draw_without_replacement(
     Returns fewer than k tokens when q has fewer than k nonzero entries; never
     a duplicate (Yang et al., arXiv:2401.06706, candidates without replacement).
     """
-    if k < 0:
-        raise ValueError(f"k must be >= 0, got {k}")
-    ids, vals = as_support(q)[:2]  # sequential draws on the host support (same distribution)
-    vals = vals.clone()
-    drawn: list[int] = []
-    for _ in range(min(k, int((vals > 0).sum()))):
-        j = int(torch.multinomial(vals, 1, generator=generator))
-        drawn.append(int(ids[j]))
-        vals[j] = 0
-    return torch.tensor(drawn, dtype=torch.long)
+    return torch.tensor(without_replacement(q, k, generator), dtype=torch.long)
 
 
 def without_replacement(q: torch.Tensor | Support, k: int, generator: torch.Generator) -> list[int]:
-    """``draw_without_replacement`` as a child sampler (MCSS's siblings)."""
-    return draw_without_replacement(q, k, generator).tolist()
+    """``draw_without_replacement`` as a child sampler (MCSS's siblings), as a list."""
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    s = as_support(q)  # sequential draws on the host support (same distribution)
+    if k == 0:
+        return []
+    vals = s.vals.clone()
+    picks: list[int] = []
+    for _ in range(min(k, int((vals > 0).sum()))):
+        j = int(torch.multinomial(vals, 1, generator=generator))
+        picks.append(j)
+        vals[j] = 0
+    return _tokens(s, picks) if picks else []
 
 
 SAMPLERS: dict[str, ChildSampler] = {"iid": iid_children, "without_replacement": without_replacement}

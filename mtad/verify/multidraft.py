@@ -83,6 +83,8 @@ speculative sampling (SpD) lives in ``mtad.verify.chain``.
 
 from __future__ import annotations
 
+import struct
+from array import array
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -385,6 +387,132 @@ def _run_rule(
     return rule(c.P, c.Q, c.cands), c.cols
 
 
+# --------------------------------------------------------------------------- small supports
+# The rules above, on a node's compressed columns as Python floats: the same IEEE operations in
+# the rule's dtype, in the same order (one float32 operation is the float64 one rounded to
+# float32, exact for + - * / on float32 operands), every sum still a ``torch.sum`` of the same
+# vector, so every value a draw reads is bit for bit the tensor rule's. A node's few dozen
+# columns then cost a handful of torch calls instead of a few per candidate and operation.
+
+_FAST_MAX = 512  # P's and Q's support sizes together; beyond it the tensor rules are cheaper
+_F32 = struct.Struct("f")
+
+
+class _Arith:
+    """Rounding to a dtype (float32 or float64) and its ``torch.sum``."""
+
+    def __init__(self, dtype: torch.dtype):
+        self.dtype = dtype
+        if dtype == torch.float32:
+            self.one = lambda x: _F32.unpack(_F32.pack(x))[0]
+            self.many = lambda xs: array("f", xs).tolist()
+        else:
+            self.one = self.many = lambda x: x
+
+    def sum(self, xs: list[float]) -> float:
+        return float(torch.tensor(xs, dtype=self.dtype).sum())
+
+    def normalise_or(self, v: list[float], fallback: list[float]) -> list[float]:
+        """``_normalise_or``."""
+        s = self.sum(v)
+        return self.many([x / s for x in v]) if s > 0 else fallback
+
+    def ratio(self, pc: float, qc: float) -> float:
+        """``_accept_ratio``: min(1, pc / qc) rounded (a quotient >= 1 rounds to >= 1), 0 if qc = 0."""
+        if not qc > 0:
+            return 0.0
+        r = pc / qc
+        return 1.0 if r >= 1.0 else self.one(r)
+
+    def residual(self, P: list[float], Q: list[float]) -> list[float]:
+        """``(P - Q).clamp_min(0)``."""
+        return self.many([d if d > 0 else 0.0 for d in (p - q for p, q in zip(P, Q))])
+
+
+def _fast_sequential(ar: _Arith, P, Q, cands, ratio, update):
+    """``_sequential`` on lists."""
+    accept, reach = [], 1.0
+    for c in cands:
+        a = ratio(P, Q, c)
+        accept.append(ar.one(reach * a))
+        reach = ar.one(reach * ar.one(1.0 - a))
+        if Q[c] > 0:
+            P, Q = update(P, Q, c)
+    return accept, P, reach
+
+
+def _fast_specinfer(ar: _Arith, P, Q, cands):
+    def update(P, Q, c):
+        return ar.normalise_or(ar.residual(P, Q), P), Q
+
+    return _fast_sequential(ar, P, Q, cands, lambda P, Q, c: ar.ratio(P[c], Q[c]), update)
+
+
+def _fast_mcss(ar: _Arith, P, Q, cands):
+    def update(P, Q, c):
+        P = ar.normalise_or(ar.residual(P, Q), P)
+        Q = list(Q)
+        Q[c] = 0.0
+        return P, ar.normalise_or(Q, [0.0] * len(Q))
+
+    return _fast_sequential(ar, P, Q, cands, lambda P, Q, c: ar.ratio(P[c], Q[c]), update)
+
+
+def _fast_spectr(ar: _Arith, P, Q, cands):
+    k = len(cands)
+    rho = spectr_rho(torch.tensor(P, dtype=ar.dtype), torch.tensor(Q, dtype=ar.dtype), k)
+    rho = ar.one(rho)  # a Python float meets the rule's tensors in their dtype
+    rq = ar.many([rho * q for q in Q])
+    accept, _, reject = _fast_sequential(ar, P, Q, cands, lambda P, Q, c: ar.ratio(P[c], rq[c]),
+                                         lambda P, Q, c: (P, Q))
+    return accept, ar.normalise_or(ar.residual(P, rq), P), reject
+
+
+def _fast_mcns(ar: _Arith, P, Q, cands):
+    accept, out = [], set()
+    for c in cands:
+        accept.append(0.0 if c in out else P[c])
+        out.add(c)
+    rest = [0.0 if j in out else x for j, x in enumerate(P)]
+    return accept, ar.normalise_or(rest, P), ar.sum(rest)
+
+
+def _draw_list(vals: list[float], dtype: torch.dtype, generator: torch.Generator) -> int:
+    """``sample`` of the vector ``vals`` (non-negative): its index drawn on its support."""
+    if len(vals) <= sampling.DENSE_MAX:
+        return int(torch.multinomial(torch.tensor(vals, dtype=dtype), 1, generator=generator))
+    nz = [i for i, v in enumerate(vals) if v > 0]
+    return nz[int(torch.multinomial(torch.tensor([vals[i] for i in nz], dtype=dtype), 1, generator=generator))]
+
+
+def _fast_columns(P: Support, Q: Support, cands: list[int]):
+    """``compress_support`` on lists: (columns, P, Q, candidate columns)."""
+    pm = {i: v for i, v in zip(P.ids.tolist(), P.vals.tolist()) if v > 0}
+    qm = {i: v for i, v in zip(Q.ids.tolist(), Q.vals.tolist()) if v > 0}
+    cols = sorted({*pm, *qm, *cands})
+    at = {t: j for j, t in enumerate(cols)}
+    return cols, [pm.get(t, 0.0) for t in cols], [qm.get(t, 0.0) for t in cols], [at[c] for c in cands]
+
+
+def _fast_node(fast, P: Support, Q: Support, cands: list[int],
+               generator: torch.Generator) -> tuple[int, int | None]:
+    """One visited node by ``fast`` on its compressed columns, drawn as ``_walk`` draws it:
+    (index of the accepted candidate, None), or (len(cands), the correction token)."""
+    ar = _Arith(P.vals.dtype)
+    cols, Pl, Ql, cc = _fast_columns(P, Q, cands)
+    accept, residual, reject = fast(ar, Pl, Ql, cc)
+    j = _draw_list(accept + [reject], ar.dtype, generator)
+    if j < len(cands):
+        return j, None
+    return j, cols[_draw_list(residual, ar.dtype, generator)]
+
+
+def _fits_fast(P: Support, Q: Support) -> bool:
+    dt = P.vals.dtype
+    return (dt == Q.vals.dtype and dt in (torch.float32, torch.float64)
+            and len(P.ids) + len(Q.ids) <= _FAST_MAX)
+
+
 def _children(parents: Sequence[int], num_rows: int) -> list[list[int]]:
     if len(parents) != num_rows:
         raise ValueError(f"parents has {len(parents)} rows, p/q have {num_rows}")
@@ -433,21 +561,28 @@ def _walk(
     if len(tokens) != len(p) or len(q) != len(p):
         raise ValueError(f"tokens has {len(tokens)} rows, p/q have {len(p)} / {len(q)}")
     kids = _children(parents, len(p))
+    fast = _FAST.get(rule)
     node, alive = 0, [0]
     while True:
         cand_nodes = [c for a in alive for c in kids[a]]
         if not cand_nodes:  # a leaf was accepted (or the tree is empty): bonus
             token = sample(p[node], generator)
             break
-        P = as_support(p[node])
+        P, Q = as_support(p[node]), as_support(q[node])
+        cands = [tokens[c] for c in cand_nodes]
         squeeze = compress if compress is not None else P.size > sampling.DENSE_MAX
-        out, cols = _run_rule(rule, P, as_support(q[node]), [tokens[c] for c in cand_nodes], squeeze)
-        j = sample(torch.cat([out.accept_prob, out.reject_prob.reshape(1)]), generator)
-        if j == len(cand_nodes):  # every candidate rejected: correction
-            token = sample(out.residual, generator)
-            if cols is not None:
-                token = int(cols[token])
-            break
+        if squeeze and fast is not None and _fits_fast(P, Q):
+            j, token = _fast_node(fast, P, Q, cands, generator)
+            if token is not None:  # every candidate rejected: correction
+                break
+        else:
+            out, cols = _run_rule(rule, P, Q, cands, squeeze)
+            j = sample(torch.cat([out.accept_prob, out.reject_prob.reshape(1)]), generator)
+            if j == len(cand_nodes):  # every candidate rejected: correction
+                token = sample(out.residual, generator)
+                if cols is not None:
+                    token = int(cols[token])
+                break
         node = cand_nodes[j]
         alive = (
             [c for c in cand_nodes if tokens[c] == tokens[node]] if merge_equal_prefixes else [node]
@@ -469,6 +604,9 @@ RULES: dict[str, PositionRule] = {
     "spectr": spectr_position,
     "mcns": _mcns_rule,
 }
+#: each rule's list form for small supports (``_fast_node``)
+_FAST = {specinfer_position: _fast_specinfer, mcss_position: _fast_mcss, spectr_position: _fast_spectr,
+         _mcns_rule: _fast_mcns}
 
 
 class MultiDraft:
