@@ -19,6 +19,7 @@ lazily).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -41,13 +42,28 @@ def _tokens(s: Support, picks: list[int]) -> list[int]:
     return s.ids[picks].tolist() if len(picks) > 1 else [int(s.ids[picks[0]])]
 
 
+def exponentials(vals: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:  # [k, n]
+    """The exponentials that k successive ``torch.multinomial(vals, 1, generator=generator)``
+    calls take from the generator, drawn at once.
+
+    One such call (``mtad.core.sampling.draw``) on n masses draws n exponentials ``e`` in
+    ``vals``' dtype and returns ``argmax(vals / e)`` (first index on ties), the trick
+    ``mtad.core.sampling.device_sample`` also reads; the generator's stream is sequential, so
+    row i here is the i-th call's (``tests/propose/test_tree_draws.py``: the same positions
+    and the same generator state). The masses are checked as that call checks them."""
+    tot = float(vals.sum())
+    if not 0 < tot < math.inf:
+        raise RuntimeError(f"invalid multinomial distribution (sum of probabilities {tot})")
+    return torch.empty(k, vals.numel(), dtype=vals.dtype).exponential_(1, generator=generator)
+
+
 def iid_children(q: torch.Tensor | Support, k: int, generator: torch.Generator) -> list[int]:
-    """k i.i.d. draws from q (duplicates allowed), one draw at a time on q's host support
-    (``mtad.core.sampling.draw``'s ``torch.multinomial`` call, k times)."""
+    """k i.i.d. draws from q (duplicates allowed) on q's host support: k successive
+    ``torch.multinomial`` draws (``mtad.core.sampling.draw``), their exponentials drawn at once."""
     s = as_support(q)
     if k <= 0:
         return []
-    return _tokens(s, [int(torch.multinomial(s.vals, 1, generator=generator)) for _ in range(k)])
+    return _tokens(s, (s.vals / exponentials(s.vals, k, generator)).argmax(-1).tolist())
 
 
 def warped_supports(
@@ -151,12 +167,16 @@ def without_replacement(q: torch.Tensor | Support, k: int, generator: torch.Gene
     if k == 0:
         return []
     vals = s.vals.clone()
+    m = min(k, int((vals > 0).sum()))
+    if m == 0:
+        return []
+    e = exponentials(vals, m, generator)  # the m draws' ``torch.multinomial`` exponentials
     picks: list[int] = []
-    for _ in range(min(k, int((vals > 0).sum()))):
-        j = int(torch.multinomial(vals, 1, generator=generator))
+    for i in range(m):
+        j = int((vals / e[i]).argmax())
         picks.append(j)
         vals[j] = 0
-    return _tokens(s, picks) if picks else []
+    return _tokens(s, picks)
 
 
 SAMPLERS: dict[str, ChildSampler] = {"iid": iid_children, "without_replacement": without_replacement}

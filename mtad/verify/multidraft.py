@@ -83,6 +83,7 @@ speculative sampling (SpD) lives in ``mtad.verify.chain``.
 
 from __future__ import annotations
 
+import math
 import struct
 from array import array
 from collections.abc import Callable, Sequence
@@ -477,12 +478,34 @@ def _fast_mcns(ar: _Arith, P, Q, cands):
     return accept, ar.normalise_or(rest, P), ar.sum(rest)
 
 
+def _multinomial(vals: torch.Tensor, generator: torch.Generator) -> int:
+    """``torch.multinomial(vals, 1, generator=generator)`` for masses known to be valid
+    (non-negative, finite, not all 0): the n exponentials that call draws from the generator
+    in ``vals``' dtype and its ``argmax(vals / e)``, without its checks of the masses (the same
+    trick as ``mtad.core.sampling.device_sample``; ``tests/verify/test_small_supports.py``)."""
+    e = torch.empty(vals.numel(), dtype=vals.dtype).exponential_(1, generator=generator)
+    return int((vals / e).argmax())
+
+
 def _draw_list(vals: list[float], dtype: torch.dtype, generator: torch.Generator) -> int:
-    """``sample`` of the vector ``vals`` (non-negative): its index drawn on its support."""
-    if len(vals) <= sampling.DENSE_MAX:
-        return int(torch.multinomial(torch.tensor(vals, dtype=dtype), 1, generator=generator))
+    """``sample`` of the vector ``vals`` (non-negative, finite): its index drawn on its support."""
+    if not all(0.0 <= v < math.inf for v in vals):
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
     nz = [i for i, v in enumerate(vals) if v > 0]
-    return nz[int(torch.multinomial(torch.tensor([vals[i] for i in nz], dtype=dtype), 1, generator=generator))]
+    if not nz:
+        raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+    if len(vals) <= sampling.DENSE_MAX:
+        return _multinomial(torch.tensor(vals, dtype=dtype), generator)
+    return nz[_multinomial(torch.tensor([vals[i] for i in nz], dtype=dtype), generator)]
+
+
+def _draw_support(s: Support, generator: torch.Generator) -> int:
+    """``sample`` of a host support (``mtad.core.sampling.draw``) by ``_multinomial``."""
+    tot = float(s.vals.sum())  # the masses are >= 0 (a support); nan / inf / no mass: refused
+    if not 0 < tot < math.inf:
+        raise RuntimeError(f"invalid multinomial distribution (sum of probabilities {tot})")
+    j = _multinomial(s.vals, generator)
+    return j if len(s.ids) == s.size else int(s.ids[j])
 
 
 def _fast_columns(P: Support, Q: Support, cands: list[int]):
@@ -566,7 +589,8 @@ def _walk(
     while True:
         cand_nodes = [c for a in alive for c in kids[a]]
         if not cand_nodes:  # a leaf was accepted (or the tree is empty): bonus
-            token = sample(p[node], generator)
+            row = p[node]
+            token = _draw_support(row, generator) if isinstance(row, Support) else sample(row, generator)
             break
         P, Q = as_support(p[node]), as_support(q[node])
         cands = [tokens[c] for c in cand_nodes]
