@@ -20,6 +20,7 @@ lazily).
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Callable, Sequence
 
 import torch
@@ -35,11 +36,7 @@ from mtad.core.warping import Warping
 ChildSampler = Callable[[torch.Tensor | Support, int, torch.Generator], list[int]]
 
 
-def _tokens(s: Support, picks: list[int]) -> list[int]:
-    """The token ids at positions ``picks`` of a host support."""
-    if len(s.ids) == s.size:  # dense: position i is token i
-        return picks
-    return s.ids[picks].tolist() if len(picks) > 1 else [int(s.ids[picks[0]])]
+_SHORT = 512  # supports up to this long are drawn on Python lists (fewer torch calls)
 
 
 def exponentials(vals: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:  # [k, n]
@@ -50,20 +47,62 @@ def exponentials(vals: torch.Tensor, k: int, generator: torch.Generator) -> torc
     ``vals``' dtype and returns ``argmax(vals / e)`` (first index on ties), the trick
     ``mtad.core.sampling.device_sample`` also reads; the generator's stream is sequential, so
     row i here is the i-th call's (``tests/propose/test_tree_draws.py``: the same positions
-    and the same generator state). The masses are checked as that call checks them."""
-    tot = float(vals.sum())
-    if not 0 < tot < math.inf:
-        raise RuntimeError(f"invalid multinomial distribution (sum of probabilities {tot})")
+    and the same generator state)."""
     return torch.empty(k, vals.numel(), dtype=vals.dtype).exponential_(1, generator=generator)
+
+
+def _draws(s: Support, k: int, generator: torch.Generator, replacement: bool) -> list[int]:
+    """k successive ``torch.multinomial`` draws on a host support (``mtad.core.sampling.draw``),
+    each from the masses left after the previous ones unless ``replacement``: their token ids.
+
+    The masses are checked as that call checks them. A short support is drawn on the host as
+    Python floats: ``masses / e`` rounded to the masses' dtype (one IEEE division, exact after
+    rounding the float64 quotient of two float32 numbers), the first maximum (``argmax``)."""
+    n, dtype = len(s.vals), s.vals.dtype
+    short = n <= _SHORT and dtype in (torch.float32, torch.float64)
+    if short:
+        vals = s.vals.tolist()
+        m = k if replacement else min(k, sum(v > 0 for v in vals))  # no more than the nonzero ones
+        if m <= 0:
+            return []
+        if not all(0.0 <= v < math.inf for v in vals) or not any(v > 0 for v in vals):
+            raise RuntimeError("invalid multinomial distribution (masses must be >= 0, finite, not all 0)")
+    else:
+        m = k if replacement else min(k, int((s.vals > 0).sum()))
+        if m <= 0:
+            return []
+        tot = float(s.vals.sum())  # a support's masses are >= 0: this catches nan, inf and no mass
+        if not 0 < tot < math.inf:
+            raise RuntimeError(f"invalid multinomial distribution (sum of probabilities {tot})")
+    e = exponentials(s.vals, m, generator)
+    picks: list[int] = []
+    rows = e.tolist() if short else []
+    if short and not any(0.0 in row for row in rows):  # (x / 0 is left to the tensors)
+        rnd = (lambda xs: array("f", xs).tolist()) if dtype == torch.float32 else (lambda xs: xs)
+        for row in rows:
+            ratios = rnd([v / x for v, x in zip(vals, row)])
+            j = ratios.index(max(ratios))
+            picks.append(j)
+            if not replacement:
+                vals[j] = 0.0
+        ids = s.ids.tolist()
+        return picks if n == s.size else [ids[j] for j in picks]  # dense: position i is token i
+    if replacement:
+        pos = (s.vals / e).argmax(-1)
+    else:
+        masses = s.vals.clone()
+        for i in range(m):
+            j = int((masses / e[i]).argmax())
+            picks.append(j)
+            masses[j] = 0
+        pos = torch.tensor(picks)
+    return (pos if n == s.size else s.ids[pos]).tolist()
 
 
 def iid_children(q: torch.Tensor | Support, k: int, generator: torch.Generator) -> list[int]:
     """k i.i.d. draws from q (duplicates allowed) on q's host support: k successive
     ``torch.multinomial`` draws (``mtad.core.sampling.draw``), their exponentials drawn at once."""
-    s = as_support(q)
-    if k <= 0:
-        return []
-    return _tokens(s, (s.vals / exponentials(s.vals, k, generator)).argmax(-1).tolist())
+    return _draws(as_support(q), k, generator, replacement=True)
 
 
 def warped_supports(
@@ -163,20 +202,8 @@ def without_replacement(q: torch.Tensor | Support, k: int, generator: torch.Gene
     """``draw_without_replacement`` as a child sampler (MCSS's siblings), as a list."""
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
-    s = as_support(q)  # sequential draws on the host support (same distribution)
-    if k == 0:
-        return []
-    vals = s.vals.clone()
-    m = min(k, int((vals > 0).sum()))
-    if m == 0:
-        return []
-    e = exponentials(vals, m, generator)  # the m draws' ``torch.multinomial`` exponentials
-    picks: list[int] = []
-    for i in range(m):
-        j = int((vals / e[i]).argmax())
-        picks.append(j)
-        vals[j] = 0
-    return _tokens(s, picks)
+    # sequential draws on the host support (same distribution), their exponentials at once
+    return _draws(as_support(q), k, generator, replacement=False)
 
 
 SAMPLERS: dict[str, ChildSampler] = {"iid": iid_children, "without_replacement": without_replacement}

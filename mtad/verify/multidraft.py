@@ -363,15 +363,26 @@ def compress_support(
     floating-point summation order); a fallback to ``P`` stays inside the union. Columns
     keep their ascending order, so when both are drawn on their support
     (``mtad.core.sampling``), a draw from a compressed vector picks the same token, for the
-    same generator state, as from the dense vector. Runs on the host (supports).
+    same generator state, as from the dense vector. Runs on the host (supports). Long
+    supports (more than a sixteenth of the vocabulary together) are merged by a mark over the
+    vocabulary instead of a sort: the same columns.
     """
     P, Q = as_support(P), as_support(Q)
     (p_ids, p_vals), (q_ids, q_vals) = P.positive(), Q.positive()
     cand_t = torch.tensor([int(c) for c in cands], dtype=torch.long)
-    cols = torch.unique(torch.cat([p_ids, q_ids, cand_t]))  # [C] ascending
-    Pc = torch.zeros(len(cols), dtype=p_vals.dtype).index_put_((torch.searchsorted(cols, p_ids),), p_vals)
-    Qc = torch.zeros(len(cols), dtype=q_vals.dtype).index_put_((torch.searchsorted(cols, q_ids),), q_vals)
-    return Compressed(Pc, Qc, torch.searchsorted(cols, cand_t).tolist(), cols)
+    if 16 * (len(p_ids) + len(q_ids)) > P.size:
+        mark = torch.zeros(P.size, dtype=torch.bool)
+        for ids in (p_ids, q_ids, cand_t):
+            mark[ids] = True
+        cols = mark.nonzero().flatten()  # [C] ascending
+        rank = mark.cumsum(0) - 1  # [V] token -> its column
+        p_at, q_at, c_at = rank[p_ids], rank[q_ids], rank[cand_t]
+    else:
+        cols = torch.unique(torch.cat([p_ids, q_ids, cand_t]))  # [C] ascending
+        p_at, q_at, c_at = (torch.searchsorted(cols, x) for x in (p_ids, q_ids, cand_t))
+    Pc = torch.zeros(len(cols), dtype=p_vals.dtype).index_put_((p_at,), p_vals)
+    Qc = torch.zeros(len(cols), dtype=q_vals.dtype).index_put_((q_at,), q_vals)
+    return Compressed(Pc, Qc, c_at.tolist(), cols)
 
 
 def _run_rule(
@@ -487,24 +498,38 @@ def _multinomial(vals: torch.Tensor, generator: torch.Generator) -> int:
     return int((vals / e).argmax())
 
 
-def _draw_list(vals: list[float], dtype: torch.dtype, generator: torch.Generator) -> int:
-    """``sample`` of the vector ``vals`` (non-negative, finite): its index drawn on its support."""
-    if not all(0.0 <= v < math.inf for v in vals):
+def _draw_masses(masses: list[float], dtype: torch.dtype, generator: torch.Generator) -> int:
+    """``torch.multinomial(torch.tensor(masses, dtype=dtype), 1, generator=generator)`` on masses
+    checked here: its n exponentials, and ``argmax(masses / e)`` in the dtype on the host."""
+    if not all(0.0 <= v < math.inf for v in masses):
         raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
-    nz = [i for i, v in enumerate(vals) if v > 0]
-    if not nz:
+    if not any(v > 0 for v in masses):
         raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+    e = torch.empty(len(masses), dtype=dtype).exponential_(1, generator=generator).tolist()
+    if 0.0 in e:  # x / 0: as the tensors divide it
+        return int((torch.tensor(masses, dtype=dtype) / torch.tensor(e, dtype=dtype)).argmax())
+    ratios = _Arith(dtype).many([m / x for m, x in zip(masses, e)])
+    return ratios.index(max(ratios))  # the first index on ties, as argmax
+
+
+def _draw_list(vals: list[float], dtype: torch.dtype, generator: torch.Generator) -> int:
+    """``sample`` of the vector ``vals``: its index drawn on its support."""
     if len(vals) <= sampling.DENSE_MAX:
-        return _multinomial(torch.tensor(vals, dtype=dtype), generator)
-    return nz[_multinomial(torch.tensor([vals[i] for i in nz], dtype=dtype), generator)]
+        return _draw_masses(vals, dtype, generator)
+    nz = [i for i, v in enumerate(vals) if v > 0]  # the nonzero entries, as ``support`` keeps them
+    return nz[_draw_masses([vals[i] for i in nz], dtype, generator)]
 
 
 def _draw_support(s: Support, generator: torch.Generator) -> int:
-    """``sample`` of a host support (``mtad.core.sampling.draw``) by ``_multinomial``."""
-    tot = float(s.vals.sum())  # the masses are >= 0 (a support); nan / inf / no mass: refused
-    if not 0 < tot < math.inf:
-        raise RuntimeError(f"invalid multinomial distribution (sum of probabilities {tot})")
-    j = _multinomial(s.vals, generator)
+    """``sample`` of a host support (``mtad.core.sampling.draw``): by ``_draw_masses`` when short,
+    else by ``_multinomial``."""
+    if len(s.vals) <= _FAST_MAX and s.vals.dtype in (torch.float32, torch.float64):
+        j = _draw_masses(s.vals.tolist(), s.vals.dtype, generator)
+    else:
+        tot = float(s.vals.sum())  # the masses are >= 0 (a support); nan / inf / no mass: refused
+        if not 0 < tot < math.inf:
+            raise RuntimeError(f"invalid multinomial distribution (sum of probabilities {tot})")
+        j = _multinomial(s.vals, generator)
     return j if len(s.ids) == s.size else int(s.ids[j])
 
 

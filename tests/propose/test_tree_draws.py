@@ -18,7 +18,7 @@ def _supports(dtype):
     """Sparse supports of a long vocabulary and dense ones (zeros included) of a short one."""
     g = torch.Generator().manual_seed(0)
     out = []
-    for n in (1, 2, 7, 40, 300):
+    for n in (1, 2, 7, 40, 300, 700):  # short supports (drawn on lists) and a long one
         vals = torch.rand(n, generator=g, dtype=torch.float64).to(dtype) + 0.01
         ids = torch.randperm(DENSE_MAX + 5000, generator=g)[:n].sort().values
         out.append(Support(ids, vals, DENSE_MAX + 5000))

@@ -114,3 +114,33 @@ def test_walk_on_lists_draws_as_the_tensor_rules(name, dense_max, monkeypatch):
         assert got == want and torch.equal(g.get_state(), ref.get_state()), seed
         seen.add(len(got[0]))
     assert len(seen) >= 2, f"every walk accepted {seen} nodes: the test tree does not exercise both ends"
+
+
+@pytest.mark.parametrize("share", [0.001, 0.3, 0.9])
+def test_compressed_columns_of_long_and_short_supports(share):
+    """``compress_support``'s columns (by a sort, or by a mark over the vocabulary for long
+    supports) are the sorted union, with P, Q and the candidates placed on them."""
+    V = DENSE_MAX + 3000
+    for seed in range(6):
+        g = torch.Generator().manual_seed(seed)
+        supports = []
+        for _ in range(2):
+            ids = torch.randperm(V, generator=g)[: max(1, int(share * V))].sort().values
+            supports.append(Support(ids, torch.rand(len(ids), generator=g) + 0.1, V))
+        cands = torch.randint(0, V, (4,), generator=g).tolist()
+        c = md.compress_support(*supports, cands)
+        want = sorted(set(supports[0].ids.tolist()) | set(supports[1].ids.tolist()) | set(cands))
+        assert c.cols.tolist() == want
+        assert [want[j] for j in c.cands] == cands
+        for S, vec in zip(supports, (c.P, c.Q)):
+            assert torch.equal(vec, S.dense()[c.cols])
+
+
+@pytest.mark.parametrize("dense_max", [DENSE_MAX, 0])
+def test_a_list_draw_is_torch_multinomial_on_its_support(dense_max, monkeypatch):
+    monkeypatch.setattr(mtad.core.sampling, "DENSE_MAX", dense_max)
+    for seed in range(200):
+        _, P, _ = _problem(seed)
+        g, ref = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        assert md._draw_list(P.tolist(), P.dtype, g) == mtad.core.sampling.sample(P, ref)
+        assert torch.equal(g.get_state(), ref.get_state())
