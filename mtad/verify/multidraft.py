@@ -411,10 +411,11 @@ _F32 = struct.Struct("f")
 
 
 class _Arith:
-    """Rounding to a dtype (float32 or float64) and its ``torch.sum``."""
+    """Rounding to a dtype (float32 or float64) and its ``torch.sum`` (of equal vectors: once)."""
 
     def __init__(self, dtype: torch.dtype):
         self.dtype = dtype
+        self._sums: dict[tuple[float, ...], float] = {}
         if dtype == torch.float32:
             self.one = lambda x: _F32.unpack(_F32.pack(x))[0]
             self.many = lambda xs: array("f", xs).tolist()
@@ -422,7 +423,10 @@ class _Arith:
             self.one = self.many = lambda x: x
 
     def sum(self, xs: list[float]) -> float:
-        return float(torch.tensor(xs, dtype=self.dtype).sum())
+        key = tuple(xs)  # (-0.0 and 0.0 are one key: they sum alike)
+        if key not in self._sums:
+            self._sums[key] = float(torch.tensor(xs, dtype=self.dtype).sum())
+        return self._sums[key]
 
     def normalise_or(self, v: list[float], fallback: list[float]) -> list[float]:
         """``_normalise_or``."""
@@ -442,12 +446,16 @@ class _Arith:
 
 
 def _fast_sequential(ar: _Arith, P, Q, cands, ratio, update):
-    """``_sequential`` on lists."""
+    """``_sequential`` on lists. Once every candidate so far is rejected with probability 0
+    the rest are accepted with probability 0 and no correction can be drawn: the residual is
+    then not computed (None)."""
     accept, reach = [], 1.0
     for c in cands:
         a = ratio(P, Q, c)
         accept.append(ar.one(reach * a))
         reach = ar.one(reach * ar.one(1.0 - a))
+        if reach == 0.0:
+            return accept + [0.0] * (len(cands) - len(accept)), None, reach
         if Q[c] > 0:
             P, Q = update(P, Q, c)
     return accept, P, reach
@@ -472,12 +480,15 @@ def _fast_mcss(ar: _Arith, P, Q, cands):
 
 def _fast_spectr(ar: _Arith, P, Q, cands):
     k = len(cands)
-    rho = spectr_rho(torch.tensor(P, dtype=ar.dtype), torch.tensor(Q, dtype=ar.dtype), k)
+    if k <= 1 or not any(q > p for p, q in zip(P, Q)):  # spectr_rho's own first exits
+        rho = 1.0
+    else:
+        rho = spectr_rho(torch.tensor(P, dtype=ar.dtype), torch.tensor(Q, dtype=ar.dtype), k)
     rho = ar.one(rho)  # a Python float meets the rule's tensors in their dtype
     rq = ar.many([rho * q for q in Q])
     accept, _, reject = _fast_sequential(ar, P, Q, cands, lambda P, Q, c: ar.ratio(P[c], rq[c]),
                                          lambda P, Q, c: (P, Q))
-    return accept, ar.normalise_or(ar.residual(P, rq), P), reject
+    return accept, ar.normalise_or(ar.residual(P, rq), P) if reject > 0 else None, reject
 
 
 def _fast_mcns(ar: _Arith, P, Q, cands):
@@ -486,7 +497,7 @@ def _fast_mcns(ar: _Arith, P, Q, cands):
         accept.append(0.0 if c in out else P[c])
         out.add(c)
     rest = [0.0 if j in out else x for j, x in enumerate(P)]
-    return accept, ar.normalise_or(rest, P), ar.sum(rest)
+    return accept, ar.normalise_or(rest, P), ar.sum(rest)  # (one sum: the same vector)
 
 
 def _multinomial(vals: torch.Tensor, generator: torch.Generator) -> int:
@@ -552,6 +563,8 @@ def _fast_node(fast, P: Support, Q: Support, cands: list[int],
     j = _draw_list(accept + [reject], ar.dtype, generator)
     if j < len(cands):
         return j, None
+    if residual is None:  # a draw never picks a zero mass
+        raise RuntimeError("a correction was drawn with probability 0")
     return j, cols[_draw_list(residual, ar.dtype, generator)]
 
 
