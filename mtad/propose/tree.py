@@ -12,9 +12,11 @@ per depth, ``mtad.core.sampling.host_supports``), where children are drawn; the 
 those host supports as its ``q``. On the CPU, where the warping gives its rows by their
 candidates (greedy, top-k: ``mtad.core.warping.Warping.candidates``), the supports are read
 from the candidates (``mtad.core.sampling.candidate_supports``, the same supports) without
-building or scanning the dense rows. The target pass (``mtad.verify.score``) brings the target's
-warped rows across in one transfer on an accelerator (on the CPU it warps the rows a walk reads,
-lazily).
+building or scanning the dense rows. Children are the draws successive ``torch.multinomial``
+calls on the host support would make (``mtad.core.sampling.draw``), their exponentials taken
+from the generator in one call (``_draws``): the same tokens and generator state. The target
+pass (``mtad.verify.score``) brings the target's warped rows across in one transfer on an
+accelerator (on the CPU it warps the rows a walk reads, lazily).
 """
 
 from __future__ import annotations

@@ -38,7 +38,11 @@ Support. After top-k / top-p a distribution over V ~ 152k tokens has a handful o
 nonzero entries. On a long vocabulary each visited node's rule runs on the union of
 its P's and Q's supports and its candidates (``compress_support``, exact), and every
 draw is made on the support (``mtad.core.sampling``); dense small vocabularies (the exact
-tests) run as written.
+tests) run as written. When the two supports are short (``_FAST_MAX``) the rule runs on the
+columns as Python floats (``_fast_node``: the same IEEE operations in the rule's dtype, sums
+still ``torch.sum``, so the same values bit for bit) and each draw takes the exponentials a
+``torch.multinomial`` call would take and its argmax on the host: the same tokens, the same
+generator state (``tests/verify/test_small_supports.py``).
 
 Methods:
 
