@@ -53,52 +53,90 @@ def exponentials(vals: torch.Tensor, k: int, generator: torch.Generator) -> torc
     return torch.empty(k, vals.numel(), dtype=vals.dtype).exponential_(1, generator=generator)
 
 
-def _draws(s: Support, k: int, generator: torch.Generator, replacement: bool) -> list[int]:
-    """k successive ``torch.multinomial`` draws on a host support (``mtad.core.sampling.draw``),
-    each from the masses left after the previous ones unless ``replacement``: their token ids.
+def _plan(s: Support, k: int, replacement: bool) -> tuple[int, list[float] | None]:
+    """How many draws ``_draws`` makes on ``s`` and, for a short support, its masses as a list.
 
-    The masses are checked as that call checks them. A short support is drawn on the host as
-    Python floats: ``masses / e`` rounded to the masses' dtype (one IEEE division, exact after
-    rounding the float64 quotient of two float32 numbers), the first maximum (``argmax``)."""
-    n, dtype = len(s.vals), s.vals.dtype
-    short = n <= _SHORT and dtype in (torch.float32, torch.float64)
-    if short:
+    The masses are checked as ``torch.multinomial`` checks them (no draw: no check)."""
+    if s.vals.numel() <= _SHORT and s.vals.dtype in (torch.float32, torch.float64):
         vals = s.vals.tolist()
         m = k if replacement else min(k, sum(v > 0 for v in vals))  # no more than the nonzero ones
-        if m <= 0:
-            return []
-        if not all(0.0 <= v < math.inf for v in vals) or not any(v > 0 for v in vals):
+        if m > 0 and (not all(0.0 <= v < math.inf for v in vals) or not any(v > 0 for v in vals)):
             raise RuntimeError("invalid multinomial distribution (masses must be >= 0, finite, not all 0)")
-    else:
-        m = k if replacement else min(k, int((s.vals > 0).sum()))
-        if m <= 0:
-            return []
+        return max(m, 0), vals
+    m = k if replacement else min(k, int((s.vals > 0).sum()))
+    if m > 0:
         tot = float(s.vals.sum())  # a support's masses are >= 0: this catches nan, inf and no mass
         if not 0 < tot < math.inf:
             raise RuntimeError(f"invalid multinomial distribution (sum of probabilities {tot})")
-    e = exponentials(s.vals, m, generator)
+    return max(m, 0), None
+
+
+def _pick(s: Support, vals: list[float] | None, exps: Callable[[], torch.Tensor],
+          rows: list[list[float]] | None, replacement: bool) -> list[int]:
+    """The token ids drawn on ``s`` with the exponentials ``exps()`` [m, n] (``rows``: the same
+    as lists, for a short support): each draw the first maximum of ``masses / e[i]`` (``argmax``)."""
+    n = s.vals.numel()
     picks: list[int] = []
-    rows = e.tolist() if short else []
-    if short and not any(0.0 in row for row in rows):  # (x / 0 is left to the tensors)
-        rnd = (lambda xs: array("f", xs).tolist()) if dtype == torch.float32 else (lambda xs: xs)
+    if vals is not None and rows is not None and not any(0.0 in row for row in rows):  # (x / 0: tensors)
+        vals = list(vals)
+        rnd = (lambda xs: array("f", xs).tolist()) if s.vals.dtype == torch.float32 else (lambda xs: xs)
         for row in rows:
             ratios = rnd([v / x for v, x in zip(vals, row)])
             j = ratios.index(max(ratios))
             picks.append(j)
             if not replacement:
                 vals[j] = 0.0
+        if n == s.size:  # dense: position i is token i
+            return picks
         ids = s.ids.tolist()
-        return picks if n == s.size else [ids[j] for j in picks]  # dense: position i is token i
+        return [ids[j] for j in picks]
+    e = exps()
     if replacement:
         pos = (s.vals / e).argmax(-1)
     else:
         masses = s.vals.clone()
-        for i in range(m):
+        for i in range(len(e)):
             j = int((masses / e[i]).argmax())
             picks.append(j)
             masses[j] = 0
         pos = torch.tensor(picks)
     return (pos if n == s.size else s.ids[pos]).tolist()
+
+
+def _draws(s: Support, k: int, generator: torch.Generator, replacement: bool) -> list[int]:
+    """k successive ``torch.multinomial`` draws on a host support (``mtad.core.sampling.draw``),
+    each from the masses left after the previous ones unless ``replacement``: their token ids.
+
+    A short support is drawn on the host as Python floats: ``masses / e`` rounded to the
+    masses' dtype (one IEEE division, exact after rounding the float64 quotient of two float32
+    numbers), the first maximum (``argmax``)."""
+    m, vals = _plan(s, k, replacement)
+    if m == 0:
+        return []
+    e = exponentials(s.vals, m, generator)
+    return _pick(s, vals, lambda: e, e.tolist() if vals is not None else None, replacement)
+
+
+def _level_draws(supports: list[Support], k: int, generator: torch.Generator,
+                 replacement: bool) -> list[list[int]]:
+    """``_draws`` on each support in turn; the exponentials of every draw in one call when the
+    supports are short and of one dtype (the generator's stream is sequential: the same ones)."""
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    plans = [_plan(s, k, replacement) for s in supports]
+    dtypes = {s.vals.dtype for s in supports}
+    if len(dtypes) != 1 or any(vals is None for _, vals in plans):
+        return [_draws(s, k, generator, replacement) for s in supports]
+    sizes = [m * s.vals.numel() for s, (m, _) in zip(supports, plans)]
+    e = torch.empty(sum(sizes), dtype=dtypes.pop()).exponential_(1, generator=generator)
+    flat, out, at = e.tolist(), [], 0
+    for s, (m, vals), size in zip(supports, plans, sizes):
+        n = s.vals.numel()
+        rows = [flat[at + i * n : at + (i + 1) * n] for i in range(m)]
+        out.append(_pick(s, vals, lambda a=at, z=size, n=n, m=m: e[a : a + z].view(m, n), rows, replacement)
+                   if m else [])
+        at += size
+    return out
 
 
 def iid_children(q: torch.Tensor | Support, k: int, generator: torch.Generator) -> list[int]:
@@ -166,8 +204,13 @@ def draft_tree(ctx: StepContext, branching: Sequence[int], sampler: ChildSampler
     """
     b = _TreeBuilder(ctx)
     frontier = [0]
+    replacement = {iid_children: True, without_replacement: False}.get(sampler)
     for d, k in enumerate(branching):
-        new_rows = [b.add(r, t) for r in frontier for t in sampler(b.q(r), k, ctx.generator)]
+        if replacement is None:
+            kids = [sampler(b.q(r), k, ctx.generator) for r in frontier]
+        else:  # the same draws, parent after parent, their exponentials in one call
+            kids = _level_draws([b.q(r) for r in frontier], k, ctx.generator, replacement)
+        new_rows = [b.add(r, t) for r, ts in zip(frontier, kids) for t in ts]
         if not new_rows:
             break
         if d < len(branching) - 1:
@@ -180,8 +223,9 @@ def draft_chains(ctx: StepContext, k: int, gamma: int) -> TokenTree:
     """k i.i.d. chain drafts of length gamma as k branches under the root (one draft pass per depth)."""
     b = _TreeBuilder(ctx)
     last = [0] * k
-    for d in range(gamma):
-        last = [b.add(r, iid_children(b.q(r), 1, ctx.generator)[0]) for r in last]
+    for d in range(gamma):  # one draw per chain, chain after chain (exponentials in one call)
+        kids = _level_draws([b.q(r) for r in last], 1, ctx.generator, replacement=True)
+        last = [b.add(r, t[0]) for r, t in zip(last, kids)]
         if d < gamma - 1:
             b.expand(last)
     return b.tree(gamma)

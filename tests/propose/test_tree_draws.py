@@ -9,7 +9,7 @@ import torch
 
 from mtad.core.sampling import DENSE_MAX, Support, host_supports
 from mtad.core.warping import Warping
-from mtad.propose.tree import iid_children, warped_supports, without_replacement
+from mtad.propose.tree import _level_draws, iid_children, warped_supports, without_replacement
 
 pytestmark = pytest.mark.stack  # torch.multinomial's stream
 
@@ -76,3 +76,15 @@ def test_warped_supports_are_the_dense_rows_supports(vocab, warping):
     for a, b in zip(got, want):
         assert a.size == b.size and torch.equal(a.ids, b.ids)
         assert a.vals.dtype == b.vals.dtype and torch.equal(a.vals, b.vals)
+
+
+@pytest.mark.parametrize("replacement", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_levels_draws_are_its_parents_draws_in_turn(replacement, dtype):
+    """A tree level's draws with one call for every exponential: the parents' draws in turn."""
+    sampler = iid_children if replacement else without_replacement
+    supports = _supports(dtype)
+    for seed, group in enumerate((supports[:4], supports[4:8], supports[9:])):  # the last: a long one
+        g, ref = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        assert _level_draws(group, 3, g, replacement) == [sampler(s, 3, ref) for s in group]
+        assert torch.equal(g.get_state(), ref.get_state())
