@@ -9,31 +9,153 @@ tree's canonical rows, renumbered (``TokenTree.feed_rows``).
 
 Devices: the draft's warped rows of one depth cross to the host together (one transfer
 per depth, ``mtad.core.sampling.host_supports``), where children are drawn; the tree keeps
-those host supports as its ``q``. The target pass (``mtad.verify.score``) brings the target's
-warped rows across in one transfer on an accelerator (on the CPU it warps the rows a walk reads,
-lazily).
+those host supports as its ``q``. On the CPU, where the warping gives its rows by their
+candidates (greedy, top-k: ``mtad.core.warping.Warping.candidates``), the supports are read
+from the candidates (``mtad.core.sampling.candidate_supports``, the same supports) without
+building or scanning the dense rows. Children are the draws successive ``torch.multinomial``
+calls on the host support would make (``mtad.core.sampling.draw``), their exponentials taken
+from the generator in one call (``_draws``): the same tokens and generator state. The target
+pass (``mtad.verify.score``) brings the target's warped rows across in one transfer on an
+accelerator (on the CPU it warps the rows a walk reads, lazily).
 """
 
 from __future__ import annotations
 
+import math
+from array import array
 from collections.abc import Callable, Sequence
 
 import torch
 
-from mtad.core.decoder import StepContext, sample
+from mtad.core.decoder import StepContext
 from mtad.core.knobs import GAMMA, Knob, Rule
 from mtad.core.protocols import ROOT
-from mtad.core.sampling import Rows, Support, as_support, draw, host_support, host_supports
+from mtad.core.sampling import Rows, Support, as_support, candidate_supports, host_supports
 from mtad.core.tree import TokenTree
+from mtad.core.warping import Warping
 
 # (q [V] or its host support, k, generator) -> child tokens
 ChildSampler = Callable[[torch.Tensor | Support, int, torch.Generator], list[int]]
 
 
+_SHORT = 512  # supports up to this long are drawn on Python lists (fewer torch calls)
+
+
+def exponentials(vals: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:  # [k, n]
+    """The exponentials that k successive ``torch.multinomial(vals, 1, generator=generator)``
+    calls take from the generator, drawn at once.
+
+    One such call (``mtad.core.sampling.draw``) on n masses draws n exponentials ``e`` in
+    ``vals``' dtype and returns ``argmax(vals / e)`` (first index on ties), the trick
+    ``mtad.core.sampling.device_sample`` also reads; the generator's stream is sequential, so
+    row i here is the i-th call's (``tests/propose/test_tree_draws.py``: the same positions
+    and the same generator state)."""
+    return torch.empty(k, vals.numel(), dtype=vals.dtype).exponential_(1, generator=generator)
+
+
+def _plan(s: Support, k: int, replacement: bool) -> tuple[int, list[float] | None]:
+    """How many draws ``_draws`` makes on ``s`` and, for a short support, its masses as a list.
+
+    The masses are checked as ``torch.multinomial`` checks them (no draw: no check)."""
+    if s.vals.numel() <= _SHORT and s.vals.dtype in (torch.float32, torch.float64):
+        vals = s.vals.tolist()
+        m = k if replacement else min(k, sum(v > 0 for v in vals))  # no more than the nonzero ones
+        if m > 0 and (not all(0.0 <= v < math.inf for v in vals) or not any(v > 0 for v in vals)):
+            raise RuntimeError("invalid multinomial distribution (masses must be >= 0, finite, not all 0)")
+        return max(m, 0), vals
+    m = k if replacement else min(k, int((s.vals > 0).sum()))
+    if m > 0:
+        tot = float(s.vals.sum())  # a support's masses are >= 0: this catches nan, inf and no mass
+        if not 0 < tot < math.inf:
+            raise RuntimeError(f"invalid multinomial distribution (sum of probabilities {tot})")
+    return max(m, 0), None
+
+
+def _pick(s: Support, vals: list[float] | None, exps: Callable[[], torch.Tensor],
+          rows: list[list[float]] | None, replacement: bool) -> list[int]:
+    """The token ids drawn on ``s`` with the exponentials ``exps()`` [m, n] (``rows``: the same
+    as lists, for a short support): each draw the first maximum of ``masses / e[i]`` (``argmax``)."""
+    n = s.vals.numel()
+    picks: list[int] = []
+    if vals is not None and rows is not None and not any(0.0 in row for row in rows):  # (x / 0: tensors)
+        vals = list(vals)
+        rnd = (lambda xs: array("f", xs).tolist()) if s.vals.dtype == torch.float32 else (lambda xs: xs)
+        for row in rows:
+            ratios = rnd([v / x for v, x in zip(vals, row)])
+            j = ratios.index(max(ratios))
+            picks.append(j)
+            if not replacement:
+                vals[j] = 0.0
+        if n == s.size:  # dense: position i is token i
+            return picks
+        ids = s.ids.tolist()
+        return [ids[j] for j in picks]
+    e = exps()
+    if replacement:
+        pos = (s.vals / e).argmax(-1)
+    else:
+        masses = s.vals.clone()
+        for i in range(len(e)):
+            j = int((masses / e[i]).argmax())
+            picks.append(j)
+            masses[j] = 0
+        pos = torch.tensor(picks)
+    return (pos if n == s.size else s.ids[pos]).tolist()
+
+
+def _draws(s: Support, k: int, generator: torch.Generator, replacement: bool) -> list[int]:
+    """k successive ``torch.multinomial`` draws on a host support (``mtad.core.sampling.draw``),
+    each from the masses left after the previous ones unless ``replacement``: their token ids.
+
+    A short support is drawn on the host as Python floats: ``masses / e`` rounded to the
+    masses' dtype (one IEEE division, exact after rounding the float64 quotient of two float32
+    numbers), the first maximum (``argmax``)."""
+    m, vals = _plan(s, k, replacement)
+    if m == 0:
+        return []
+    e = exponentials(s.vals, m, generator)
+    return _pick(s, vals, lambda: e, e.tolist() if vals is not None else None, replacement)
+
+
+def _level_draws(supports: list[Support], k: int, generator: torch.Generator,
+                 replacement: bool) -> list[list[int]]:
+    """``_draws`` on each support in turn; the exponentials of every draw in one call when the
+    supports are short and of one dtype (the generator's stream is sequential: the same ones)."""
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    plans = [_plan(s, k, replacement) for s in supports]
+    dtypes = {s.vals.dtype for s in supports}
+    if len(dtypes) != 1 or any(vals is None for _, vals in plans):
+        return [_draws(s, k, generator, replacement) for s in supports]
+    sizes = [m * s.vals.numel() for s, (m, _) in zip(supports, plans)]
+    e = torch.empty(sum(sizes), dtype=dtypes.pop()).exponential_(1, generator=generator)
+    flat, out, at = e.tolist(), [], 0
+    for s, (m, vals), size in zip(supports, plans, sizes):
+        n = s.vals.numel()
+        rows = [flat[at + i * n : at + (i + 1) * n] for i in range(m)]
+        out.append(_pick(s, vals, lambda a=at, z=size, n=n, m=m: e[a : a + z].view(m, n), rows, replacement)
+                   if m else [])
+        at += size
+    return out
+
+
 def iid_children(q: torch.Tensor | Support, k: int, generator: torch.Generator) -> list[int]:
-    """k i.i.d. draws from q (duplicates allowed), one draw at a time on q's host support."""
-    ids, vals = as_support(q)[:2]
-    return [int(draw(ids, vals, generator)[0]) for _ in range(k)]
+    """k i.i.d. draws from q (duplicates allowed) on q's host support: k successive
+    ``torch.multinomial`` draws (``mtad.core.sampling.draw``), their exponentials drawn at once."""
+    return _draws(as_support(q), k, generator, replacement=True)
+
+
+def warped_supports(
+    warping: Warping,
+    logits: torch.Tensor,  # [R, V]
+) -> list[Support]:  # [R] ``host_supports(warping(logits), warping.support_bound)``
+    """The host supports of the warped rows: from the warping's candidates on the CPU where
+    it has them (no dense [R, V] rows, no scan), else the dense rows in one transfer."""
+    if logits.device.type == "cpu":
+        cand = warping.candidates(logits)
+        if cand is not None:
+            return candidate_supports(*cand, logits.shape[-1])
+    return host_supports(warping(logits), warping.support_bound)
 
 
 class _TreeBuilder:
@@ -41,13 +163,12 @@ class _TreeBuilder:
 
     def __init__(self, ctx: StepContext):
         self.ctx = ctx
-        self.bound = ctx.warping.support_bound
         self.t = TokenTree()
         self.parents, self.tokens, self.canon = self.t.parents, self.t.tokens, self.t.canon
         self._draft_node: dict[int, int] = {0: ROOT}  # canonical row -> draft runner row
-        q_root = ctx.warping(ctx.draft.root_logits)
-        self.vocab = q_root.shape[-1]
-        self.qs: dict[int, Support] = {0: host_support(q_root, self.bound)}  # canonical row -> q after it
+        root = ctx.draft.root_logits
+        self.vocab = root.shape[-1]
+        self.qs: dict[int, Support] = {0: warped_supports(ctx.warping, root[None])[0]}  # canonical row -> q after it
 
     def add(self, parent: int, token: int) -> int:
         return self.t.add(parent, token)
@@ -62,7 +183,7 @@ class _TreeBuilder:
             return
         parents = [self._draft_node[self.canon[self.parents[r]]] for r in todo]
         logits = self.ctx.draft.forward([self.tokens[r] for r in todo], parents)
-        supports = host_supports(self.ctx.warping(logits), self.bound)
+        supports = warped_supports(self.ctx.warping, logits)
         for i, r in enumerate(todo):
             self._draft_node[r] = self.ctx.draft.num_nodes - len(todo) + 1 + i
             self.qs[r] = supports[i]
@@ -83,8 +204,13 @@ def draft_tree(ctx: StepContext, branching: Sequence[int], sampler: ChildSampler
     """
     b = _TreeBuilder(ctx)
     frontier = [0]
+    replacement = {iid_children: True, without_replacement: False}.get(sampler)
     for d, k in enumerate(branching):
-        new_rows = [b.add(r, t) for r in frontier for t in sampler(b.q(r), k, ctx.generator)]
+        if replacement is None:
+            kids = [sampler(b.q(r), k, ctx.generator) for r in frontier]
+        else:  # the same draws, parent after parent, their exponentials in one call
+            kids = _level_draws([b.q(r) for r in frontier], k, ctx.generator, replacement)
+        new_rows = [b.add(r, t) for r, ts in zip(frontier, kids) for t in ts]
         if not new_rows:
             break
         if d < len(branching) - 1:
@@ -97,8 +223,9 @@ def draft_chains(ctx: StepContext, k: int, gamma: int) -> TokenTree:
     """k i.i.d. chain drafts of length gamma as k branches under the root (one draft pass per depth)."""
     b = _TreeBuilder(ctx)
     last = [0] * k
-    for d in range(gamma):
-        last = [b.add(r, sample(b.q(r), ctx.generator)) for r in last]
+    for d in range(gamma):  # one draw per chain, chain after chain (exponentials in one call)
+        kids = _level_draws([b.q(r) for r in last], 1, ctx.generator, replacement=True)
+        last = [b.add(r, t[0]) for r, t in zip(last, kids)]
         if d < gamma - 1:
             b.expand(last)
     return b.tree(gamma)
@@ -114,21 +241,15 @@ def draw_without_replacement(
     Returns fewer than k tokens when q has fewer than k nonzero entries; never
     a duplicate (Yang et al., arXiv:2401.06706, candidates without replacement).
     """
-    if k < 0:
-        raise ValueError(f"k must be >= 0, got {k}")
-    ids, vals = as_support(q)[:2]  # sequential draws on the host support (same distribution)
-    vals = vals.clone()
-    drawn: list[int] = []
-    for _ in range(min(k, int((vals > 0).sum()))):
-        j = int(torch.multinomial(vals, 1, generator=generator))
-        drawn.append(int(ids[j]))
-        vals[j] = 0
-    return torch.tensor(drawn, dtype=torch.long)
+    return torch.tensor(without_replacement(q, k, generator), dtype=torch.long)
 
 
 def without_replacement(q: torch.Tensor | Support, k: int, generator: torch.Generator) -> list[int]:
-    """``draw_without_replacement`` as a child sampler (MCSS's siblings)."""
-    return draw_without_replacement(q, k, generator).tolist()
+    """``draw_without_replacement`` as a child sampler (MCSS's siblings), as a list."""
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    # sequential draws on the host support (same distribution), their exponentials at once
+    return _draws(as_support(q), k, generator, replacement=False)
 
 
 SAMPLERS: dict[str, ChildSampler] = {"iid": iid_children, "without_replacement": without_replacement}

@@ -38,7 +38,11 @@ Support. After top-k / top-p a distribution over V ~ 152k tokens has a handful o
 nonzero entries. On a long vocabulary each visited node's rule runs on the union of
 its P's and Q's supports and its candidates (``compress_support``, exact), and every
 draw is made on the support (``mtad.core.sampling``); dense small vocabularies (the exact
-tests) run as written.
+tests) run as written. When the two supports are short (``_FAST_MAX``) the rule runs on the
+columns as Python floats (``_fast_node``: the same IEEE operations in the rule's dtype, sums
+still ``torch.sum``, so the same values bit for bit) and each draw takes the exponentials a
+``torch.multinomial`` call would take and its argmax on the host: the same tokens, the same
+generator state (``tests/verify/test_small_supports.py``).
 
 Methods:
 
@@ -83,6 +87,9 @@ speculative sampling (SpD) lives in ``mtad.verify.chain``.
 
 from __future__ import annotations
 
+import math
+import struct
+from array import array
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -360,15 +367,26 @@ def compress_support(
     floating-point summation order); a fallback to ``P`` stays inside the union. Columns
     keep their ascending order, so when both are drawn on their support
     (``mtad.core.sampling``), a draw from a compressed vector picks the same token, for the
-    same generator state, as from the dense vector. Runs on the host (supports).
+    same generator state, as from the dense vector. Runs on the host (supports). Long
+    supports (more than a sixteenth of the vocabulary together) are merged by a mark over the
+    vocabulary instead of a sort: the same columns.
     """
     P, Q = as_support(P), as_support(Q)
     (p_ids, p_vals), (q_ids, q_vals) = P.positive(), Q.positive()
     cand_t = torch.tensor([int(c) for c in cands], dtype=torch.long)
-    cols = torch.unique(torch.cat([p_ids, q_ids, cand_t]))  # [C] ascending
-    Pc = torch.zeros(len(cols), dtype=p_vals.dtype).index_put_((torch.searchsorted(cols, p_ids),), p_vals)
-    Qc = torch.zeros(len(cols), dtype=q_vals.dtype).index_put_((torch.searchsorted(cols, q_ids),), q_vals)
-    return Compressed(Pc, Qc, torch.searchsorted(cols, cand_t).tolist(), cols)
+    if 16 * (len(p_ids) + len(q_ids)) > P.size:
+        mark = torch.zeros(P.size, dtype=torch.bool)
+        for ids in (p_ids, q_ids, cand_t):
+            mark[ids] = True
+        cols = mark.nonzero().flatten()  # [C] ascending
+        rank = mark.cumsum(0) - 1  # [V] token -> its column
+        p_at, q_at, c_at = rank[p_ids], rank[q_ids], rank[cand_t]
+    else:
+        cols = torch.unique(torch.cat([p_ids, q_ids, cand_t]))  # [C] ascending
+        p_at, q_at, c_at = (torch.searchsorted(cols, x) for x in (p_ids, q_ids, cand_t))
+    Pc = torch.zeros(len(cols), dtype=p_vals.dtype).index_put_((p_at,), p_vals)
+    Qc = torch.zeros(len(cols), dtype=q_vals.dtype).index_put_((q_at,), q_vals)
+    return Compressed(Pc, Qc, c_at.tolist(), cols)
 
 
 def _run_rule(
@@ -383,6 +401,181 @@ def _run_rule(
         return rule(P.dense(), Q.dense(), cands), None
     c = compress_support(P, Q, cands)
     return rule(c.P, c.Q, c.cands), c.cols
+
+
+# --------------------------------------------------------------------------- small supports
+# The rules above, on a node's compressed columns as Python floats: the same IEEE operations in
+# the rule's dtype, in the same order (one float32 operation is the float64 one rounded to
+# float32, exact for + - * / on float32 operands), every sum still a ``torch.sum`` of the same
+# vector, so every value a draw reads is bit for bit the tensor rule's. A node's few dozen
+# columns then cost a handful of torch calls instead of a few per candidate and operation.
+
+_FAST_MAX = 512  # P's and Q's support sizes together; beyond it the tensor rules are cheaper
+_F32 = struct.Struct("f")
+
+
+class _Arith:
+    """Rounding to a dtype (float32 or float64) and its ``torch.sum`` (of equal vectors: once)."""
+
+    def __init__(self, dtype: torch.dtype):
+        self.dtype = dtype
+        self._sums: dict[tuple[float, ...], float] = {}
+        if dtype == torch.float32:
+            self.one = lambda x: _F32.unpack(_F32.pack(x))[0]
+            self.many = lambda xs: array("f", xs).tolist()
+        else:
+            self.one = self.many = lambda x: x
+
+    def sum(self, xs: list[float]) -> float:
+        key = tuple(xs)  # (-0.0 and 0.0 are one key: they sum alike)
+        if key not in self._sums:
+            self._sums[key] = float(torch.tensor(xs, dtype=self.dtype).sum())
+        return self._sums[key]
+
+    def normalise_or(self, v: list[float], fallback: list[float]) -> list[float]:
+        """``_normalise_or``."""
+        s = self.sum(v)
+        return self.many([x / s for x in v]) if s > 0 else fallback
+
+    def ratio(self, pc: float, qc: float) -> float:
+        """``_accept_ratio``: min(1, pc / qc) rounded (a quotient >= 1 rounds to >= 1), 0 if qc = 0."""
+        if not qc > 0:
+            return 0.0
+        r = pc / qc
+        return 1.0 if r >= 1.0 else self.one(r)
+
+    def residual(self, P: list[float], Q: list[float]) -> list[float]:
+        """``(P - Q).clamp_min(0)``."""
+        return self.many([d if d > 0 else 0.0 for d in (p - q for p, q in zip(P, Q))])
+
+
+def _fast_sequential(ar: _Arith, P, Q, cands, ratio, update):
+    """``_sequential`` on lists. Once every candidate so far is rejected with probability 0
+    the rest are accepted with probability 0 and no correction can be drawn: the residual is
+    then not computed (None)."""
+    accept, reach = [], 1.0
+    for c in cands:
+        a = ratio(P, Q, c)
+        accept.append(ar.one(reach * a))
+        reach = ar.one(reach * ar.one(1.0 - a))
+        if reach == 0.0:
+            return accept + [0.0] * (len(cands) - len(accept)), None, reach
+        if Q[c] > 0:
+            P, Q = update(P, Q, c)
+    return accept, P, reach
+
+
+def _fast_specinfer(ar: _Arith, P, Q, cands):
+    def update(P, Q, c):
+        return ar.normalise_or(ar.residual(P, Q), P), Q
+
+    return _fast_sequential(ar, P, Q, cands, lambda P, Q, c: ar.ratio(P[c], Q[c]), update)
+
+
+def _fast_mcss(ar: _Arith, P, Q, cands):
+    def update(P, Q, c):
+        P = ar.normalise_or(ar.residual(P, Q), P)
+        Q = list(Q)
+        Q[c] = 0.0
+        return P, ar.normalise_or(Q, [0.0] * len(Q))
+
+    return _fast_sequential(ar, P, Q, cands, lambda P, Q, c: ar.ratio(P[c], Q[c]), update)
+
+
+def _fast_spectr(ar: _Arith, P, Q, cands):
+    k = len(cands)
+    if k <= 1 or not any(q > p for p, q in zip(P, Q)):  # spectr_rho's own first exits
+        rho = 1.0
+    else:
+        rho = spectr_rho(torch.tensor(P, dtype=ar.dtype), torch.tensor(Q, dtype=ar.dtype), k)
+    rho = ar.one(rho)  # a Python float meets the rule's tensors in their dtype
+    rq = ar.many([rho * q for q in Q])
+    accept, _, reject = _fast_sequential(ar, P, Q, cands, lambda P, Q, c: ar.ratio(P[c], rq[c]),
+                                         lambda P, Q, c: (P, Q))
+    return accept, ar.normalise_or(ar.residual(P, rq), P) if reject > 0 else None, reject
+
+
+def _fast_mcns(ar: _Arith, P, Q, cands):
+    accept, out = [], set()
+    for c in cands:
+        accept.append(0.0 if c in out else P[c])
+        out.add(c)
+    rest = [0.0 if j in out else x for j, x in enumerate(P)]
+    return accept, ar.normalise_or(rest, P), ar.sum(rest)  # (one sum: the same vector)
+
+
+def _multinomial(vals: torch.Tensor, generator: torch.Generator) -> int:
+    """``torch.multinomial(vals, 1, generator=generator)`` for masses known to be valid
+    (non-negative, finite, not all 0): the n exponentials that call draws from the generator
+    in ``vals``' dtype and its ``argmax(vals / e)``, without its checks of the masses (the same
+    trick as ``mtad.core.sampling.device_sample``; ``tests/verify/test_small_supports.py``)."""
+    e = torch.empty(vals.numel(), dtype=vals.dtype).exponential_(1, generator=generator)
+    return int((vals / e).argmax())
+
+
+def _draw_masses(masses: list[float], dtype: torch.dtype, generator: torch.Generator) -> int:
+    """``torch.multinomial(torch.tensor(masses, dtype=dtype), 1, generator=generator)`` on masses
+    checked here: its n exponentials, and ``argmax(masses / e)`` in the dtype on the host."""
+    if not all(0.0 <= v < math.inf for v in masses):
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+    if not any(v > 0 for v in masses):
+        raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+    e = torch.empty(len(masses), dtype=dtype).exponential_(1, generator=generator).tolist()
+    if 0.0 in e:  # x / 0: as the tensors divide it
+        return int((torch.tensor(masses, dtype=dtype) / torch.tensor(e, dtype=dtype)).argmax())
+    ratios = _Arith(dtype).many([m / x for m, x in zip(masses, e)])
+    return ratios.index(max(ratios))  # the first index on ties, as argmax
+
+
+def _draw_list(vals: list[float], dtype: torch.dtype, generator: torch.Generator) -> int:
+    """``sample`` of the vector ``vals``: its index drawn on its support."""
+    if len(vals) <= sampling.DENSE_MAX:
+        return _draw_masses(vals, dtype, generator)
+    nz = [i for i, v in enumerate(vals) if v > 0]  # the nonzero entries, as ``support`` keeps them
+    return nz[_draw_masses([vals[i] for i in nz], dtype, generator)]
+
+
+def _draw_support(s: Support, generator: torch.Generator) -> int:
+    """``sample`` of a host support (``mtad.core.sampling.draw``): by ``_draw_masses`` when short,
+    else by ``_multinomial``."""
+    if len(s.vals) <= _FAST_MAX and s.vals.dtype in (torch.float32, torch.float64):
+        j = _draw_masses(s.vals.tolist(), s.vals.dtype, generator)
+    else:
+        tot = float(s.vals.sum())  # the masses are >= 0 (a support); nan / inf / no mass: refused
+        if not 0 < tot < math.inf:
+            raise RuntimeError(f"invalid multinomial distribution (sum of probabilities {tot})")
+        j = _multinomial(s.vals, generator)
+    return j if len(s.ids) == s.size else int(s.ids[j])
+
+
+def _fast_columns(P: Support, Q: Support, cands: list[int]):
+    """``compress_support`` on lists: (columns, P, Q, candidate columns)."""
+    pm = {i: v for i, v in zip(P.ids.tolist(), P.vals.tolist()) if v > 0}
+    qm = {i: v for i, v in zip(Q.ids.tolist(), Q.vals.tolist()) if v > 0}
+    cols = sorted({*pm, *qm, *cands})
+    at = {t: j for j, t in enumerate(cols)}
+    return cols, [pm.get(t, 0.0) for t in cols], [qm.get(t, 0.0) for t in cols], [at[c] for c in cands]
+
+
+def _fast_node(fast, P: Support, Q: Support, cands: list[int],
+               generator: torch.Generator) -> tuple[int, int | None]:
+    """One visited node by ``fast`` on its compressed columns, drawn as ``_walk`` draws it:
+    (index of the accepted candidate, None), or (len(cands), the correction token)."""
+    ar = _Arith(P.vals.dtype)
+    cols, Pl, Ql, cc = _fast_columns(P, Q, cands)
+    accept, residual, reject = fast(ar, Pl, Ql, cc)
+    j = _draw_list(accept + [reject], ar.dtype, generator)
+    if j < len(cands):
+        return j, None
+    if residual is None:  # a draw never picks a zero mass
+        raise RuntimeError("a correction was drawn with probability 0")
+    return j, cols[_draw_list(residual, ar.dtype, generator)]
+
+
+def _fits_fast(P: Support, Q: Support) -> bool:
+    dt = P.vals.dtype
+    return (dt == Q.vals.dtype and dt in (torch.float32, torch.float64)
+            and len(P.ids) + len(Q.ids) <= _FAST_MAX)
 
 
 def _children(parents: Sequence[int], num_rows: int) -> list[list[int]]:
@@ -433,21 +626,29 @@ def _walk(
     if len(tokens) != len(p) or len(q) != len(p):
         raise ValueError(f"tokens has {len(tokens)} rows, p/q have {len(p)} / {len(q)}")
     kids = _children(parents, len(p))
+    fast = _FAST.get(rule)
     node, alive = 0, [0]
     while True:
         cand_nodes = [c for a in alive for c in kids[a]]
         if not cand_nodes:  # a leaf was accepted (or the tree is empty): bonus
-            token = sample(p[node], generator)
+            row = p[node]
+            token = _draw_support(row, generator) if isinstance(row, Support) else sample(row, generator)
             break
-        P = as_support(p[node])
+        P, Q = as_support(p[node]), as_support(q[node])
+        cands = [tokens[c] for c in cand_nodes]
         squeeze = compress if compress is not None else P.size > sampling.DENSE_MAX
-        out, cols = _run_rule(rule, P, as_support(q[node]), [tokens[c] for c in cand_nodes], squeeze)
-        j = sample(torch.cat([out.accept_prob, out.reject_prob.reshape(1)]), generator)
-        if j == len(cand_nodes):  # every candidate rejected: correction
-            token = sample(out.residual, generator)
-            if cols is not None:
-                token = int(cols[token])
-            break
+        if squeeze and fast is not None and _fits_fast(P, Q):
+            j, token = _fast_node(fast, P, Q, cands, generator)
+            if token is not None:  # every candidate rejected: correction
+                break
+        else:
+            out, cols = _run_rule(rule, P, Q, cands, squeeze)
+            j = sample(torch.cat([out.accept_prob, out.reject_prob.reshape(1)]), generator)
+            if j == len(cand_nodes):  # every candidate rejected: correction
+                token = sample(out.residual, generator)
+                if cols is not None:
+                    token = int(cols[token])
+                break
         node = cand_nodes[j]
         alive = (
             [c for c in cand_nodes if tokens[c] == tokens[node]] if merge_equal_prefixes else [node]
@@ -469,6 +670,9 @@ RULES: dict[str, PositionRule] = {
     "spectr": spectr_position,
     "mcns": _mcns_rule,
 }
+#: each rule's list form for small supports (``_fast_node``)
+_FAST = {specinfer_position: _fast_specinfer, mcss_position: _fast_mcss, spectr_position: _fast_spectr,
+         _mcns_rule: _fast_mcns}
 
 
 class MultiDraft:
