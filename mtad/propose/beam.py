@@ -70,10 +70,9 @@ likelihoods.
 
 from __future__ import annotations
 
-from array import array
-
 import torch
 
+from mtad.core import hostfloat
 from mtad.core.decoder import plain_probs
 from mtad.core.knobs import GAMMA, WIDTH, Knob, Rule
 from mtad.core.protocols import ROOT, StepContext
@@ -365,14 +364,13 @@ def _sample_tensors(
 
 _ROW_MARGIN = 8  # greedy: entries read per slot past the W-th
 _HOST_ENTRIES = 2048  # sampling: candidate entries past which the scores are read on tensors
-_HOST_FLOAT = (torch.float32, torch.float64)  # score dtypes whose products the host computes exactly
+_HOST_FLOAT = hostfloat.HOST_DTYPES  # score dtypes whose products the host computes exactly
 
 
 def _products(a: list[float], b: list[float], dtype: torch.dtype) -> list[float]:
     """``a * b`` entry by entry as a tensor of ``dtype`` computes it: float64 natively; float32
     as the double product (exact: 24 + 24 significand bits) rounded once to float32."""
-    out = [x * y for x, y in zip(a, b)]
-    return out if dtype == torch.float64 else array("f", out).tolist()
+    return hostfloat.rounding(dtype)[1]([x * y for x, y in zip(a, b)])
 
 
 class _Fed:

@@ -22,11 +22,11 @@ accelerator (on the CPU it warps the rows a walk reads, lazily).
 from __future__ import annotations
 
 import math
-from array import array
 from collections.abc import Callable, Sequence
 
 import torch
 
+from mtad.core import hostfloat
 from mtad.core.decoder import StepContext
 from mtad.core.knobs import GAMMA, Knob, Rule
 from mtad.core.protocols import ROOT
@@ -43,21 +43,16 @@ _SHORT = 512  # supports up to this long are drawn on Python lists (fewer torch 
 
 def exponentials(vals: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:  # [k, n]
     """The exponentials that k successive ``torch.multinomial(vals, 1, generator=generator)``
-    calls take from the generator, drawn at once.
-
-    One such call (``mtad.core.sampling.draw``) on n masses draws n exponentials ``e`` in
-    ``vals``' dtype and returns ``argmax(vals / e)`` (first index on ties), the trick
-    ``mtad.core.sampling.device_sample`` also reads; the generator's stream is sequential, so
-    row i here is the i-th call's (``tests/propose/test_tree_draws.py``: the same positions
-    and the same generator state)."""
-    return torch.empty(k, vals.numel(), dtype=vals.dtype).exponential_(1, generator=generator)
+    calls take from the generator, drawn at once (``mtad.core.hostfloat``: row i is the i-th
+    call's; ``tests/propose/test_tree_draws.py``)."""
+    return hostfloat.exponentials((k, vals.numel()), vals.dtype, generator)
 
 
 def _plan(s: Support, k: int, replacement: bool) -> tuple[int, list[float] | None]:
     """How many draws ``_draws`` makes on ``s`` and, for a short support, its masses as a list.
 
     The masses are checked as ``torch.multinomial`` checks them (no draw: no check)."""
-    if s.vals.numel() <= _SHORT and s.vals.dtype in (torch.float32, torch.float64):
+    if s.vals.numel() <= _SHORT and s.vals.dtype in hostfloat.HOST_DTYPES:
         vals = s.vals.tolist()
         m = k if replacement else min(k, sum(v > 0 for v in vals))  # no more than the nonzero ones
         if m > 0 and (not all(0.0 <= v < math.inf for v in vals) or not any(v > 0 for v in vals)):
@@ -79,10 +74,8 @@ def _pick(s: Support, vals: list[float] | None, exps: Callable[[], torch.Tensor]
     picks: list[int] = []
     if vals is not None and rows is not None and not any(0.0 in row for row in rows):  # (x / 0: tensors)
         vals = list(vals)
-        rnd = (lambda xs: array("f", xs).tolist()) if s.vals.dtype == torch.float32 else (lambda xs: xs)
         for row in rows:
-            ratios = rnd([v / x for v, x in zip(vals, row)])
-            j = ratios.index(max(ratios))
+            j = hostfloat.multinomial_pick(vals, row, s.vals.dtype)
             picks.append(j)
             if not replacement:
                 vals[j] = 0.0

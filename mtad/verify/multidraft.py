@@ -88,14 +88,12 @@ speculative sampling (SpD) lives in ``mtad.verify.chain``.
 from __future__ import annotations
 
 import math
-import struct
-from array import array
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
 
-from mtad.core import sampling
+from mtad.core import hostfloat, sampling
 from mtad.core.decoder import StepContext, StepOutput
 from mtad.core.sampling import Rows, Support, as_support, sample
 from mtad.core.tree import TokenTree
@@ -411,7 +409,6 @@ def _run_rule(
 # columns then cost a handful of torch calls instead of a few per candidate and operation.
 
 _FAST_MAX = 512  # P's and Q's support sizes together; beyond it the tensor rules are cheaper
-_F32 = struct.Struct("f")
 
 
 class _Arith:
@@ -420,11 +417,7 @@ class _Arith:
     def __init__(self, dtype: torch.dtype):
         self.dtype = dtype
         self._sums: dict[tuple[float, ...], float] = {}
-        if dtype == torch.float32:
-            self.one = lambda x: _F32.unpack(_F32.pack(x))[0]
-            self.many = lambda xs: array("f", xs).tolist()
-        else:
-            self.one = self.many = lambda x: x
+        self.one, self.many = hostfloat.rounding(dtype)  # (mtad.core.hostfloat: the rounding rule)
 
     def sum(self, xs: list[float]) -> float:
         key = tuple(xs)  # (-0.0 and 0.0 are one key: they sum alike)
@@ -507,9 +500,9 @@ def _fast_mcns(ar: _Arith, P, Q, cands):
 def _multinomial(vals: torch.Tensor, generator: torch.Generator) -> int:
     """``torch.multinomial(vals, 1, generator=generator)`` for masses known to be valid
     (non-negative, finite, not all 0): the n exponentials that call draws from the generator
-    in ``vals``' dtype and its ``argmax(vals / e)``, without its checks of the masses (the same
-    trick as ``mtad.core.sampling.device_sample``; ``tests/verify/test_small_supports.py``)."""
-    e = torch.empty(vals.numel(), dtype=vals.dtype).exponential_(1, generator=generator)
+    in ``vals``' dtype and its ``argmax(vals / e)``, without its checks of the masses
+    (``mtad.core.hostfloat``; ``tests/verify/test_small_supports.py``)."""
+    e = hostfloat.exponentials(vals.numel(), vals.dtype, generator)
     return int((vals / e).argmax())
 
 
@@ -520,11 +513,10 @@ def _draw_masses(masses: list[float], dtype: torch.dtype, generator: torch.Gener
         raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
     if not any(v > 0 for v in masses):
         raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
-    e = torch.empty(len(masses), dtype=dtype).exponential_(1, generator=generator).tolist()
+    e = hostfloat.exponentials(len(masses), dtype, generator).tolist()
     if 0.0 in e:  # x / 0: as the tensors divide it
         return int((torch.tensor(masses, dtype=dtype) / torch.tensor(e, dtype=dtype)).argmax())
-    ratios = _Arith(dtype).many([m / x for m, x in zip(masses, e)])
-    return ratios.index(max(ratios))  # the first index on ties, as argmax
+    return hostfloat.multinomial_pick(masses, e, dtype)
 
 
 def _draw_list(vals: list[float], dtype: torch.dtype, generator: torch.Generator) -> int:

@@ -52,10 +52,10 @@ instead of the dense warped rows: the same masses and supports, so the same draw
 from __future__ import annotations
 
 import math
-import struct
 
 import torch
 
+from mtad.core import hostfloat
 from mtad.core.decoder import StepContext, StepOutput
 from mtad.core.knobs import TAU, Knob, Rule
 from mtad.core.protocols import ROOT
@@ -138,21 +138,11 @@ def path_log_probs(
     return torch.tensor(sums, dtype=edge_p.dtype)
 
 
-def _f32(x: float) -> float:
-    return _F32.unpack(_F32.pack(x))[0]
-
-
-_F32 = struct.Struct("f")
-
-
 def _host_float(dtype: torch.dtype):
-    """Rounding of a Python float's result to ``dtype``, such that one float64 operation on
-    values of ``dtype`` and this rounding give the tensor operation's result: float64 as is;
-    float32 rounded once (a float64 +, -, * of float32 values then rounded to float32 is the
-    float32 operation: 53 >= 2 * 24 + 2 significand bits). None for other dtypes."""
-    if dtype == torch.float64:
-        return float
-    return _f32 if dtype == torch.float32 else None
+    """Rounding of one Python float operation's result to ``dtype`` (``mtad.core.hostfloat``:
+    float64 as is, float32 rounded once); None for other dtypes."""
+    r = hostfloat.rounding(dtype)
+    return None if r is None else r[0]
 
 
 def beams_of(tree: TokenTree, rule: str) -> Beams:
