@@ -59,6 +59,7 @@ __all__ = [
     "residual",
     "sample",
     "support",
+    "top_entries",
 ]
 
 DENSE_MAX = 4096  # vectors up to this length are drawn densely (see the module docstring)
@@ -315,3 +316,48 @@ class Rows:
         if i not in self._cache:
             self._cache[i] = self._row(i)
         return self._cache[i]
+
+
+_TIE_MARGIN = 64  # entries read past the k-th, so ties with it rarely need a second read
+
+
+def top_entries(
+    scores: torch.Tensor, k: int, other: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The first k of a stable descending sort of ``scores`` (ties: lower index first), on the
+    host, with ``other`` (same shape and dtype as ``scores``) at those entries.
+
+    Without sorting every entry: on the CPU the entries >= the k-th largest are ordered; on an
+    accelerator the top ``k + 64`` cross to the host and every entry tied with the k-th is read
+    in a second transfer only if the ties may go on past those. (Greedy beam selection over
+    W x V scores, MJGD's beam over beam_width x V joint log-probabilities.)
+    """
+    n = scores.numel()
+    comp = None
+    odt = None if other is None else other.dtype
+    if scores.device.type == "cpu":
+        cand = torch.nonzero(scores >= torch.topk(scores, k).values[-1]).flatten()  # ascending index
+        vals = scores[cand]
+        comp = None if other is None else other[cand]
+    else:
+        if other is not None:
+            other = other.to(scores.dtype)  # crosses with the scores (exact), back to its dtype below
+        m = min(n, k + _TIE_MARGIN)
+        top_vals, top_idx = torch.topk(scores, m)
+        parts = [top_vals, top_idx.to(top_vals.dtype)] + ([other[top_idx]] if other is not None else [])
+        host = torch.stack(parts).cpu()  # one transfer
+        kth = host[0, k - 1]
+        if m < n and bool(host[0, -1] >= kth):  # ties may go on: every entry >= the k-th
+            cand = torch.nonzero(scores >= float(kth)).flatten()
+            parts = [cand.to(scores.dtype), scores[cand]] + ([other[cand]] if other is not None else [])
+            both = torch.stack(parts).cpu()
+            cand, vals = both[0].long(), both[1]
+            comp = both[2] if other is not None else None
+        else:
+            keep = host[0] >= kth
+            cand, vals = host[1][keep].long(), host[0][keep]
+            order = torch.argsort(cand)
+            cand, vals = cand[order], vals[order]
+            comp = host[2][keep][order] if other is not None else None
+    order = torch.sort(vals, descending=True, stable=True).indices[:k]
+    return cand[order], vals[order], None if comp is None else comp[order].to(odt)

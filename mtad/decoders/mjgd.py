@@ -41,6 +41,7 @@ import torch
 from mtad.core.decoder import Decoder, StepContext, StepOutput, sample
 from mtad.core.knobs import GAMMA, Knob, Rule
 from mtad.core.protocols import ROOT
+from mtad.core.sampling import top_entries
 from mtad.core.tree import TokenTree
 
 METHODS = ("exact", "beam", "auto")
@@ -156,14 +157,19 @@ class JointDecoder(Decoder):
             if t == g - 1:
                 k = self._choose(ctx, cand)
                 return prefixes[k // vocab] + [k % vocab], fed
-            top = torch.sort(cand, descending=True, stable=True).indices[: self.beam_width]
-            host = torch.stack([top, torch.isfinite(cand[top]).long()]).cpu()  # one transfer per depth
-            keep = torch.sort(host[0][host[1].bool()]).values  # lexicographic: full width = exact
+            if cand.device.type == "cpu":  # the first beam_width of the stable sort, without sorting all
+                top, vals, _ = top_entries(cand, min(self.beam_width, cand.numel()))
+                keep = torch.sort(top[torch.isfinite(vals)]).values  # lexicographic: full width = exact
+                score = cand[keep]
+            else:
+                top = torch.sort(cand, descending=True, stable=True).indices[: self.beam_width]
+                host = torch.stack([top, torch.isfinite(cand[top]).long()]).cpu()  # one transfer per depth
+                keep = torch.sort(host[0][host[1].bool()]).values  # lexicographic: full width = exact
+                # the same entries picked on the device (no index copied over): finite ones first, sorted
+                last = torch.where(torch.isfinite(cand[top]), top, torch.full_like(top, cand.numel()))
+                score = cand[torch.sort(last).values[: len(keep)]]
             prefixes = [prefixes[i // vocab] + [i % vocab] for i in keep.tolist()]
             nodes = [nodes[i // vocab] for i in keep.tolist()]
-            # the same entries picked on the device (no index copied over): finite ones first, sorted
-            last = torch.where(torch.isfinite(cand[top]), top, torch.full_like(top, cand.numel()))
-            score = cand[torch.sort(last).values[: len(keep)]]
         raise AssertionError("unreachable")
 
 

@@ -76,7 +76,7 @@ from mtad.core import hostfloat
 from mtad.core.decoder import plain_probs
 from mtad.core.knobs import GAMMA, WIDTH, Knob, Rule
 from mtad.core.protocols import ROOT, StepContext
-from mtad.core.sampling import DENSE_MAX, Rows, host_supports_with
+from mtad.core.sampling import DENSE_MAX, Rows, host_supports_with, top_entries
 from mtad.core.tree import Beams, TokenTree, warped_rows
 from mtad.core.warping import Warping
 
@@ -132,7 +132,7 @@ def _select(
     """``select_entries`` with the chosen scores (and ``other`` there); one device-to-host
     transfer (rarely two)."""
     if greedy:
-        return _top_entries(scores, min(width, scores.numel()), other)
+        return top_entries(scores, min(width, scores.numel()), other)
     # a long vector: its nonzero entries only (same distribution)
     s, comp = host_supports_with(scores[None], None if other is None else other[None], bound)[0]
     nonzero = int((s.vals > 0).sum())
@@ -141,49 +141,6 @@ def _select(
     k = width if replacement else min(width, nonzero)
     pos = torch.multinomial(s.vals, k, replacement=replacement, generator=generator)
     return s.ids[pos], s.vals[pos], None if comp is None else comp[pos]
-
-
-_TIE_MARGIN = 64  # greedy: entries read past the k-th, so ties with it rarely need a second read
-
-
-def _top_entries(
-    scores: torch.Tensor, k: int, other: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """The first k of a stable descending sort of ``scores`` (ties: lower index first), on the
-    host, with ``other`` (same shape and dtype as ``scores``) at those entries.
-
-    Without sorting all W x V entries: the top ``k + 64`` cross to the host; every entry
-    tied with the k-th is read in a second transfer only if the ties may go on past those.
-    """
-    n = scores.numel()
-    comp = None
-    odt = None if other is None else other.dtype
-    if scores.device.type == "cpu":
-        cand = torch.nonzero(scores >= torch.topk(scores, k).values[-1]).flatten()  # ascending index
-        vals = scores[cand]
-        comp = None if other is None else other[cand]
-    else:
-        if other is not None:
-            other = other.to(scores.dtype)  # crosses with the scores (exact), back to its dtype below
-        m = min(n, k + _TIE_MARGIN)
-        top_vals, top_idx = torch.topk(scores, m)
-        parts = [top_vals, top_idx.to(top_vals.dtype)] + ([other[top_idx]] if other is not None else [])
-        host = torch.stack(parts).cpu()  # one transfer
-        kth = host[0, k - 1]
-        if m < n and bool(host[0, -1] >= kth):  # ties may go on: every entry >= the k-th
-            cand = torch.nonzero(scores >= float(kth)).flatten()
-            parts = [cand.to(scores.dtype), scores[cand]] + ([other[cand]] if other is not None else [])
-            both = torch.stack(parts).cpu()
-            cand, vals = both[0].long(), both[1]
-            comp = both[2] if other is not None else None
-        else:
-            keep = host[0] >= kth
-            cand, vals = host[1][keep].long(), host[0][keep]
-            order = torch.argsort(cand)
-            cand, vals = cand[order], vals[order]
-            comp = host[2][keep][order] if other is not None else None
-    order = torch.sort(vals, descending=True, stable=True).indices[:k]
-    return cand[order], vals[order], None if comp is None else comp[order].to(odt)
 
 
 def beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool = True) -> Beams:
