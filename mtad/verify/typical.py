@@ -38,11 +38,15 @@ def typical_accept_length(
     g = len(draft_tokens)
     if g == 0:
         return 0
-    thresh = torch.clamp(delta * torch.exp(-entropy(p[:g])), max=eps)  # [g]
     x = x.to(p.device) if x is not None else torch.tensor(draft_tokens, device=p.device)
-    px = p[torch.arange(g, device=p.device), x]  # [g]
+    return _first_atypical(p[torch.arange(g, device=p.device), x], entropy(p[:g]), eps, delta)
+
+
+def _first_atypical(px: torch.Tensor, h: torch.Tensor, eps: float, delta: float) -> int:
+    """The accepted length: the first i with p_i(x_i) <= min(eps, delta * exp(-H_i)), else g."""
+    thresh = torch.clamp(delta * torch.exp(-h), max=eps)  # [g]
     ok = (px > thresh).tolist()  # one transfer
-    return next((i for i, v in enumerate(ok) if not v), g)
+    return next((i for i, v in enumerate(ok) if not v), len(ok))
 
 
 class TypicalAcceptance:
@@ -63,10 +67,14 @@ class TypicalAcceptance:
         tokens = chain_tokens(tree, "typical acceptance")
         g = len(tokens)
         scores = score(ctx, tree)
-        p = scores.p  # [g+1, V]
         x, _ = scores.fed()
-        a = typical_accept_length(tokens, p, self.eps, self.delta, x)
-        return StepOutput(
-            tokens=tokens[:a] + [sample(p[a], ctx.generator, ctx.warping.support_bound)],
-            drafted=g, accepted=a, tree_size=g,
-        )
+        if g and ctx.warping.greedy and scores.candidates() is not None:
+            # one-hot rows (the CPU's argmax candidates): entropy exactly 0, as the dense rows give
+            px = scores.masses(torch.arange(g), x)  # [g] on the host
+            a = _first_atypical(px, torch.zeros(g, dtype=px.dtype), self.eps, self.delta)
+            y = scores.sample(a, ctx.generator)
+        else:
+            p = scores.p  # [g+1, V]
+            a = typical_accept_length(tokens, p, self.eps, self.delta, x)
+            y = sample(p[a], ctx.generator, ctx.warping.support_bound)
+        return StepOutput(tokens=tokens[:a] + [y], drafted=g, accepted=a, tree_size=g)
