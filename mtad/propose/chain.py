@@ -4,6 +4,10 @@ acceptance), and BiLD's confidence-stopped run of the little model.
 Both return a chain ``mtad.core.tree.TokenTree`` (token ``i`` is row ``i + 1`` under row
 ``i``). A drafted chain keeps its warped draft rows ``q`` [g, V] on the draft's device (row
 ``i``: the distribution token ``i`` was drawn from); the verifier gathers what it needs there.
+On the CPU, where the warping is sparse (temperature 0, top-k), ``q`` is instead the rows'
+host supports read from the warping's candidates (``Warping.candidates``: no dense row, no
+scan; ``mtad.core.sampling.Rows`` of ``Support``, the supports ``sample`` would read, so the
+same draws).
 
 Devices: drafting crosses to the host once per draft token (the draw).
 """
@@ -14,24 +18,28 @@ import torch
 
 from mtad.core.decoder import StepContext, plain_probs, sample
 from mtad.core.knobs import GAMMA, MODE, Knob, Rule
-from mtad.core.sampling import host_support
+from mtad.core.sampling import Rows, Support, candidate_supports, host_support
 from mtad.core.tree import TokenTree
 
 MODES = MODE.rule.choices
 
 
-def draft_chain(ctx: StepContext, gamma: int) -> tuple[list[int], torch.Tensor]:
-    """Draw gamma tokens autoregressively from the warped draft; returns tokens and q [gamma, V]."""
+def draft_chain(ctx: StepContext, gamma: int) -> tuple[list[int], torch.Tensor | Rows]:
+    """Draw gamma tokens autoregressively from the warped draft; returns tokens and q [gamma, V]
+    (on the CPU with a sparse warping: the rows' host supports, see the module docstring)."""
     tokens: list[int] = []
     qs = []
     logits = ctx.draft.root_logits
     for i in range(gamma):
-        q = ctx.warping(logits)
+        cand = ctx.warping.candidates(logits[None]) if logits.device.type == "cpu" else None
+        q = candidate_supports(*cand, logits.shape[-1])[0] if cand is not None else ctx.warping(logits)
         x = sample(q, ctx.generator, ctx.warping.support_bound)
         tokens.append(x)
         qs.append(q)
         if i < gamma - 1:
             logits = ctx.draft.forward([x], [i])[0]
+    if qs and isinstance(qs[0], Support):
+        return tokens, Rows(len(qs), qs.__getitem__)
     return tokens, torch.stack(qs) if qs else torch.empty(0)
 
 

@@ -12,7 +12,11 @@ the rule, on its output.
 Devices: verification gathers every p_i(x_i), q_i(x_i) on the target's device (indexed with
 the target pass's own copy of the tokens, ``mtad.core.runner.fed_tensors``) and crosses
 once, draws the uniforms on the host, then crosses once more with the correction's (or
-bonus's) support.
+bonus's) support. On the CPU with a sparse warping (a chain drafted with host supports,
+``mtad.propose.chain``), the masses and the bonus come from the target's candidates
+(``Scores.candidates``) instead of the dense rows; a correction at temperature 0 is p_i itself
+(both rows one-hot, x_i not p_i's argmax), otherwise it is computed on the two rows made dense
+from the very values the dense path holds: the same draws either way.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from __future__ import annotations
 import torch
 
 from mtad.core.decoder import StepContext, StepOutput, residual, sample
+from mtad.core.sampling import Rows
 from mtad.core.tree import TokenTree
-from mtad.verify.score import chain_masses, chain_tokens, score
+from mtad.verify.score import Scores, chain_masses, chain_tokens, score
 
 
 def verify_chain(
@@ -34,6 +39,8 @@ def verify_chain(
 ) -> tuple[int, int]:
     """Speculative-sampling verification of one chain: (number accepted, correction/bonus token)."""
     g = len(draft_tokens)
+    if isinstance(q, Rows):  # host supports (mtad.propose.chain on the CPU): the dense rows
+        q = torch.stack([q[i].dense() for i in range(g)]) if g else torch.empty(0, p.shape[-1])
     q = q.to(p.device)
     pxs, qxs = chain_masses(draft_tokens, p, q, x=x)
     for i in range(g):
@@ -58,5 +65,27 @@ class SpeculativeChain:
         g = len(tokens)
         scores = score(ctx, tree)  # p: [g+1, V]
         x, _ = scores.fed()
-        n, y = verify_chain(tokens, scores.p, tree.q, ctx.generator, ctx.warping.support_bound, x)
+        if isinstance(tree.q, Rows) and scores.candidates() is not None:
+            n, y = _verify_on_candidates(ctx, tokens, scores, tree.q, x)
+        else:
+            n, y = verify_chain(tokens, scores.p, tree.q, ctx.generator, ctx.warping.support_bound, x)
         return StepOutput(tokens=tokens[:n] + [y], drafted=g, accepted=n, tree_size=g)
+
+
+def _verify_on_candidates(ctx: StepContext, tokens: list[int], scores: Scores, q: Rows,
+                          x: torch.Tensor) -> tuple[int, int]:
+    """``verify_chain`` with p read from its candidates and q from its host supports (the same
+    masses, uniforms and draws; see the module docstring)."""
+    g = len(tokens)
+    pxs = scores.masses(torch.arange(g), x).tolist()  # [g] p_i(x_i), exactly the dense rows' values
+    for i in range(g):
+        px, qx = pxs[i], q[i].mass(tokens[i])
+        u = float(torch.rand((), generator=ctx.generator, dtype=torch.float64))
+        if qx > 0 and u * qx <= px:  # U <= min(1, px / qx) without dividing
+            continue
+        if ctx.warping.greedy:  # one-hot p_i and q_i, x_i not p_i's argmax: the residual is p_i
+            return i, scores.sample(i, ctx.generator)
+        ids, probs = scores.candidates()
+        p_i = torch.zeros(scores.body.shape[-1], dtype=probs.dtype).scatter_(-1, ids[i], probs[i])
+        return i, sample(residual(p_i, q[i].dense()), ctx.generator, ctx.warping.support_bound)
+    return g, scores.sample(g, ctx.generator)
