@@ -27,6 +27,18 @@ def entropy(p: torch.Tensor) -> torch.Tensor:  # [..., V] -> [...]
     return -torch.where(p > 0, p * p.log(), torch.zeros_like(p)).sum(-1)
 
 
+def candidate_entropy(
+    ids: torch.Tensor,  # [R, c] candidate ids of each row (``mtad.core.warping.warp_candidates``)
+    probs: torch.Tensor,  # [R, c] their probabilities (every other entry of a row is 0)
+    vocab: int,
+) -> torch.Tensor:  # [R], bit for bit ``entropy`` of the dense rows
+    """``entropy`` of rows given by their candidates: the dense rows' ``p log p`` terms (the same
+    values, 0 off the candidates) in their places, summed as ``entropy`` sums them, without the
+    logarithm over the vocabulary."""
+    terms = torch.where(probs > 0, probs * probs.log(), torch.zeros_like(probs))
+    return -torch.zeros(ids.shape[0], vocab, dtype=probs.dtype).scatter_(-1, ids, terms).sum(-1)
+
+
 def typical_accept_length(
     draft_tokens: list[int],  # [g]
     p: torch.Tensor,  # [>= g, V] target distributions (row i scores draft_tokens[i])
@@ -68,10 +80,14 @@ class TypicalAcceptance:
         g = len(tokens)
         scores = score(ctx, tree)
         x, _ = scores.fed()
-        if g and ctx.warping.greedy and scores.candidates() is not None:
-            # one-hot rows (the CPU's argmax candidates): entropy exactly 0, as the dense rows give
+        cand = scores.candidates() if g else None
+        if cand is not None:  # the CPU with a sparse warping: p by its candidates
             px = scores.masses(torch.arange(g), x)  # [g] on the host
-            a = _first_atypical(px, torch.zeros(g, dtype=px.dtype), self.eps, self.delta)
+            if ctx.warping.greedy:  # one-hot rows: entropy exactly 0, as the dense rows give
+                h = torch.zeros(g, dtype=px.dtype)
+            else:
+                h = candidate_entropy(cand[0][:g], cand[1][:g], scores.body.shape[-1])
+            a = _first_atypical(px, h, self.eps, self.delta)
             y = scores.sample(a, ctx.generator)
         else:
             p = scores.p  # [g+1, V]
