@@ -59,11 +59,14 @@ run: models bubblewrap ## Main job: SpD on the offline pair (HumanEval smoke pro
 debug: install ## Tiny random pair, 2 prompts: checks the whole pipeline in seconds
 	HF_HUB_OFFLINE=1 $(BIN)mtad-run +experiment=debug $(ARGS)
 
-test: install ## Run the default test suite (slow tests excluded)
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q --durations=15
+# The suite runs on every core (pytest-xdist, one torch thread per worker: tests/conftest.py);
+# TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= auto
+test: install ## Run the default test suite (slow tests excluded), one worker per core
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --durations=15
 
 test-slow: install ## Run the slow tests too
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "slow or not slow"
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) -m "slow or not slow"
 
 lint: install ## ruff check + format check
 	$(VENV)/bin/ruff check .
