@@ -1,7 +1,7 @@
-"""One decoder on the tiny overhead pair (V 32,000, random draft, hidden 64), 3 prompts x 32 tokens,
-for a sampling profiler:
+"""One decoder on the tiny overhead pair (V 32,000, hidden 64; draft random, or equal = a copy of the
+target), 3 prompts x 32 tokens, for a sampling profiler:
 
-    py-spy record -r 100 -f raw -o /tmp/p.txt -- python bench/profile_decoder.py tree_mtad sample
+    py-spy record -r 100 -f raw -o /tmp/p.txt -- python bench/profile_decoder.py tree_mtad sample [random|equal]
     python bench/profile_self_time.py /tmp/p.txt
 """
 
@@ -23,9 +23,9 @@ from mtad.run.cli import load_decoder  # noqa: E402
 MODES = {"greedy": Warping(0.0), "sample": Warping(1.0, 10, 0.9), "sample_nok": Warping(1.0, 0, 0.9)}
 
 
-def main(name: str, mode: str) -> None:
+def main(name: str, mode: str, draft: str = "random") -> None:
     torch.set_num_threads(1)
-    pair = build_pair(32000, 64, 2, 64, 1, "random")
+    pair = build_pair(32000, 64, 2, 64, 1, draft)
     knobs = {} if name in ("specinfer", "mcss", "mcns") else {"gamma": 4}
     for i, ids in enumerate(make_prompts(3, 32, 32000)):
         dec = load_decoder(name, **knobs)
@@ -33,4 +33,4 @@ def main(name: str, mode: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:4])

@@ -1,5 +1,9 @@
 """Share of a py-spy raw profile's samples inside ``Engine.generate``: the models' forward, and
-the rest by the innermost ``mtad/`` source line on the stack (``bench/profile_decoder.py``)."""
+the rest by the innermost ``mtad/`` source line on the stack (``bench/profile_decoder.py``);
+``--functions``: by that line's function.
+
+    python bench/profile_self_time.py /tmp/p.txt [--functions]
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,8 @@ import re
 import sys
 
 
-def main(path: str, top: int = 25) -> None:
+def main(path: str, top: int = 25, functions: bool = False) -> None:
+    """``functions``: by the innermost ``mtad/`` function instead of its line."""
     where: collections.Counter = collections.Counter()
     total = 0
     for line in open(path):
@@ -24,6 +29,8 @@ def main(path: str, top: int = 25) -> None:
         for f in frames:
             if f.split("(")[-1].startswith("mtad/"):
                 key = re.sub(r"\(/.*/", "(", f)
+                if functions:
+                    key = re.sub(r":\d+\)$", ")", key)
         where[key] += int(n)
     print("samples in generate", total)
     for k, v in where.most_common(top):
@@ -31,4 +38,4 @@ def main(path: str, top: int = 25) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], functions="--functions" in sys.argv[2:])
