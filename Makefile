@@ -66,7 +66,7 @@ test: install ## Run the default test suite (slow tests excluded), one worker pe
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --durations=15
 
 test-slow: install ## Run the slow tests too
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) -m "slow or not slow"
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "slow or not slow"
 
 lint: install ## ruff check + format check
 	$(VENV)/bin/ruff check .
