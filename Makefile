@@ -236,7 +236,7 @@ test-stack: $(STACK_ENV)/.stamp ## Stack-sensitive tests on another stack, cache
 	  echo "# side environment $(STACK_NAME) (under STACKS): built in $$(cat $(STACK_ENV)/.build-seconds) s (once; cached after)"; \
 	  $(STACK_ENV)/bin/python -c 'import sys, torch, transformers, numpy; print(f"# python {sys.version.split()[0]}, torch {torch.__version__}, transformers {transformers.__version__}, numpy {numpy.__version__}")'; \
 	  HF_HUB_OFFLINE=1 PYTHONPATH=$(CURDIR) $(STACK_ENV)/bin/python -m pytest -q -p no:cacheprovider -m '$(STACK_MARK)' --durations=5 $(STACK_TESTS) $(ARGS); rc=$$?; \
-	  echo "# tests: $$(( $$(date +%s) - start )) s wall, exit $$rc"; exit $$rc; } 2>&1 | tee $(STACK_OUT)
+	  echo "# tests: $$(( $$(date +%s) - start )) s wall, exit $$rc"; exit $$rc; } 2>&1 | sed -u 's|$(CURDIR)/||g' | tee $(STACK_OUT)
 
 # The GPU check as on a stock node: a side env with only torch, transformers, numpy, pytest and
 # nvidia-ml-py (and their own dependencies), the tracked files of HEAD unpacked into a temporary
