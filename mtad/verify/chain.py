@@ -43,13 +43,20 @@ def verify_chain(
         q = torch.stack([q[i].dense() for i in range(g)]) if g else torch.empty(0, p.shape[-1])
     q = q.to(p.device)
     pxs, qxs = chain_masses(draft_tokens, p, q, x=x)
-    for i in range(g):
-        px, qx = pxs[i], qxs[i]
-        u = float(torch.rand((), generator=generator, dtype=torch.float64))
-        if qx > 0 and u * qx <= px:  # U <= min(1, px / qx) without dividing
-            continue
-        return i, sample(residual(p[i], q[i]), generator, bound)
+    n = accepted_prefix(pxs, qxs, generator)
+    if n < g:
+        return n, sample(residual(p[n], q[n]), generator, bound)
     return g, sample(p[g], generator, bound)
+
+
+def accepted_prefix(pxs: list[float], qxs: list[float], generator: torch.Generator) -> int:
+    """Speculative sampling's acceptances: one uniform per position until the first rejection
+    (U <= min(1, p_i(x_i) / q_i(x_i)), tested without dividing); the number accepted."""
+    for i, (px, qx) in enumerate(zip(pxs, qxs)):
+        u = float(torch.rand((), generator=generator, dtype=torch.float64))
+        if not (qx > 0 and u * qx <= px):
+            return i
+    return len(pxs)
 
 
 class SpeculativeChain:
@@ -78,14 +85,11 @@ def _verify_on_candidates(ctx: StepContext, tokens: list[int], scores: Scores, q
     masses, uniforms and draws; see the module docstring)."""
     g = len(tokens)
     pxs = scores.masses(torch.arange(g), x).tolist()  # [g] p_i(x_i), exactly the dense rows' values
-    for i in range(g):
-        px, qx = pxs[i], q[i].mass(tokens[i])
-        u = float(torch.rand((), generator=ctx.generator, dtype=torch.float64))
-        if qx > 0 and u * qx <= px:  # U <= min(1, px / qx) without dividing
-            continue
-        if ctx.warping.greedy:  # one-hot p_i and q_i, x_i not p_i's argmax: the residual is p_i
-            return i, scores.sample(i, ctx.generator)
-        ids, probs = scores.candidates()
-        p_i = torch.zeros(scores.body.shape[-1], dtype=probs.dtype).scatter_(-1, ids[i], probs[i])
-        return i, sample(residual(p_i, q[i].dense()), ctx.generator, ctx.warping.support_bound)
-    return g, scores.sample(g, ctx.generator)
+    i = accepted_prefix(pxs, [q[j].mass(t) for j, t in enumerate(tokens)], ctx.generator)
+    if i == g:
+        return g, scores.sample(g, ctx.generator)
+    if ctx.warping.greedy:  # one-hot p_i and q_i, x_i not p_i's argmax: the residual is p_i
+        return i, scores.sample(i, ctx.generator)
+    ids, probs = scores.candidates()
+    p_i = torch.zeros(scores.body.shape[-1], dtype=probs.dtype).scatter_(-1, ids[i], probs[i])
+    return i, sample(residual(p_i, q[i].dense()), ctx.generator, ctx.warping.support_bound)
