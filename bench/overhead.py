@@ -319,6 +319,8 @@ def main(argv=None):
     ap.add_argument("--systems", default=ALL_SYSTEMS)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--prompt-length", type=int, default=32)
+    ap.add_argument("--prompt-seed", type=int, default=0,
+                    help="seed of the random prompts (another seed: prompts no change was tuned on)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--gamma", type=int, default=4)
@@ -361,7 +363,7 @@ def run(args, cmd: str) -> None:
         for draft in args.drafts.split(","):
             pair = build_pair(vocab, args.hidden, args.layers, args.draft_hidden, args.draft_layers, draft)
             timers = {"target": ForwardTimer(pair.target), "draft": ForwardTimer(pair.draft)}
-            prompts = make_prompts(args.prompts, args.prompt_length, vocab)
+            prompts = make_prompts(args.prompts, args.prompt_length, vocab, args.prompt_seed)
             decs = {}
             for s in systems:
                 if s not in HF_SYSTEMS:
