@@ -41,16 +41,22 @@ all import from it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 
 __all__ = [
     "DENSE_MAX",
+    "EmptySupport",
     "Support",
     "as_support",
     "candidate_supports",
+    "PendingDraws",
+    "device_drawn",
+    "device_draws",
+    "device_multinomial",
     "device_sample",
     "draw",
     "host_support",
@@ -239,11 +245,17 @@ def sample(
     ``draw`` gives on its host support. An unbounded support of a long vector on an
     accelerator (plain temperature) is drawn there instead (``device_sample``): the same
     token, the same random stream, and no row crosses to the host."""
-    if (isinstance(probs, torch.Tensor) and bound is None and probs.device.type != "cpu"
-            and DENSE_MAX < probs.numel() < _EXACT_FLOAT_INDEX):
+    if isinstance(probs, torch.Tensor) and device_drawn(probs, bound):
         return device_sample(probs, generator)
     s = as_support(probs, bound)
     return int(draw(s.ids, s.vals, generator)[0])
+
+
+def device_drawn(x: torch.Tensor, bound: int | None) -> bool:
+    """Whether draws from the long rows ``x`` [..., V] are made on their device (``device_draws``,
+    ``device_multinomial``): an accelerator, a support the warping does not bound (plain
+    temperature: every token has mass) and rows longer than ``DENSE_MAX``."""
+    return bound is None and x.device.type != "cpu" and x.shape[-1] > DENSE_MAX
 
 
 def device_sample(
@@ -251,37 +263,151 @@ def device_sample(
     generator: torch.Generator,  # the CPU generator
 ) -> int:
     """``draw`` on ``probs``' host support, computed on ``probs``' device: the same token and
-    the generator left in the same state, with the exponentials crossing instead of the row.
+    the generator left in the same state, with the exponentials crossing instead of the row
+    (``device_draws`` of one row, committed). Checked against the host draw in
+    ``tests/core/test_device_draw.py``."""
+    pending = device_draws(probs[None], generator)
+    return pending.commit(0, generator)
 
-    ``torch.multinomial`` draws one sample from masses ``v`` (n entries) as
-    ``argmax(v / e)`` with ``e`` = n exponentials from the generator in ``v``'s dtype, and
-    the first n of V exponentials are the n drawn alone (the generator's stream is
-    sequential). So: V exponentials from the CPU generator, one pinned copy to the device;
-    the i-th nonzero entry (ascending id, the host support's order) divided by the i-th
-    exponential; the argmax and the support's size cross back in one read. The generator
-    has then taken V exponentials where the host draw takes n: when the support is shorter
-    than the row it is put back and takes exactly n (host work only). Checked against the
-    host draw in ``tests/core/test_device_draw.py``.
+
+class EmptySupport(RuntimeError):
+    """A draw from a vector without mass (``torch.multinomial``'s refusal, as the host draw's)."""
+
+
+@dataclass(frozen=True)
+class PendingDraws:
+    """What ``device_draws`` read back: each row's draw, were it the generator's next draw."""
+
+    tokens: list[int]  # [R] the token row i's draw gives
+    sizes: list[int]  # [R] row i's support size: the exponentials its draw takes
+    extra: list[float]  # the extra tensors' values (flattened, in order), read in the same transfer
+    state: torch.Tensor  # the generator's state before the draws
+    length: int  # V: the exponentials taken
+    dtype: torch.dtype  # theirs (the rows')
+
+    def commit(self, i: int, generator: torch.Generator) -> int:
+        """Row ``i``'s token, the generator left as the host draw on row ``i`` leaves it."""
+        size = self.sizes[i]
+        if size == 0:
+            generator.set_state(self.state)
+            raise EmptySupport("invalid multinomial distribution (sum of probabilities <= 0)")
+        if size != self.length:
+            generator.set_state(self.state)
+            torch.empty(size, dtype=self.dtype).exponential_(1, generator=generator)
+        return self.tokens[i]
+
+    def cancel(self, generator: torch.Generator) -> None:
+        """No draw after all: the generator as it was before ``device_draws``."""
+        generator.set_state(self.state)
+
+
+def device_draws(
+    rows: torch.Tensor,  # [R, V] non-negative rows on the device (negative entries count as 0)
+    generator: torch.Generator,  # the CPU generator
+    extra: Sequence[torch.Tensor] = (),  # tensors on the rows' device, read (flattened) with the draws
+    entries: torch.Tensor | None = None,  # [R, V] bool: the entries each row's draw is over (None: its nonzero ones)
+) -> PendingDraws:
+    """For every row, the token ``draw`` on its host support would give as the generator's next
+    draw, computed on the rows' device with one copy of exponentials to it and one read back
+    (with ``extra``). The caller then commits the one row it draws from (``PendingDraws.commit``)
+    or none (``cancel``): a draw whose row is known only after the read (BiLD's correction row,
+    a fallback that may not draw) costs no further transfer.
+
+    ``torch.multinomial`` draws one sample from masses ``v`` (n entries) as ``argmax(v / e)``
+    with ``e`` = n exponentials from the generator in ``v``'s dtype, and the first n of V
+    exponentials are the n drawn alone (the generator's stream is sequential). So: V
+    exponentials from the CPU generator, one pinned copy to the device; the i-th nonzero entry
+    of a row (ascending id, the host support's order) divided by the i-th exponential; each
+    row's argmax and its support's size cross back. The generator has then taken V
+    exponentials where the host draw takes n: ``commit`` puts it back and takes exactly n
+    (host work only) when the support is shorter than the row. ``entries`` replaces the
+    support by other entries of the row, in ascending order (a dense draw of a vector that
+    holds some of the row's columns, zeros included: a multi-draft rule's compressed
+    residual); the row is 0 outside them.
     """
     from mtad.core.devices import to_device
 
-    if probs.dtype in (torch.float16, torch.bfloat16):
-        probs = probs.float()  # as ``support`` does
-    n = probs.numel()
+    if rows.dtype in (torch.float16, torch.bfloat16):
+        rows = rows.float()  # as ``support`` does
+    n = rows.shape[-1]
     state = generator.get_state()
-    e = torch.empty(n, dtype=probs.dtype).exponential_(1, generator=generator)
-    (e_dev,) = to_device([e], probs.device)
-    mask = probs > 0
-    rank = (mask.cumsum(0) - 1).clamp_min(0)  # i-th nonzero entry -> i
-    scores = probs.clamp_min(0) / e_dev[rank]  # zero entries score 0
-    host = torch.stack([scores.argmax(), mask.sum()]).cpu()  # one read: the token, the support's size
-    token, size = int(host[0]), int(host[1])
-    if size == 0:
-        raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
-    if size != n:
+    e = torch.empty(n, dtype=rows.dtype).exponential_(1, generator=generator)
+    (e_dev,) = to_device([e], rows.device)
+    mask = rows > 0 if entries is None else entries
+    rank = (mask.cumsum(-1) - 1).clamp_min(0)  # i-th nonzero entry of a row -> i
+    scores = rows.clamp_min(0) / e_dev[rank]  # zero entries score 0
+    parts = [scores.argmax(-1).double(), mask.sum(-1).double()] + [x.reshape(-1).double() for x in extra]
+    host = torch.cat(parts).cpu().tolist()  # one read
+    r = rows.shape[0]
+    return PendingDraws([int(x) for x in host[:r]], [int(x) for x in host[r : 2 * r]], host[2 * r :],
+                        state, n, rows.dtype)
+
+
+def device_multinomial(
+    vals: torch.Tensor,  # [N] non-negative masses on the device (negative entries count as 0)
+    k: int,
+    replacement: bool,
+    generator: torch.Generator,  # the CPU generator
+    other: torch.Tensor | None = None,  # [N] values to read at the drawn entries too
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:  # host: [m] indices, vals, other there
+    """``torch.multinomial`` over ``vals``' host support (``draw``; without replacement at most
+    as many as it has nonzero entries), computed on ``vals``' device: the indices, the masses
+    there (and ``other``'s), in one read; the generator left as the host draw leaves it.
+
+    * One draw, or several without replacement: ``torch.multinomial`` takes n exponentials
+      (n: the support's size) and keeps the top k of ``v / e``; as ``device_draws``, the V
+      exponentials cross and the generator takes exactly n afterwards.
+    * Several with replacement: ``torch.multinomial`` takes k uniform doubles and finds each
+      in the support's cumulative masses (a sequential sum in the masses' dtype, divided by
+      its total, the last set to 1: the first entry whose cumulative mass reaches the
+      uniform). The k uniforms cross; the cumulative masses are summed on the device in
+      float64. For float64 masses that is the host's arithmetic where the device sums in
+      order (the CPU: every test); a GPU's parallel sum, and float32 masses (summed in float32
+      on the host), can move a boundary by rounding, so a uniform within rounding of a
+      boundary may fall on the neighbouring token: the same distribution, the same stream.
+    """
+    from mtad.core.devices import to_device
+
+    if vals.dtype in (torch.float16, torch.bfloat16):
+        vals = vals.float()
+    n = vals.numel()
+    x = vals.clamp_min(0)
+    size = (x > 0).sum()
+    state = generator.get_state()
+    if replacement and k > 1:
+        u = torch.rand(k, dtype=torch.float64, generator=generator)
+        (u_dev,) = to_device([u], vals.device)
+        cdf = x.double().cumsum(0)
+        cdf = cdf / cdf[-1]
+        idx = torch.searchsorted(cdf, u_dev).clamp_max(n - 1)
+        first = (x > 0).double().argmax()  # a uniform of exactly 0: the support's first entry
+        idx = torch.where(u_dev == 0, first.to(idx.dtype), idx)
+        m = k
+    else:
+        e = torch.empty(n, dtype=vals.dtype).exponential_(1, generator=generator)
+        (e_dev,) = to_device([e], vals.device)
+        rank = ((x > 0).cumsum(0) - 1).clamp_min(0)
+        q = x / e_dev[rank]
+        idx = q.argmax()[None] if k == 1 else q.topk(min(k, n)).indices
+        m = None
+    parts = [idx.double(), x[idx].double(), size.reshape(1).double()]
+    if other is not None:
+        parts.insert(2, other[idx].double())
+    host = torch.cat(parts).cpu()  # one read
+    j = idx.numel()
+    nz = int(host[-1])
+    if nz == 0:
         generator.set_state(state)
-        torch.empty(size, dtype=probs.dtype).exponential_(1, generator=generator)
-    return token
+        raise EmptySupport("invalid multinomial distribution (sum of probabilities <= 0)")
+    if m is None:
+        m = k if replacement else min(k, nz)
+        if nz != n:  # the host draw takes exactly the support's n exponentials
+            generator.set_state(state)
+            torch.empty(nz, dtype=vals.dtype).exponential_(1, generator=generator)
+    ids = host[:j].long()[:m]
+    got = host[j : 2 * j].to(vals.dtype)[:m]
+    comp = None if other is None else host[2 * j : 3 * j].to(other.dtype)[:m]
+    return ids, got, comp
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

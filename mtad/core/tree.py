@@ -34,7 +34,14 @@ from dataclasses import dataclass, field
 import torch
 
 from mtad.core.protocols import ROOT
-from mtad.core.sampling import Rows, Support, candidate_supports, host_support, host_supports
+from mtad.core.sampling import (
+    Rows,
+    Support,
+    candidate_supports,
+    device_drawn,
+    host_support,
+    host_supports,
+)
 from mtad.core.warping import Warping
 
 
@@ -165,17 +172,23 @@ def warped_rows(
 
     On the CPU a row is warped when first read (a verifier reads only the rows on its
     path); on an accelerator the first read warps every row and brings their supports to
-    the host in one transfer. Rows with equal paths share their canonical row's support.
+    the host in one transfer, or, where the supports are whole rows (plain temperature:
+    ``mtad.core.sampling.device_drawn``), keeps the warped rows on the device as vectors
+    (the multi-draft walk then reads scalars: ``mtad.verify.devicewalk``). Rows with equal
+    paths share their canonical row's support.
     """
     bound = warping.support_bound
-    warped: dict[int, Support] = {}  # canonical row -> host support
+    warped: dict[int, Support | torch.Tensor] = {}  # canonical row -> host support (or device row)
 
-    def row(r: int) -> Support:
+    def row(r: int) -> Support | torch.Tensor:
         c = tree.canon[r]
         if c != ROOT and c not in pos:
             return Support(torch.zeros(0, dtype=torch.long), torch.zeros(0), root.shape[-1])
         if c not in warped:
-            if root.device.type == "cpu":
+            if device_drawn(root, bound):  # plain temperature on an accelerator: the rows stay there
+                every = warping(torch.cat([root[None], logits]))
+                warped.update(zip([ROOT, *pos], every))
+            elif root.device.type == "cpu":
                 x = root if c == ROOT else logits[pos[c]]
                 cand = warping.candidates(x[None])  # no dense row where the warping is sparse
                 warped[c] = (candidate_supports(*cand, x.shape[-1])[0] if cand is not None

@@ -76,7 +76,15 @@ from mtad.core import hostfloat
 from mtad.core.decoder import plain_probs
 from mtad.core.knobs import GAMMA, WIDTH, Knob, Rule
 from mtad.core.protocols import ROOT, StepContext
-from mtad.core.sampling import DENSE_MAX, Rows, host_supports_with, top_entries
+from mtad.core.sampling import (
+    DENSE_MAX,
+    EmptySupport,
+    Rows,
+    device_drawn,
+    device_multinomial,
+    host_supports_with,
+    top_entries,
+)
 from mtad.core.tree import Beams, TokenTree, warped_rows
 from mtad.core.warping import Warping
 
@@ -109,6 +117,9 @@ def slot_tree(beams: Beams) -> TokenTree:
     return tree
 
 
+_NO_SCORE = "beam sampling: every draft score is zero (check the warping settings)"
+
+
 def select_entries(
     scores: torch.Tensor,  # [n * V] flattened beam scores (nonnegative)
     width: int,
@@ -133,11 +144,17 @@ def _select(
     transfer (rarely two)."""
     if greedy:
         return top_entries(scores, min(width, scores.numel()), other)
+    if device_drawn(scores, bound):
+        # plain temperature on an accelerator: drawn there, nothing but the draws read back
+        try:
+            return device_multinomial(scores, width, replacement, generator, other)
+        except EmptySupport:
+            raise RuntimeError(_NO_SCORE) from None
     # a long vector: its nonzero entries only (same distribution)
     s, comp = host_supports_with(scores[None], None if other is None else other[None], bound)[0]
     nonzero = int((s.vals > 0).sum())
     if nonzero == 0:
-        raise RuntimeError("beam sampling: every draft score is zero (check the warping settings)")
+        raise RuntimeError(_NO_SCORE)
     k = width if replacement else min(width, nonzero)
     pos = torch.multinomial(s.vals, k, replacement=replacement, generator=generator)
     return s.ids[pos], s.vals[pos], None if comp is None else comp[pos]
@@ -272,7 +289,7 @@ def _sparse_select(
     if probs is None:
         keep = sorted((f, s, v) for f, s, v in zip(flat, scores, q) if s > 0)  # ascending id
         if not keep:
-            raise RuntimeError("beam sampling: every draft score is zero (check the warping settings)")
+            raise RuntimeError(_NO_SCORE)
         k = width if replacement else min(width, len(keep))
         s = torch.tensor([e[1] for e in keep], dtype=dt)
         pos = torch.multinomial(s, k, replacement=replacement, generator=generator).tolist()
@@ -313,7 +330,7 @@ def _sample_tensors(
     order = torch.argsort(flat)  # ascending flattened id (ids are distinct)
     flat, scores, vals = flat[order], scores[order], vals[order]
     if len(scores) == 0:
-        raise RuntimeError("beam sampling: every draft score is zero (check the warping settings)")
+        raise RuntimeError(_NO_SCORE)
     k = width if replacement else min(width, len(scores))
     pos = torch.multinomial(scores, k, replacement=replacement, generator=generator)
     return flat[pos], scores[pos], vals[pos]

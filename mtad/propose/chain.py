@@ -18,7 +18,14 @@ import torch
 
 from mtad.core.decoder import StepContext, plain_probs, sample
 from mtad.core.knobs import GAMMA, MODE, Knob, Rule
-from mtad.core.sampling import Rows, Support, candidate_supports, host_support
+from mtad.core.sampling import (
+    Rows,
+    Support,
+    candidate_supports,
+    device_drawn,
+    device_draws,
+    host_support,
+)
 from mtad.core.tree import TokenTree
 
 MODES = MODE.rule.choices
@@ -85,6 +92,13 @@ class ConfidenceRun:
         if self.mode == "greedy":
             top, arg = torch.stack([q.max(), torch.argmax(q).to(q.dtype)]).cpu().tolist()
             return top, int(arg)
+        if device_drawn(q, ctx.warping.support_bound):  # plain temperature on an accelerator: no row read back
+            pending = device_draws(q[None], ctx.generator, extra=[q.max()])
+            top = pending.extra[0]
+            if top >= self.alpha_fb:
+                return top, pending.commit(0, ctx.generator)
+            pending.cancel(ctx.generator)  # a fallback draws nothing
+            return top, None
         s = host_support(q, ctx.warping.support_bound)
         top = float(s.vals.max())
         return top, (sample(s, ctx.generator) if top >= self.alpha_fb else None)

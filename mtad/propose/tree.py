@@ -30,7 +30,14 @@ from mtad.core import hostfloat
 from mtad.core.decoder import StepContext
 from mtad.core.knobs import GAMMA, Knob, Rule
 from mtad.core.protocols import ROOT
-from mtad.core.sampling import Rows, Support, as_support, candidate_supports, host_supports
+from mtad.core.sampling import (
+    Rows,
+    Support,
+    as_support,
+    candidate_supports,
+    device_drawn,
+    host_supports,
+)
 from mtad.core.tree import TokenTree
 from mtad.core.warping import Warping
 
@@ -132,6 +139,58 @@ def _level_draws(supports: list[Support], k: int, generator: torch.Generator,
     return out
 
 
+def device_level_draws(rows: list[torch.Tensor], k: int, generator: torch.Generator,
+                       replacement: bool) -> list[list[int]]:
+    """``_level_draws`` on rows that stay on an accelerator (plain temperature: a support is the
+    whole row), computed there: the same tokens and generator state, one read for the level.
+
+    The host draws parent after parent, ``m`` draws each (``k``; without replacement at most the
+    support's size ``n``), each taking ``n`` exponentials: the i-th nonzero entry of a row meets
+    the i-th of its draw's exponentials. Every row's ``n`` is known only on the device, so the
+    host takes ``F k V`` exponentials (an upper bound) and they cross in one pinned copy; each
+    draw finds its own on the device from the sizes (a cumulative sum) and the tokens and sizes
+    cross back; the host then rewinds the generator and takes exactly the ``sum m n`` the host
+    draws take (host work only)."""
+    from mtad.core.devices import to_device
+
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    x = torch.stack(rows)  # [F, V] (views of the level's warped rows)
+    if x.dtype in (torch.float16, torch.bfloat16):
+        x = x.float()  # as ``support`` does
+    f, v = x.shape
+    if k == 0 or f == 0:
+        return [[] for _ in rows]
+    state = generator.get_state()
+    e = hostfloat.exponentials(f * k * v, x.dtype, generator)
+    (e_dev,) = to_device([e], x.device)
+    mask = x > 0
+    n = mask.sum(-1)  # [F] support sizes
+    m = n.clamp_max(k) if not replacement else torch.full_like(n, k)  # draws per row
+    size = m * n
+    off = size.cumsum(0) - size  # [F] where each row's draws start in the stream
+    rank = (mask.cumsum(-1) - 1).clamp_min(0)  # [F, V] i-th nonzero entry -> i
+    masses = x.clamp_min(0)
+    picks = []
+    for i in range(k):
+        at = (off + i * n)[:, None] + rank
+        j = (masses / e_dev[at.clamp_max(e.numel() - 1)]).argmax(-1)  # [F]
+        picks.append(j)
+        if not replacement:
+            masses = masses.scatter(1, j[:, None], 0)
+    host = torch.cat(picks + [n]).cpu().tolist()  # one read: [k * F] tokens, [F] sizes
+    sizes = host[k * f :]
+    draws = [min(k, s) if not replacement else k for s in sizes]
+    if any(s == 0 and d > 0 for s, d in zip(sizes, draws)):
+        generator.set_state(state)
+        raise RuntimeError("invalid multinomial distribution (masses must be >= 0, finite, not all 0)")
+    taken = sum(d * s for d, s in zip(draws, sizes))
+    if taken != e.numel():  # the host draws take exactly these
+        generator.set_state(state)
+        hostfloat.exponentials(taken, x.dtype, generator)
+    return [[host[i * f + r] for i in range(d)] for r, d in enumerate(draws)]
+
+
 def iid_children(q: torch.Tensor | Support, k: int, generator: torch.Generator) -> list[int]:
     """k i.i.d. draws from q (duplicates allowed) on q's host support: k successive
     ``torch.multinomial`` draws (``mtad.core.sampling.draw``), their exponentials drawn at once."""
@@ -141,14 +200,25 @@ def iid_children(q: torch.Tensor | Support, k: int, generator: torch.Generator) 
 def warped_supports(
     warping: Warping,
     logits: torch.Tensor,  # [R, V]
-) -> list[Support]:  # [R] ``host_supports(warping(logits), warping.support_bound)``
+) -> list[Support] | torch.Tensor:  # [R] ``host_supports(warping(logits), warping.support_bound)``
     """The host supports of the warped rows: from the warping's candidates on the CPU where
-    it has them (no dense [R, V] rows, no scan), else the dense rows in one transfer."""
+    it has them (no dense [R, V] rows, no scan), else the dense rows in one transfer; where
+    the supports are whole rows on an accelerator (``device_drawn``), the warped rows
+    themselves, left on the device (``device_level_draws`` draws from them)."""
+    if device_drawn(logits, warping.support_bound):
+        return warping(logits)
     if logits.device.type == "cpu":
         cand = warping.candidates(logits)
         if cand is not None:
             return candidate_supports(*cand, logits.shape[-1])
     return host_supports(warping(logits), warping.support_bound)
+
+
+def _draw_level(qs: list, k: int, generator: torch.Generator, replacement: bool) -> list[list[int]]:
+    """A level's children: on the device where its rows stay there, else on host supports."""
+    if qs and all(isinstance(q, torch.Tensor) for q in qs):
+        return device_level_draws(qs, k, generator, replacement)
+    return _level_draws([as_support(q) for q in qs], k, generator, replacement)
 
 
 class _TreeBuilder:
@@ -161,12 +231,13 @@ class _TreeBuilder:
         self._draft_node: dict[int, int] = {0: ROOT}  # canonical row -> draft runner row
         root = ctx.draft.root_logits
         self.vocab = root.shape[-1]
-        self.qs: dict[int, Support] = {0: warped_supports(ctx.warping, root[None])[0]}  # canonical row -> q after it
+        # canonical row -> q after it: a host support, or a device row (``warped_supports``)
+        self.qs: dict[int, Support | torch.Tensor] = {0: warped_supports(ctx.warping, root[None])[0]}
 
     def add(self, parent: int, token: int) -> int:
         return self.t.add(parent, token)
 
-    def q(self, row: int) -> Support:
+    def q(self, row: int) -> Support | torch.Tensor:
         return self.qs[self.canon[row]]
 
     def expand(self, rows: Sequence[int]) -> None:
@@ -202,7 +273,7 @@ def draft_tree(ctx: StepContext, branching: Sequence[int], sampler: ChildSampler
         if replacement is None:
             kids = [sampler(b.q(r), k, ctx.generator) for r in frontier]
         else:  # the same draws, parent after parent, their exponentials in one call
-            kids = _level_draws([b.q(r) for r in frontier], k, ctx.generator, replacement)
+            kids = _draw_level([b.q(r) for r in frontier], k, ctx.generator, replacement)
         new_rows = [b.add(r, t) for r, ts in zip(frontier, kids) for t in ts]
         if not new_rows:
             break
@@ -217,7 +288,7 @@ def draft_chains(ctx: StepContext, k: int, gamma: int) -> TokenTree:
     b = _TreeBuilder(ctx)
     last = [0] * k
     for d in range(gamma):  # one draw per chain, chain after chain (exponentials in one call)
-        kids = _level_draws([b.q(r) for r in last], 1, ctx.generator, replacement=True)
+        kids = _draw_level([b.q(r) for r in last], 1, ctx.generator, replacement=True)
         last = [b.add(r, t[0]) for r, t in zip(last, kids)]
         if d < gamma - 1:
             b.expand(last)

@@ -277,8 +277,11 @@ def spectr_rho(
     i = int(torch.nonzero(f_points <= 0)[0])  # f(points[i-1]) > 0 >= f(points[i])
     lo, hi = float(points[i - 1]), float(points[i])
     # On (lo, hi] the tokens with min = q are exactly those with ratio >= hi.
-    qs = float(qd[r >= hi].sum())
-    pc = float(pd[r < hi].sum())
+    return _bisect_rho(lo, hi, float(qd[r >= hi].sum()), float(pd[r < hi].sum()), k)
+
+
+def _bisect_rho(lo: float, hi: float, qs: float, pc: float, k: int) -> float:
+    """``spectr_rho``'s root on its bracketing piece ``(lo, hi]``, where ``beta = qs + pc / rho``."""
     for _ in range(200):
         mid = (lo + hi) / 2
         if not lo < mid < hi:
@@ -617,6 +620,10 @@ def _walk(
             )
     if len(tokens) != len(p) or len(q) != len(p):
         raise ValueError(f"tokens has {len(tokens)} rows, p/q have {len(p)} / {len(q)}")
+    from mtad.verify import devicewalk  # (it builds on this module)
+
+    if compress is not False and rule in devicewalk.RULES and devicewalk.device_rows(p, q):
+        return devicewalk.device_walk(parents, tokens, p, q, generator, rule, merge_equal_prefixes)
     kids = _children(parents, len(p))
     fast = _FAST.get(rule)
     node, alive = 0, [0]

@@ -10,12 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mtad.core.engine import Engine
 from mtad.core.sampling import DENSE_MAX, as_support, device_sample, draw, sample
-from mtad.core.warping import Warping
-from mtad.models.tiny import tiny_causal_lm
-from mtad.run.cli import load_decoder
-from mtad.testing.devicecheck import VirtualDevices, virtual_pair
+from mtad.testing.devicecheck import VirtualDevices
 
 pytestmark = pytest.mark.stack  # torch.multinomial's stream and the checker's dispatch
 
@@ -56,18 +52,55 @@ def test_an_empty_support_is_refused_like_the_host_draw():
         device_sample(torch.zeros(V, dtype=torch.float64).to("cuda:0"), torch.Generator().manual_seed(0))
 
 
-@pytest.mark.parametrize("name", ["multinomial", "spd"])
-def test_plain_temperature_decoding_moves_no_whole_rows(name):
-    """T=1 without top-k or top-p (every token has mass): the same tokens as the CPU run
-    (float64 pair, same seed), no device-to-host copy of a row, no pageable copy in a step."""
-    t = tiny_causal_lm("qwen2", vocab_size=V, dtype=torch.float64, seed=0, logit_scale=4.0)
-    d = tiny_causal_lm("qwen2", vocab_size=V, hidden_size=16, num_heads=2, num_layers=1,
-                       dtype=torch.float64, seed=1, logit_scale=4.0)
-    w = Warping(1.0)
-    assert w.support_bound is None
-    ref = Engine(t, d, load_decoder(name), w).generate([3, 4, 5], 12, seed=3)
-    with virtual_pair(t, d) as vd:
-        out = Engine(t, d, load_decoder(name), w).generate([3, 4, 5], 12, seed=3)
-    assert out.output_ids == ref.output_ids
-    assert 0 < vd.largest_read < 16, vd.largest_read
-    assert all(s["h2d_draft"] == s["h2d_verify"] == 0 for s in vd.steps)
+@pytest.mark.parametrize("replacement", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("kind", ["full", "zeros", "negative"])
+def test_beam_draws_on_the_device_are_the_host_draws(kind, dtype, replacement):
+    """``device_multinomial`` (beam sampling's W draws over W x V scores at plain temperature)
+    against ``torch.multinomial`` on the host support: the same entries, masses and companion
+    values, the generator in the same state, one read of the draws only. Several draws with
+    replacement search cumulative masses the device sums in float64: the host's sum for float64
+    masses (the CPU sums in order), so float32 is checked for the stream only there."""
+    from mtad.core.sampling import device_multinomial
+
+    for seed in range(12):
+        p = _row(kind, dtype, seed)
+        other = torch.rand(V, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+        s = as_support(p)
+        for k in (1, 3, 8):
+            g_host, g_dev = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+            m = k if replacement else min(k, int((s.vals > 0).sum()))
+            pos = torch.multinomial(s.vals, m, replacement=replacement, generator=g_host)
+            with VirtualDevices() as vd:
+                ids, vals, comp = device_multinomial(p.to("cuda:0"), k, replacement, g_dev,
+                                                     other.to("cuda:0"))
+            assert torch.equal(g_dev.get_state(), g_host.get_state()), (kind, seed, k)
+            assert vd.counts["engine"] == 1 and vd.largest_read <= 3 * k + 1
+            if replacement and k > 1 and dtype == torch.float32:
+                continue
+            assert ids.tolist() == s.ids[pos].tolist(), (kind, seed, k)
+            assert torch.equal(vals, s.vals[pos]) and vals.dtype == s.vals.dtype
+            assert torch.equal(comp, other[s.ids[pos]])
+
+
+def test_pending_draws_commit_one_row_or_none():
+    """``device_draws``: every row's draw as the generator's next one, in one read; committing
+    row i leaves the generator as the host draw on row i; cancelling, as it was."""
+    from mtad.core.sampling import device_draws
+
+    rows = torch.stack([_row(kind, torch.float64, 3) for kind in ("full", "zeros", "negative")])
+    for i in range(3):
+        g_host, g_dev = torch.Generator().manual_seed(i), torch.Generator().manual_seed(i)
+        s = as_support(rows[i])
+        want = int(draw(s.ids, s.vals, g_host)[0])
+        with VirtualDevices() as vd:
+            dev = rows.to("cuda:0")
+            pending = device_draws(dev, g_dev, extra=[dev.max(-1).values])
+        assert vd.counts["engine"] == 1
+        assert pending.extra == rows.max(-1).values.tolist()
+        assert pending.commit(i, g_dev) == want
+        assert torch.equal(g_dev.get_state(), g_host.get_state())
+    g = torch.Generator().manual_seed(5)
+    with VirtualDevices():
+        device_draws(rows.to("cuda:0"), g).cancel(g)
+    assert torch.equal(g.get_state(), torch.Generator().manual_seed(5).get_state())

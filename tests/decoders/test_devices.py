@@ -110,6 +110,35 @@ def test_draws_move_no_whole_vocabulary_rows(long_vocab, name, top_k):
     assert 0 < vd.largest_read < vocab, (vd.largest_read, vocab)
 
 
+_ROLLBACKS = {"decoder.alpha_fb": 0.0, "decoder.alpha_rb": 2.0}  # BiLD: long runs, rolled back
+
+
+@pytest.mark.parametrize("name", DECODERS + ["bild_sampling rolled back"])
+def test_plain_temperature_moves_no_whole_rows(long_vocab, name):
+    """T=1 without top-k or top-p: every token has mass, so a support is a whole row. Draws,
+    beam scores, tree children and the multi-draft walks stay on the device
+    (``mtad.core.sampling.device_draws`` / ``device_multinomial``,
+    ``mtad.propose.tree.device_level_draws``, ``mtad.verify.devicewalk``): the same tokens as the
+    CPU run (float64 pair, same seed), no row read back (only scalars: a tree's candidate
+    masses at most), the per-step read bounds, and no pageable copy. Each draw's exponentials
+    (or uniforms) cross in one pinned copy of their own: at most one more per draft depth and
+    one more per target pass."""
+    over = _ROLLBACKS if name.endswith("rolled back") else {}
+    name = name.split()[0]
+    ref, out, vd, dec = _run_checked(long_vocab, name, Warping(1.0), **over)
+    assert out.output_ids == ref.output_ids, "the virtual-device run drew other tokens"
+    assert vd.largest_read <= 64, f"{name}: a read of {vd.largest_read} entries"
+    depth = _depth_limit(dec)
+    joint = name in ("mjgd", "mtjd")
+    for s, rec in zip(vd.steps, out.steps):
+        assert s["draft"] <= depth and s["verify"] <= (depth if joint else 2), (name, s)
+        assert s["h2d_draft"] == s["h2d_verify"] == 0, f"{name}: a pageable host-to-device copy in a step"
+        # one pass and at most one draw per target pass (BiLD rolled back: two of each)
+        assert s["pinned_draft"] <= 2 * depth and s["pinned_verify"] <= 2 * rec.target_passes, (name, s)
+    if over:
+        assert any(r.target_passes == 2 for r in out.steps), "no step rolled back"
+
+
 @pytest.mark.parametrize("name", ["spd", "tree_mtad", "specinfer", "spectr", "bild_sampling", "mcss"])
 def test_a_target_spread_over_two_devices(toy, name):
     """device_map="auto": inputs on the first device, logits on the last; the draft on a third."""

@@ -88,3 +88,50 @@ def test_a_levels_draws_are_its_parents_draws_in_turn(replacement, dtype):
         g, ref = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
         assert _level_draws(group, 3, g, replacement) == [sampler(s, 3, ref) for s in group]
         assert torch.equal(g.get_state(), ref.get_state())
+
+
+# ------------------------------------------------------------------ rows left on an accelerator
+
+
+def _device_rows(dtype, seed):
+    """Long rows as plain temperature gives them (every entry), some with zeros (underflow),
+    one with fewer nonzero entries than a parent's children, one without mass."""
+    g = torch.Generator().manual_seed(seed)
+    v = DENSE_MAX + 904
+    rows = torch.softmax(3 * torch.randn(6, v, generator=g, dtype=torch.float64), -1).to(dtype)
+    rows[1, torch.randperm(v, generator=g)[: v // 3]] = 0
+    rows[2, torch.randperm(v, generator=g)[:50]] = 0
+    rows[3] = 0
+    rows[3, [7, 4000]] = torch.tensor([0.25, 0.75], dtype=dtype)
+    rows[5] = 0
+    return rows
+
+
+@pytest.mark.parametrize("replacement", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_level_drawn_on_the_device_is_the_host_draws(dtype, replacement):
+    """``device_level_draws`` (rows on a virtual device) against ``_level_draws`` on the same rows'
+    host supports: the same children, the generator in the same state, one read, no row read."""
+    from mtad.propose.tree import device_level_draws
+    from mtad.testing.devicecheck import VirtualDevices
+
+    for seed in range(6):
+        rows = _device_rows(dtype, seed)
+        for pick in ([0], [0, 1, 2, 3], [4, 1, 0], [3, 3]):
+            for k in (1, 2, 4):
+                ref, g = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+                want = _level_draws(host_supports(rows[pick]), k, ref, replacement)
+                with VirtualDevices() as vd:
+                    dev = rows.to("cuda:0")
+                    got = device_level_draws([dev[i] for i in pick], k, g, replacement)
+                assert got == want, (seed, pick, k)
+                assert torch.equal(g.get_state(), ref.get_state())
+                assert vd.counts["engine"] == 1 and vd.largest_read < rows.shape[-1]
+        if replacement:  # a row without mass is refused, as the host refuses it
+            g = torch.Generator().manual_seed(0)
+            with VirtualDevices(), pytest.raises(RuntimeError, match="invalid multinomial"):
+                device_level_draws([rows.to("cuda:0")[5]], 2, g, replacement)
+            assert torch.equal(g.get_state(), torch.Generator().manual_seed(0).get_state())
+        else:  # without replacement it has no child
+            with VirtualDevices():
+                assert device_level_draws([rows.to("cuda:0")[5]], 2, torch.Generator(), False) == [[]]
