@@ -16,13 +16,12 @@ Where randomness lives (the rule every decoder follows; ``docs/devices.md``):
   ``mtad.core.warping.Warping.support_bound``), with a second transfer of exactly the support
   when it is longer; else (plain temperature: every token has mass) the whole vector.
   Several rows cross together (``host_supports``). On the CPU the support is read in place
-  (no copy). A single draw from such an unbounded row (``sample``: drafting a chain,
-  corrections, bonus tokens, multinomial decoding) does not read the row: the draw is
-  ``torch.multinomial`` over the support, which takes one exponential per support entry
-  from the CPU generator, so the exponentials cross to the device instead (one pinned,
-  non-blocking copy) and the token comes back (``device_sample``: same token, same stream).
-  Supports that are needed whole on the host (i.i.d. tree children, beam scores, the
-  multi-draft rules' residuals) still cross whole at plain temperature.
+  (no copy). Draws from unbounded long rows on an accelerator (``device_drawn``: plain
+  temperature) do not read the rows: the draw is ``torch.multinomial`` over the support,
+  which takes one exponential per support entry from the CPU generator (or, several draws
+  with replacement, uniforms), so those cross to the device instead (one pinned, non-blocking
+  copy) and the tokens come back (``device_sample``, ``device_draws``,
+  ``device_multinomial``: same tokens, same stream).
 * Verification rules gather what they need on the device and cross once (``mtad.core.devices``).
 
 After top-k / top-p a warped distribution over the vocabulary (V ~ 152k for the Qwen

@@ -9,7 +9,9 @@ tree's canonical rows, renumbered (``TokenTree.feed_rows``).
 
 Devices: the draft's warped rows of one depth cross to the host together (one transfer
 per depth, ``mtad.core.sampling.host_supports``), where children are drawn; the tree keeps
-those host supports as its ``q``. On the CPU, where the warping gives its rows by their
+those host supports as its ``q``. At plain temperature on an accelerator (a support is the
+whole row) the rows stay there, as the tree's ``q``, and the children are drawn there
+(``device_level_draws``: the same draws, one read per depth). On the CPU, where the warping gives its rows by their
 candidates (greedy, top-k: ``mtad.core.warping.Warping.candidates``), the supports are read
 from the candidates (``mtad.core.sampling.candidate_supports``, the same supports) without
 building or scanning the dense rows. Children are the draws successive ``torch.multinomial``

@@ -33,6 +33,9 @@ the rows on its path), whose rows are vectors or their host supports
 Devices: the walk runs on the host. ``MultiDraft.verify`` hands it the target's rows, which
 cross from the device once per step (``mtad.verify.score.Scores.rows``; the draft's supports
 crossed while drafting), so verification costs one device-to-host transfer whatever the tree.
+Where the rows stay on an accelerator (plain temperature: a support is the whole row), the walk
+is ``mtad.verify.devicewalk``'s: the rules' arithmetic over the vocabulary on the device, the
+candidates' masses in one read, the correction or bonus drawn there.
 
 Support. After top-k / top-p a distribution over V ~ 152k tokens has a handful of
 nonzero entries. On a long vocabulary each visited node's rule runs on the union of
