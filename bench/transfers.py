@@ -81,8 +81,17 @@ def load_decoder(name: str, **fields):
 KEYS = ("draft", "verify", "h2d_draft", "h2d_verify", "pinned_draft", "pinned_verify")
 
 
+#: warpings of the table: the name in its T column -> Warping
+SETTINGS = {
+    "1": Warping(1.0, top_k=10, top_p=0.9),
+    "0": Warping(0.0, top_k=10, top_p=0.9),
+    "1 top-p": Warping(1.0, top_k=0, top_p=0.9),  # a support not bounded by top-k
+    "1 plain": Warping(1.0),  # every token has mass: a support is the whole row
+}
+
+
 def measure(target, draft, name: str, over: dict, warping: Warping, tokens: int, prompts) -> dict:
-    per_step, engine_h2d, engine_pinned = [], 0, 0
+    per_step, engine_h2d, engine_pinned, largest = [], 0, 0, 0
     for i, prompt in enumerate(prompts):
         dec = load_decoder(name, **over)
         with virtual_pair(target, draft) as vd:
@@ -90,11 +99,12 @@ def measure(target, draft, name: str, over: dict, warping: Warping, tokens: int,
             vd.watch_decoder(dec)
             engine.generate(prompt, tokens, seed=i)
         per_step += vd.steps
+        largest = max(largest, vd.largest_read)
         syncs = vd.counts["syncs"]
         engine_h2d += vd.counts["h2d_engine"]
         engine_pinned += vd.counts["pinned_engine"]
     n = len(per_step)
-    row = {"decoder": name, "overrides": over, "steps": n,
+    row = {"decoder": name, "overrides": over, "steps": n, "largest_read": largest,
            "syncs_per_step_last_prompt": syncs / max(len(vd.steps), 1),
            # begin/end (cache compaction) and prefill, outside decoder steps, per step
            "h2d_engine_per_step": engine_h2d / n, "pinned_engine_per_step": engine_pinned / n}
@@ -112,26 +122,32 @@ def main(argv=None) -> None:
     ap.add_argument("--gammas", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("--widths", type=int, nargs="+", default=[1, 4])
     ap.add_argument("--decoders", nargs="*", default=None)
+    ap.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS),
+                    help="warpings (T column): top-k 10 + top-p 0.9 at T 1 and 0, top-p alone, plain T 1")
     args = ap.parse_args(argv)
     target = tiny_causal_lm("qwen2", vocab_size=args.vocab, dtype=torch.float32, seed=0, logit_scale=4.0)
     draft = tiny_causal_lm("qwen2", vocab_size=args.vocab, hidden_size=16, num_heads=2, num_layers=1,
                            dtype=torch.float32, seed=1, logit_scale=4.0)
     prompts = [[3, 4, 5], [7, 1, 9, 2]]
     rows = []
-    for temperature in (1.0, 0.0):
-        warping = Warping(temperature, top_k=10, top_p=0.9)
+    for setting in args.settings:
+        warping = SETTINGS[setting]
         for name in args.decoders or group_options("decoder"):
             for over in shapes(name, args.gammas, args.widths):
                 r = measure(target, draft, name, over, warping, args.tokens, prompts)
-                r["temperature"] = temperature
+                r["temperature"] = warping.temperature
+                r["setting"] = setting
                 rows.append(r)
-                print(f"T={temperature} {name} {over}: " + ", ".join(
-                    f"{k} {r[k + '_mean']:.2f} (max {r[k + '_max']})" for k in KEYS), flush=True)
+                print(f"T={setting} {name} {over}: " + ", ".join(
+                    f"{k} {r[k + '_mean']:.2f} (max {r[k + '_max']})" for k in KEYS)
+                    + f", largest read {r['largest_read']}", flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"command": "python bench/transfers.py " + " ".join(sys.argv[1:] if argv is None else argv),
             "vocab": args.vocab, "tokens": args.tokens, "prompts": len(prompts),
-            "sampling": "top-k 10, top-p 0.9", "devices": "target cuda:0, draft cuda:1 (virtual)"}
+            "sampling": "T 1 and 0 with top-k 10, top-p 0.9; '1 top-p': T 1, top-p 0.9 alone; "
+                        "'1 plain': T 1 without top-k or top-p",
+            "devices": "target cuda:0, draft cuda:1 (virtual)"}
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     lines = [
         "# Copies per step, both directions, by phase",
@@ -146,11 +162,17 @@ def main(argv=None) -> None:
         "from pinned memory with `non_blocking=True` (queued, no wait). *engine*: pageable + pinned "
         "host-to-device copies outside decoder steps (prefill, `begin`/`end` and the cache "
         "compaction), per step. Synchronisations: one per device per step (the engine's), none "
-        "inside a step.",
+        "inside a step. *largest read*: entries in the longest device-to-host transfer of the run "
+        f"(a whole vocabulary row would be {args.vocab}). At plain temperature a draw's "
+        "exponentials (or uniforms) cross to the device in a pinned copy of their own "
+        "(`docs/devices.md`, rule 3). *1 top-p*: a nucleus longer than the 255-entry hint "
+        "crosses again in a second transfer (exactly its support, or the row when it holds half "
+        "the vocabulary or more, as on this random pair, whose nuclei hold thousands of tokens): "
+        "hence more than one read per draft depth there.",
         "",
         "| T | decoder | gamma | W | D2H draft | D2H verify | H2D sync draft | H2D sync verify "
-        "| H2D pinned draft | H2D pinned verify | engine H2D sync + pinned | steps |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| H2D pinned draft | H2D pinned verify | engine H2D sync + pinned | largest read | steps |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def cell(r, k):
@@ -158,9 +180,10 @@ def main(argv=None) -> None:
 
     for r in rows:
         g, w = label(r["decoder"], r["overrides"])
-        lines.append(f"| {r['temperature']:g} | {r['decoder']} | {g} | {w} | "
+        lines.append(f"| {r['setting']} | {r['decoder']} | {g} | {w} | "
                      + " | ".join(cell(r, k) for k in KEYS)
-                     + f" | {r['h2d_engine_per_step']:.2f} + {r['pinned_engine_per_step']:.2f} | {r['steps']} |")
+                     + f" | {r['h2d_engine_per_step']:.2f} + {r['pinned_engine_per_step']:.2f}"
+                     f" | {r['largest_read']} | {r['steps']} |")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print(f"-> {out.with_suffix('.md')}")
 

@@ -12,6 +12,7 @@ import cost_model  # noqa: E402
 import overhead  # noqa: E402
 import profile_share  # noqa: E402
 import speed  # noqa: E402
+import transfers  # noqa: E402
 
 TINY = ["model=tiny_random"]
 
@@ -159,3 +160,16 @@ def test_overhead_counts_model_time_as_forward_on_both_sides():
         assert slow[s]["target_forward"] + slow[s]["draft_forward"] >= calls * sleep
         # had the sleeps landed outside the measured forward, the overhead would grow by calls * sleep
         assert slow[s]["overhead"] - fast[s]["overhead"] < 0.5 * calls * sleep, s
+
+
+def test_transfers_table_counts_both_directions_and_the_largest_read(tmp_path):
+    """``bench/transfers.py`` on two decoders at plain temperature and with top-k: the table has
+    every setting's rows, and at plain temperature no read is a vocabulary row."""
+    out = tmp_path / "transfers"
+    transfers.main(["--out", str(out), "--decoders", "spd", "specinfer", "--gammas", "2", "--widths", "2",
+                    "--tokens", "4", "--vocab", "4500", "--settings", "1", "1 plain"])
+    rows = json.loads(out.with_suffix(".json").read_text())["rows"]
+    assert {(r["setting"], r["decoder"]) for r in rows} == {(s, d) for s in ("1", "1 plain") for d in ("spd", "specinfer")}
+    assert all(0 < r["largest_read"] < 4500 for r in rows)
+    assert all(r["h2d_draft_mean"] == r["h2d_verify_mean"] == 0 for r in rows)
+    assert "| 1 plain | specinfer | 2 | 2 |" in out.with_suffix(".md").read_text()
