@@ -8,6 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
+import cdf_float32  # noqa: E402
 import cost_model  # noqa: E402
 import overhead  # noqa: E402
 import profile_share  # noqa: E402
@@ -173,3 +174,9 @@ def test_transfers_table_counts_both_directions_and_the_largest_read(tmp_path):
     assert all(0 < r["largest_read"] < 4500 for r in rows)
     assert all(r["h2d_draft_mean"] == r["h2d_verify_mean"] == 0 for r in rows)
     assert "| 1 plain | specinfer | 2 | 2 |" in out.with_suffix(".md").read_text()
+
+
+def test_cdf_float32_counts_draws_on_both_sums():
+    """``bench/cdf_float32.py`` runs and counts every draw it makes (k per row set and scale)."""
+    diff, total = cdf_float32.count(seeds=2, width=2, vocab=50, k=2)
+    assert total == 8 and 0 <= diff <= total

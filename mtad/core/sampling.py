@@ -361,9 +361,10 @@ def device_multinomial(
       its total, the last set to 1: the first entry whose cumulative mass reaches the
       uniform). The k uniforms cross; the cumulative masses are summed on the device in
       float64. For float64 masses that is the host's arithmetic where the device sums in
-      order (the CPU: every test); a GPU's parallel sum, and float32 masses (summed in float32
-      on the host), can move a boundary by rounding, so a uniform within rounding of a
-      boundary may fall on the neighbouring token: the same distribution, the same stream.
+      order (the CPU: every test; a GPU's parallel sum moves a boundary only by rounding).
+      For float32 masses the host's float32 running sum drifts by more than an entry's mass
+      over a long vector, so most draws differ from the host's (``bench/cdf_float32.py``):
+      the same stream and distribution, not the same entries.
     """
     from mtad.core.devices import to_device
 
