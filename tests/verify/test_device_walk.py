@@ -2,7 +2,7 @@
 temperature) against the host walk (``mtad.verify.multidraft``) on the same rows.
 
 Every rule, on random trees whose rows cover the whole vocabulary (as plain temperature's do),
-float64: the same accepted path, the same token, the generator in the same state; at most two
+float64 and float32: the same accepted path, the same token, the generator in the same state; at most two
 reads from the device, none of them a row. Rows with zeros (underflow) and a candidate the
 draft could not have drawn are covered too: their sums may differ from the host's in the last
 bit (a row's zeros are summed where the host skips them), which moves a draw only at a near-tie,
@@ -66,14 +66,16 @@ def _tree(g, rule: str, zeros: bool):
     return parents, tokens, p, q
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("zeros", [False, True])
 @pytest.mark.parametrize("rule", ["specinfer", "mcss", "spectr", "mcns"])
-def test_the_device_walk_is_the_host_walk(rule, zeros):
+def test_the_device_walk_is_the_host_walk(rule, zeros, dtype):
     md = MultiDraft(rule)
     outcomes = set()
     for seed in range(25):
         g = torch.Generator().manual_seed(seed)
         parents, tokens, p, q = _tree(g, rule, zeros)
+        p, q = p.to(dtype), q.to(dtype)
         ref, gen = torch.Generator().manual_seed(100 + seed), torch.Generator().manual_seed(100 + seed)
         want = md.walk(parents, tokens, p, q, ref)
         with VirtualDevices() as vd:
