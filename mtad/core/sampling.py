@@ -14,7 +14,8 @@ Where randomness lives (the rule every decoder follows; ``docs/devices.md``):
   the top ``bound + 1`` entries when the warping bounds the support (top-k: at most
   ``4 k + 64`` tokens with ties; top-p alone: a hint, ``TOP_P_HINT``; see
   ``mtad.core.warping.Warping.support_bound``), with a second transfer of exactly the support
-  when it is longer; else (plain temperature: every token has mass) the whole vector.
+  when it is longer (the row itself when the support holds half of it or more: as many
+  bytes); else (plain temperature: every token has mass) the whole vector.
   Several rows cross together (``host_supports``). On the CPU the support is read in place
   (no copy). Draws from unbounded long rows on an accelerator (``device_drawn``: plain
   temperature) do not read the rows: the draw is ``torch.multinomial`` over the support,
