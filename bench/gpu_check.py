@@ -20,8 +20,9 @@ is skipped and says so):
    vocabularies (Qwen2-like, 151,936; Llama-like, 32,000) and the small draft, bfloat16.
 3. ``overhead``: our SpD and tree-MTAD against transformers' assisted generation
    (``target.generate(..., assistant_model=draft)``, a constant ``gamma`` draft tokens as
-   ``bench/speed.py``'s ``hf_assisted`` row), on the same models, interleaved, greedy and
-   sampled, with the small draft (random models accept few tokens) and with a copy of the
+   ``bench/speed.py``'s ``hf_assisted`` row), on the same models, interleaved, greedy,
+   sampled with top-k/top-p and at plain temperature (T=1: our draws on the device,
+   ``docs/devices.md``), with the small draft (random models accept few tokens) and with a copy of the
    target as its own draft (nearly every token accepted). Per run: wall time of the whole
    call (engine construction and prefill included, as HF's ``generate`` includes its own
    setup and prefill), forward time of both models (CUDA events in forward hooks, the same
@@ -309,7 +310,8 @@ def phase_forward(models, args) -> dict:
 def phase_overhead(target, drafts, args, deadline: float = float("inf")) -> dict:
     from mtad.core.warping import Warping
 
-    modes = {"greedy": Warping(0.0), "sample": Warping(1.0, top_k=10, top_p=0.9)}
+    # plain: T=1 without top-k or top-p, where draws and multi-draft walks run on the device
+    modes = {"greedy": Warping(0.0), "sample": Warping(1.0, top_k=10, top_p=0.9), "plain": Warping(1.0)}
     methods = ["spd", "tree_mtad", "hf_assisted"]
     prompt = torch.randint(2, target.config.vocab_size, (args.prefix,),
                            generator=torch.Generator().manual_seed(1)).tolist()

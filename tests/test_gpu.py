@@ -212,7 +212,7 @@ def test_gpu_check_dry_run_on_the_cpu_without_hydra(tmp_path):
     assert set(phases["forward"]["models"]) == {"target_152k", "target_32k", "draft_152k"}
     summary = phases["overhead"]["summary"]
     assert {(s["draft"], s["mode"], s["method"]) for s in summary} == {
-        (d, m, x) for d in ("small", "self") for m in ("greedy", "sample") for x in ("spd", "tree_mtad", "hf_assisted")}
+        (d, m, x) for d in ("small", "self") for m in ("greedy", "sample", "plain") for x in ("spd", "tree_mtad", "hf_assisted")}
     assert all(r["tokens"] == 8 and r["wall_s"] >= r["forward_s"] > 0 for r in phases["overhead"]["rows"])
     self_spd = next(s for s in summary if (s["draft"], s["mode"], s["method"]) == ("self", "greedy", "spd"))
     assert self_spd["tokens_per_target_pass"] >= 2  # the target as its own draft: draft tokens kept
