@@ -41,9 +41,10 @@ over the previous depth's beams as tree nodes (W rows in one pass). The runner's
 
 Devices: the draft's rows and scores stay on the draft's device; the selected entries (ids,
 scores and the draft probabilities there) cross to the host once per depth, where the draws
-happen (at plain temperature, where every entry has mass, the draws are made on the device with
-the CPU generator's numbers: ``mtad.core.sampling.device_multinomial``); tokens, parents, weights and cumulative log Q are host tensors (the cumulative log Q
-adds the same logarithms of the same values as on the device). Nothing is copied to the
+happen (at plain temperature, where every entry has mass, the draws are made on the device
+with the CPU generator's numbers: ``mtad.core.sampling.device_multinomial``); tokens, parents,
+weights and cumulative log Q are host tensors (the cumulative log Q adds the same logarithms
+of the same values as on the device). Nothing is copied to the
 device but the draft pass's inputs: weights scale the rows as scalar arguments, and a
 depth's rows are gathered with integer views. On the CPU the scores are read on the rows'
 candidates only (``_sparse_select``: the warped rows' top-k candidates when sampling, each
