@@ -256,7 +256,7 @@ gpu-check-stock: $(STOCK_ENV)/.stamp ## GPU check --dry-run as on a stock node (
 	  echo "# make gpu-check-stock TORCH=$(TORCH) TRANSFORMERS=$(TRANSFORMERS): commit $$(git rev-parse --short HEAD), $$(date -u +%Y-%m-%dT%H:%M:%SZ), $$(nproc) CPUs"; \
 	  echo "# packages: $$($(STOCK_ENV)/bin/pip list --format=freeze 2>/dev/null | tr '\n' ' ')"; \
 	  (cd $$tmp && HF_HUB_OFFLINE=1 PYTHONPATH=. $(STOCK_ENV)/bin/python bench/gpu_check.py --dry-run --out $$tmp/out $(ARGS)); rc=$$?; \
-	  echo "# $$(( $$(date +%s) - start )) s wall, exit $$rc"; exit $$rc; } 2>&1 | tee $(STOCK_OUT)
+	  echo "# $$(( $$(date +%s) - start )) s wall, exit $$rc"; exit $$rc; } 2>&1 | sed -u "s|$$tmp|<tmp>|g" | tee $(STOCK_OUT)
 
 .PHONY: test-stack gpu-check-stock
 
