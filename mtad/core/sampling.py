@@ -62,6 +62,7 @@ __all__ = [
     "host_support",
     "host_supports",
     "host_supports_with",
+    "read_supports",
     "residual",
     "sample",
     "support",
@@ -132,9 +133,15 @@ def host_supports_with(
     rows: torch.Tensor,  # [R, V] non-negative rows on any device
     other: torch.Tensor | None,  # [R, V] companion values on the same device (or None)
     bound: int | None = None,
-) -> list[tuple[Support, torch.Tensor | None]]:  # per row: its support, ``other`` at its ids
+    defer: bool = False,  # long rows: their support's size instead of a second transfer
+) -> list[tuple[Support | int, torch.Tensor | None]]:  # per row: its support, ``other`` at its ids
     """``host_supports`` that also brings ``other``'s entries at each support's ids, in the
-    same transfer (host tensors of ``other``'s dtype, exactly its values)."""
+    same transfer (host tensors of ``other``'s dtype, exactly its values).
+
+    With ``defer``, a row whose support goes on past the ``bound + 1`` entries read (on an
+    accelerator) is not read again: its entry is the support's size (an ``int``; ``other``:
+    None), and the caller draws from the row on the device with exactly that many
+    exponentials (``device_draws``' ``length``). See ``read_supports``."""
     odt = other.dtype if other is not None else None
     if rows.dtype in (torch.float16, torch.bfloat16):
         rows = rows.float()
@@ -175,6 +182,9 @@ def host_supports_with(
             comp = back(host[i, 2 * k : -1][keep][order]) if other is not None else None
             out[i] = (Support(ids[order], v[order], vocab), comp)
         for i, n in longer:  # a second transfer: the top n entries (the whole support), not the row
+            if defer:
+                out[i] = (n, None)
+                continue
             if n >= vocab // 2:
                 continue  # about the whole row anyway: read it whole below
             v, ids = rows[i].topk(n)
@@ -191,6 +201,28 @@ def host_supports_with(
             s = Support(*support(host[j, :vocab]), vocab)
             out[i] = (s, back(host[j, vocab:][s.ids]) if other is not None else None)
     return out  # type: ignore[return-value]
+
+
+def read_supports(
+    rows: torch.Tensor,  # [R, V] non-negative rows on any device
+    bound: int | None,  # Warping.support_bound (a transfer hint)
+    other: torch.Tensor | None = None,  # [R, V] companion values (``host_supports_with``)
+) -> tuple[list[tuple[Support, torch.Tensor | None]] | None, int]:
+    """The rows' host supports (with ``other``), or None where they are drawn on the device.
+
+    (supports, 0) where every support is read: on the CPU, at most ``bound`` entries each, or
+    rows of at most ``DENSE_MAX`` entries. (None, n) on an accelerator when some support goes
+    on past the bound (top-p alone with a wide nucleus; ties at top-k's k-th logit): instead
+    of reading it (up to a whole vocabulary row), the caller draws on the device
+    (``device_draws``, ``device_multinomial``, ``mtad.propose.tree.device_level_draws``,
+    ``mtad.verify.devicewalk``) with ``length=n``, the longest support's size read in this
+    transfer: n exponentials cross to the device, the tokens come back. Without a bound
+    (plain temperature) the caller's ``device_drawn`` branch comes first."""
+    got = host_supports_with(rows, other, bound, defer=True)
+    sizes = [s for s, _ in got if isinstance(s, int)]
+    if sizes:
+        return None, max(sizes)
+    return got, 0  # type: ignore[return-value]
 
 
 def candidate_supports(
@@ -243,11 +275,18 @@ def sample(
 ) -> int:
     """One draw from a probability vector (explicit generator, no global RNG): the token
     ``draw`` gives on its host support. An unbounded support of a long vector on an
-    accelerator (plain temperature) is drawn there instead (``device_sample``): the same
-    token, the same random stream, and no row crosses to the host."""
+    accelerator (plain temperature), or one longer than ``bound`` (``read_supports``), is
+    drawn there instead (``device_sample``): the same token, the same random stream, and no
+    row crosses to the host."""
     if isinstance(probs, torch.Tensor) and device_drawn(probs, bound):
         return device_sample(probs, generator)
-    s = as_support(probs, bound)
+    if isinstance(probs, torch.Tensor) and probs.device.type != "cpu":
+        got, length = read_supports(probs[None], bound)
+        if got is None:  # a support longer than the bound: drawn on the device, not read
+            return device_sample(probs, generator, length)
+        s = got[0][0]
+    else:
+        s = as_support(probs, bound)
     return int(draw(s.ids, s.vals, generator)[0])
 
 
@@ -261,12 +300,13 @@ def device_drawn(x: torch.Tensor, bound: int | None) -> bool:
 def device_sample(
     probs: torch.Tensor,  # [V] non-negative, V > DENSE_MAX, on the device (negative entries count as 0)
     generator: torch.Generator,  # the CPU generator
+    length: int | None = None,  # at least the support's size (None: V); see ``device_draws``
 ) -> int:
     """``draw`` on ``probs``' host support, computed on ``probs``' device: the same token and
     the generator left in the same state, with the exponentials crossing instead of the row
     (``device_draws`` of one row, committed). Checked against the host draw in
     ``tests/core/test_device_draw.py``."""
-    pending = device_draws(probs[None], generator)
+    pending = device_draws(probs[None], generator, length=length)
     return pending.commit(0, generator)
 
 
@@ -306,6 +346,7 @@ def device_draws(
     generator: torch.Generator,  # the CPU generator
     extra: Sequence[torch.Tensor] = (),  # tensors on the rows' device, read (flattened) with the draws
     entries: torch.Tensor | None = None,  # [R, V] bool: the entries each row's draw is over (None: its nonzero ones)
+    length: int | None = None,  # exponentials to take: at least every row's support size (None: V)
 ) -> PendingDraws:
     """For every row, the token ``draw`` on its host support would give as the generator's next
     draw, computed on the rows' device with one copy of exponentials to it and one read back
@@ -323,24 +364,29 @@ def device_draws(
     (host work only) when the support is shorter than the row. ``entries`` replaces the
     support by other entries of the row, in ascending order (a dense draw of a vector that
     holds some of the row's columns, zeros included: a multi-draft rule's compressed
-    residual); the row is 0 outside them.
+    residual); the row is 0 outside them. ``length`` takes fewer than V exponentials when
+    every support is known to be that short (``read_supports`` read the sizes): the same
+    draws, fewer random numbers made and copied.
     """
     from mtad.core.devices import to_device
 
     if rows.dtype in (torch.float16, torch.bfloat16):
         rows = rows.float()  # as ``support`` does
-    n = rows.shape[-1]
+    n = rows.shape[-1] if length is None else min(length, rows.shape[-1])
     state = generator.get_state()
-    e = torch.empty(n, dtype=rows.dtype).exponential_(1, generator=generator)
+    e = torch.empty(max(n, 1), dtype=rows.dtype).exponential_(1, generator=generator)
     (e_dev,) = to_device([e], rows.device)
     mask = rows > 0 if entries is None else entries
-    rank = (mask.cumsum(-1) - 1).clamp_min(0)  # i-th nonzero entry of a row -> i
+    rank = (mask.cumsum(-1) - 1).clamp(0, e.numel() - 1)  # i-th nonzero entry of a row -> i
     scores = rows.clamp_min(0) / e_dev[rank]  # zero entries score 0
     parts = [scores.argmax(-1).double(), mask.sum(-1).double()] + [x.reshape(-1).double() for x in extra]
     host = torch.cat(parts).cpu().tolist()  # one read
     r = rows.shape[0]
-    return PendingDraws([int(x) for x in host[:r]], [int(x) for x in host[r : 2 * r]], host[2 * r :],
-                        state, n, rows.dtype)
+    sizes = [int(x) for x in host[r : 2 * r]]
+    if any(z > e.numel() for z in sizes):  # a caller's length too short: no draw is the host's
+        generator.set_state(state)
+        raise ValueError(f"length {length} is shorter than a support ({max(sizes)} entries)")
+    return PendingDraws([int(x) for x in host[:r]], sizes, host[2 * r :], state, e.numel(), rows.dtype)
 
 
 def device_multinomial(
@@ -349,6 +395,7 @@ def device_multinomial(
     replacement: bool,
     generator: torch.Generator,  # the CPU generator
     other: torch.Tensor | None = None,  # [N] values to read at the drawn entries too
+    length: int | None = None,  # at least the support's size (None: N); see ``device_draws``
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:  # host: [m] indices, vals, other there
     """``torch.multinomial`` over ``vals``' host support (``draw``; without replacement at most
     as many as it has nonzero entries), computed on ``vals``' device: the indices, the masses
@@ -385,9 +432,10 @@ def device_multinomial(
         idx = torch.where(u_dev == 0, first.to(idx.dtype), idx)
         m = k
     else:
-        e = torch.empty(n, dtype=vals.dtype).exponential_(1, generator=generator)
+        take = n if length is None else max(min(length, n), 1)
+        e = torch.empty(take, dtype=vals.dtype).exponential_(1, generator=generator)
         (e_dev,) = to_device([e], vals.device)
-        rank = ((x > 0).cumsum(0) - 1).clamp_min(0)
+        rank = ((x > 0).cumsum(0) - 1).clamp(0, take - 1)
         q = x / e_dev[rank]
         idx = q.argmax()[None] if k == 1 else q.topk(min(k, n)).indices
         m = None
@@ -401,8 +449,11 @@ def device_multinomial(
         generator.set_state(state)
         raise EmptySupport("invalid multinomial distribution (sum of probabilities <= 0)")
     if m is None:
+        if nz > take:  # a caller's length too short: no draw is the host's
+            generator.set_state(state)
+            raise ValueError(f"length {length} is shorter than the support ({nz} entries)")
         m = k if replacement else min(k, nz)
-        if nz != n:  # the host draw takes exactly the support's n exponentials
+        if nz != take:  # the host draw takes exactly the support's n exponentials
             generator.set_state(state)
             torch.empty(nz, dtype=vals.dtype).exponential_(1, generator=generator)
     ids = host[:j].long()[:m]
@@ -428,10 +479,16 @@ class Rows:
     The tree walkers read ``p`` / ``q`` only at the rows the walk visits (a path), so a
     decoder can pass its target's distributions lazily (one warping per visited row)
     instead of a dense ``[N+1, V]`` tensor; a tensor works everywhere a ``Rows`` does.
+
+    ``device_row(i)``, where given, is row ``i`` as the vector on its accelerator even when
+    ``row(i)`` is its host support: the multi-draft walk runs on the device when some row of
+    ``p`` or ``q`` stayed there (``mtad.verify.devicewalk``) and then needs both as vectors.
     """
 
-    def __init__(self, num_rows: int, row: Callable[[int], torch.Tensor]):
+    def __init__(self, num_rows: int, row: Callable[[int], torch.Tensor],
+                 device_row: Callable[[int], torch.Tensor] | None = None):
         self._n, self._row, self._cache = num_rows, row, {}
+        self.device_row = device_row
 
     def __len__(self) -> int:
         return self._n

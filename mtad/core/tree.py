@@ -40,7 +40,7 @@ from mtad.core.sampling import (
     candidate_supports,
     device_drawn,
     host_support,
-    host_supports,
+    read_supports,
 )
 from mtad.core.warping import Warping
 
@@ -173,29 +173,55 @@ def warped_rows(
     On the CPU a row is warped when first read (a verifier reads only the rows on its
     path); on an accelerator the first read warps every row and brings their supports to
     the host in one transfer, or, where the supports are whole rows (plain temperature:
-    ``mtad.core.sampling.device_drawn``), keeps the warped rows on the device as vectors
-    (the multi-draft walk then reads scalars: ``mtad.verify.devicewalk``). Rows with equal
-    paths share their canonical row's support.
+    ``mtad.core.sampling.device_drawn``) or that read shows one longer than the warping's
+    bound (``mtad.core.sampling.read_supports``: top-p alone with a wide nucleus), keeps the
+    warped rows on the device as vectors (the multi-draft walk then reads scalars:
+    ``mtad.verify.devicewalk``). On an accelerator the rows are also there as vectors
+    (``Rows.device_row``) for a walk on the device. Rows with equal paths share their
+    canonical row's support.
     """
     bound = warping.support_bound
     warped: dict[int, Support | torch.Tensor] = {}  # canonical row -> host support (or device row)
+    dense: dict[int, torch.Tensor] = {}  # canonical row -> its warped row, on an accelerator
+    vocab = root.shape[-1]
+
+    def empty() -> Support:
+        return Support(torch.zeros(0, dtype=torch.long), torch.zeros(0), vocab)
+
+    full: list[torch.Tensor] = []  # [N'+1, V] on an accelerator, once warped
+
+    def warp() -> torch.Tensor:  # an accelerator: every row at once, as vectors (no read)
+        if not full:
+            full.append(warping(torch.cat([root[None], logits])))
+            dense.update(zip([ROOT, *pos], full[0]))
+        return full[0]
+
+    def every() -> None:  # their host supports, or the vectors where a support is long
+        rows = warp()
+        got = None
+        if not device_drawn(rows, bound):
+            got, _ = read_supports(rows, bound)  # one transfer
+        warped.update(zip([ROOT, *pos], rows if got is None else [s for s, _ in got]))
 
     def row(r: int) -> Support | torch.Tensor:
         c = tree.canon[r]
         if c != ROOT and c not in pos:
-            return Support(torch.zeros(0, dtype=torch.long), torch.zeros(0), root.shape[-1])
+            return empty()
         if c not in warped:
-            if device_drawn(root, bound):  # plain temperature on an accelerator: the rows stay there
-                every = warping(torch.cat([root[None], logits]))
-                warped.update(zip([ROOT, *pos], every))
-            elif root.device.type == "cpu":
+            if root.device.type == "cpu":
                 x = root if c == ROOT else logits[pos[c]]
                 cand = warping.candidates(x[None])  # no dense row where the warping is sparse
                 warped[c] = (candidate_supports(*cand, x.shape[-1])[0] if cand is not None
                              else host_support(warping(x), bound))
-            else:  # every row at once: one transfer
-                every = host_supports(warping(torch.cat([root[None], logits])), bound)
-                warped.update(zip([ROOT, *pos], every))
+            else:
+                every()
         return warped[c]
 
-    return Rows(len(tree.tokens), row)
+    def device_row(r: int) -> torch.Tensor:
+        warp()
+        c = tree.canon[r]
+        if c != ROOT and c not in pos:
+            return torch.zeros_like(dense[ROOT])  # a row without logits (a leaf): no mass
+        return dense[c]
+
+    return Rows(len(tree.tokens), row, device_row if root.device.type != "cpu" else None)

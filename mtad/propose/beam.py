@@ -84,7 +84,7 @@ from mtad.core.sampling import (
     Rows,
     device_drawn,
     device_multinomial,
-    host_supports_with,
+    read_supports,
     top_entries,
 )
 from mtad.core.tree import Beams, TokenTree, warped_rows
@@ -146,14 +146,22 @@ def _select(
     transfer (rarely two)."""
     if greedy:
         return top_entries(scores, min(width, scores.numel()), other)
-    if device_drawn(scores, bound):
-        # plain temperature on an accelerator: drawn there, nothing but the draws read back
-        try:
-            return device_multinomial(scores, width, replacement, generator, other)
-        except EmptySupport:
-            raise RuntimeError(_NO_SCORE) from None
-    # a long vector: its nonzero entries only (same distribution)
-    s, comp = host_supports_with(scores[None], None if other is None else other[None], bound)[0]
+    length = None
+    if not device_drawn(scores, bound):
+        # a long vector: its nonzero entries only (same distribution)
+        got, length = read_supports(scores[None], bound, None if other is None else other[None])
+        if got is not None:
+            return _host_select(*got[0], width, replacement, generator)
+    # plain temperature on an accelerator, or a support past the bound: drawn there, nothing
+    # but the draws read back
+    try:
+        return device_multinomial(scores, width, replacement, generator, other, length=length)
+    except EmptySupport:
+        raise RuntimeError(_NO_SCORE) from None
+
+
+def _host_select(s, comp, width: int, replacement: bool, generator: torch.Generator):
+    """``_select``'s draws on a host support (``comp``: ``other`` at its ids)."""
     nonzero = int((s.vals > 0).sum())
     if nonzero == 0:
         raise RuntimeError(_NO_SCORE)
@@ -226,13 +234,19 @@ def _lazy_q(tree: TokenTree, warping: Warping, root: torch.Tensor, fed: _Fed) ->
     rule that reads no ``q`` pays for no concatenation of the fed logits)."""
     inner: list[Rows] = []
 
-    def row(r: int):
+    def rows() -> Rows:
         if not inner:
             logits = torch.cat(fed.logits) if fed.logits else root[None][:0]
             inner.append(warped_rows(tree, warping, root, logits, fed.pos))
-        return inner[0][r]
+        return inner[0]
 
-    return Rows(len(tree.tokens), row)
+    def row(r: int):
+        return rows()[r]
+
+    def device_row(r: int):  # an accelerator's: the row as a vector (``Rows.device_row``)
+        return rows().device_row(r)
+
+    return Rows(len(tree.tokens), row, device_row if root.device.type != "cpu" else None)
 
 
 def _sparse_select(

@@ -24,7 +24,7 @@ from mtad.core.sampling import (
     candidate_supports,
     device_drawn,
     device_draws,
-    host_support,
+    read_supports,
 )
 from mtad.core.tree import TokenTree
 
@@ -92,16 +92,20 @@ class ConfidenceRun:
         if self.mode == "greedy":
             top, arg = torch.stack([q.max(), torch.argmax(q).to(q.dtype)]).cpu().tolist()
             return top, int(arg)
-        if device_drawn(q, ctx.warping.support_bound):  # plain temperature on an accelerator: no row read back
-            pending = device_draws(q[None], ctx.generator, extra=[q.max()])
-            top = pending.extra[0]
-            if top >= self.alpha_fb:
-                return top, pending.commit(0, ctx.generator)
-            pending.cancel(ctx.generator)  # a fallback draws nothing
-            return top, None
-        s = host_support(q, ctx.warping.support_bound)
-        top = float(s.vals.max())
-        return top, (sample(s, ctx.generator) if top >= self.alpha_fb else None)
+        bound, length = ctx.warping.support_bound, None
+        if not device_drawn(q, bound):
+            got, length = read_supports(q[None], bound)
+            if got is not None:  # the support on the host (the CPU: in place)
+                s = got[0][0]
+                top = float(s.vals.max())
+                return top, (sample(s, ctx.generator) if top >= self.alpha_fb else None)
+        # plain temperature on an accelerator, or a support past the bound: no row read back
+        pending = device_draws(q[None], ctx.generator, extra=[q.max()], length=length)
+        top = pending.extra[0]
+        if top >= self.alpha_fb:
+            return top, pending.commit(0, ctx.generator)
+        pending.cancel(ctx.generator)  # a fallback draws nothing
+        return top, None
 
     def run(self, ctx: StepContext, limit: int) -> tuple[list[int], bool]:
         """Little-model run: (tokens kept, whether it ended by a fallback)."""

@@ -10,8 +10,11 @@ tree's canonical rows, renumbered (``TokenTree.feed_rows``).
 Devices: the draft's warped rows of one depth cross to the host together (one transfer
 per depth, ``mtad.core.sampling.host_supports``), where children are drawn; the tree keeps
 those host supports as its ``q``. At plain temperature on an accelerator (a support is the
-whole row) the rows stay there, as the tree's ``q``, and the children are drawn there
-(``device_level_draws``: the same draws, one read per depth). On the CPU, where the warping gives its rows by their
+whole row), or where a depth's first read shows a support longer than the warping's bound
+(top-p alone with a wide nucleus: ``mtad.core.sampling.read_supports``), the rows stay there,
+as the tree's ``q``, and the children are drawn there (``device_level_draws``: the same
+draws, one more read for that depth, no row crosses). On an accelerator the tree also keeps
+every depth's warped rows as vectors (``Rows.device_row``) for a walk on the device. On the CPU, where the warping gives its rows by their
 candidates (greedy, top-k: ``mtad.core.warping.Warping.candidates``), the supports are read
 from the candidates (``mtad.core.sampling.candidate_supports``, the same supports) without
 building or scanning the dense rows. Children are the draws successive ``torch.multinomial``
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import torch
 
@@ -39,6 +43,7 @@ from mtad.core.sampling import (
     candidate_supports,
     device_drawn,
     host_supports,
+    read_supports,
 )
 from mtad.core.tree import TokenTree
 from mtad.core.warping import Warping
@@ -142,7 +147,7 @@ def _level_draws(supports: list[Support], k: int, generator: torch.Generator,
 
 
 def device_level_draws(rows: list[torch.Tensor], k: int, generator: torch.Generator,
-                       replacement: bool) -> list[list[int]]:
+                       replacement: bool, length: int | None = None) -> list[list[int]]:
     """``_level_draws`` on rows that stay on an accelerator (plain temperature: a support is the
     whole row), computed there: the same tokens and generator state, one read for the level.
 
@@ -152,7 +157,8 @@ def device_level_draws(rows: list[torch.Tensor], k: int, generator: torch.Genera
     host takes ``F k V`` exponentials (an upper bound) and they cross in one pinned copy; each
     draw finds its own on the device from the sizes (a cumulative sum) and the tokens and sizes
     cross back; the host then rewinds the generator and takes exactly the ``sum m n`` the host
-    draws take (host work only)."""
+    draws take (host work only). ``length`` (at least every row's support size, read by
+    ``mtad.core.sampling.read_supports``) replaces V in that bound."""
     from mtad.core.devices import to_device
 
     if k < 0:
@@ -164,7 +170,7 @@ def device_level_draws(rows: list[torch.Tensor], k: int, generator: torch.Genera
     if k == 0 or f == 0:
         return [[] for _ in rows]
     state = generator.get_state()
-    e = hostfloat.exponentials(f * k * v, x.dtype, generator)
+    e = hostfloat.exponentials(f * k * (v if length is None else min(length, v)), x.dtype, generator)
     (e_dev,) = to_device([e], x.device)
     mask = x > 0
     n = mask.sum(-1)  # [F] support sizes
@@ -182,6 +188,9 @@ def device_level_draws(rows: list[torch.Tensor], k: int, generator: torch.Genera
             masses = masses.scatter(1, j[:, None], 0)
     host = torch.cat(picks + [n]).cpu().tolist()  # one read: [k * F] tokens, [F] sizes
     sizes = host[k * f :]
+    if length is not None and max(sizes) > length:  # a caller's length too short
+        generator.set_state(state)
+        raise ValueError(f"length {length} is shorter than a support ({max(sizes)} entries)")
     draws = [min(k, s) if not replacement else k for s in sizes]
     if any(s == 0 and d > 0 for s, d in zip(sizes, draws)):
         generator.set_state(state)
@@ -199,27 +208,46 @@ def iid_children(q: torch.Tensor | Support, k: int, generator: torch.Generator) 
     return _draws(as_support(q), k, generator, replacement=True)
 
 
-def warped_supports(
-    warping: Warping,
-    logits: torch.Tensor,  # [R, V]
-) -> list[Support] | torch.Tensor:  # [R] ``host_supports(warping(logits), warping.support_bound)``
-    """The host supports of the warped rows: from the warping's candidates on the CPU where
-    it has them (no dense [R, V] rows, no scan), else the dense rows in one transfer; where
-    the supports are whole rows on an accelerator (``device_drawn``), the warped rows
-    themselves, left on the device (``device_level_draws`` draws from them)."""
-    if device_drawn(logits, warping.support_bound):
-        return warping(logits)
+class Warped(NamedTuple):
+    """``warped_supports``' answer for rows ``[R, V]``."""
+
+    qs: list[Support] | torch.Tensor  # [R] what children are drawn from: host supports, or device rows
+    length: int | None  # device rows: the exponentials a draw needs at most (None: V)
+    rows: torch.Tensor | None  # the warped rows on an accelerator (None on the CPU)
+
+
+def warped_supports(warping: Warping, logits: torch.Tensor) -> Warped:  # logits [R, V]
+    """The host supports of the warped rows (``host_supports(warping(logits), warping.support_bound)``):
+    from the warping's candidates on the CPU where it has them (no dense [R, V] rows, no
+    scan), else the dense rows in one transfer. On an accelerator, where the supports are
+    whole rows (plain temperature: ``device_drawn``) or some goes on past the bound
+    (``mtad.core.sampling.read_supports``), the warped rows themselves, left on the device
+    (``device_level_draws`` draws from them), with the exponentials a draw needs at most."""
+    bound = warping.support_bound
     if logits.device.type == "cpu":
         cand = warping.candidates(logits)
         if cand is not None:
-            return candidate_supports(*cand, logits.shape[-1])
-    return host_supports(warping(logits), warping.support_bound)
+            return Warped(candidate_supports(*cand, logits.shape[-1]), None, None)
+        return Warped(host_supports(warping(logits), bound), None, None)
+    rows = warping(logits)
+    if device_drawn(rows, bound):
+        return Warped(rows, None, rows)
+    got, length = read_supports(rows, bound)
+    if got is None:
+        return Warped(rows, length, rows)
+    return Warped([s for s, _ in got], None, rows)
 
 
-def _draw_level(qs: list, k: int, generator: torch.Generator, replacement: bool) -> list[list[int]]:
-    """A level's children: on the device where its rows stay there, else on host supports."""
-    if qs and all(isinstance(q, torch.Tensor) for q in qs):
-        return device_level_draws(qs, k, generator, replacement)
+def _draw_level(qs: list, k: int, generator: torch.Generator, replacement: bool,
+                length: int | None = None) -> list[list[int]]:
+    """A level's children: on the device where its rows stay there (``length``: the
+    exponentials a draw needs at most, None: V), else on host supports; parent after parent
+    where a level holds both (the same stream either way)."""
+    on_device = [isinstance(q, torch.Tensor) for q in qs]
+    if qs and all(on_device):
+        return device_level_draws(qs, k, generator, replacement, length)
+    if any(on_device):
+        return [_draw_level([q], k, generator, replacement, length)[0] for q in qs]
     return _level_draws([as_support(q) for q in qs], k, generator, replacement)
 
 
@@ -234,7 +262,18 @@ class _TreeBuilder:
         root = ctx.draft.root_logits
         self.vocab = root.shape[-1]
         # canonical row -> q after it: a host support, or a device row (``warped_supports``)
-        self.qs: dict[int, Support | torch.Tensor] = {0: warped_supports(ctx.warping, root[None])[0]}
+        self.qs: dict[int, Support | torch.Tensor] = {}
+        self.dense: dict[int, torch.Tensor] = {}  # canonical row -> its warped row, on an accelerator
+        self.length: int | None = None  # the exponentials a device draw needs at most (None: V)
+        self._keep([0], root[None])
+
+    def _keep(self, rows: Sequence[int], logits: torch.Tensor) -> None:
+        w = warped_supports(self.ctx.warping, logits)
+        if w.length is not None:
+            self.length = max(self.length or 0, w.length)
+        self.qs.update(zip(rows, w.qs))
+        if w.rows is not None:  # the rows as vectors too (the walk may run on the device)
+            self.dense.update(zip(rows, w.rows))
 
     def add(self, parent: int, token: int) -> int:
         return self.t.add(parent, token)
@@ -249,15 +288,16 @@ class _TreeBuilder:
             return
         parents = [self._draft_node[self.canon[self.parents[r]]] for r in todo]
         logits = self.ctx.draft.forward([self.tokens[r] for r in todo], parents)
-        supports = warped_supports(self.ctx.warping, logits)
         for i, r in enumerate(todo):
             self._draft_node[r] = self.ctx.draft.num_nodes - len(todo) + 1 + i
-            self.qs[r] = supports[i]
+        self._keep(todo, logits)
 
     def tree(self, depth: int) -> TokenTree:
         qs, canon = self.qs, self.canon
         empty = Support(torch.zeros(0, dtype=torch.long), torch.zeros(0), self.vocab)
-        self.t.q = Rows(len(self.tokens), lambda r: qs.get(canon[r], empty))  # leaves: no children
+        dense = self.dense
+        self.t.q = Rows(len(self.tokens), lambda r: qs.get(canon[r], empty),  # leaves: no children
+                        (lambda r: dense[canon[r]]) if dense else None)
         self.t.depth = depth
         return self.t
 
@@ -275,7 +315,7 @@ def draft_tree(ctx: StepContext, branching: Sequence[int], sampler: ChildSampler
         if replacement is None:
             kids = [sampler(b.q(r), k, ctx.generator) for r in frontier]
         else:  # the same draws, parent after parent, their exponentials in one call
-            kids = _draw_level([b.q(r) for r in frontier], k, ctx.generator, replacement)
+            kids = _draw_level([b.q(r) for r in frontier], k, ctx.generator, replacement, b.length)
         new_rows = [b.add(r, t) for r, ts in zip(frontier, kids) for t in ts]
         if not new_rows:
             break
@@ -290,7 +330,7 @@ def draft_chains(ctx: StepContext, k: int, gamma: int) -> TokenTree:
     b = _TreeBuilder(ctx)
     last = [0] * k
     for d in range(gamma):  # one draw per chain, chain after chain (exponentials in one call)
-        kids = _draw_level([b.q(r) for r in last], 1, ctx.generator, replacement=True)
+        kids = _draw_level([b.q(r) for r in last], 1, ctx.generator, replacement=True, length=b.length)
         last = [b.add(r, t[0]) for r, t in zip(last, kids)]
         if d < gamma - 1:
             b.expand(last)

@@ -1,15 +1,20 @@
-"""The multi-draft walk with rows that stay on an accelerator (plain temperature).
+"""The multi-draft walk with rows that stay on an accelerator (plain temperature; wide nuclei).
 
 At plain temperature (no top-k, no top-p) every token has mass, so a warped row's host support
 is the whole row: the host walk (``mtad.verify.multidraft._walk``) would bring every visited
-``p`` and ``q`` row across. This walk reads scalars instead, in two transfers a step:
+``p`` and ``q`` row across. So would top-p alone with a wide nucleus (a support longer than the
+warping's bound: ``mtad.core.sampling.read_supports``); there the rows that stayed on the device
+are one model's, and the other's come as vectors too (``Rows.device_row``). This walk reads
+scalars instead, in two transfers a step:
 
 1. For every node the walk could visit (one per node: with merged prefixes, SpecTr's alive
    drafts, a node's candidates are fixed by its path), the rule's arithmetic over the
    vocabulary runs on the device, on the very vectors the host rule runs on (a node's
    ``compress_support`` columns are its rows' nonzero entries, and a row is 0 elsewhere):
    SpecInfer's and MCSS's residual updates, MCNS's leftover mass, SpecTr's bracket for rho.
-   Every node's candidate masses (and SpecTr's bracket) cross in one read.
+   Every node's candidate masses (and SpecTr's bracket) cross in one read, with the sizes the
+   final draw can take (a node's ``p`` or ``q`` support, a leaf's ``p`` support), so that draw
+   takes only as many exponentials as its entries.
 2. The host finishes each rule on those scalars with the host rule's own tensor operations
    (``_accept_ratio``, ``reach * a``: the same bits) and walks down, drawing each node's outcome
    from the same vector with the same generator (``mtad.core.sampling.sample``). The
@@ -40,11 +45,33 @@ from mtad.verify import multidraft as md
 __all__ = ["RULES", "device_rows", "device_walk"]
 
 
-def device_rows(p, q) -> bool:
-    """Whether a walk over ``p`` and ``q`` (``[N+1, V]`` tensors or ``Rows``) runs here: the root's
-    rows are vectors on an accelerator, longer than ``DENSE_MAX``."""
-    a, b = p[0], q[0]
-    return all(isinstance(x, torch.Tensor) and x.dim() == 1 and sampling.device_drawn(x, None) for x in (a, b))
+def _vector(x) -> bool:  # a row that is a vector on an accelerator, longer than DENSE_MAX
+    return isinstance(x, torch.Tensor) and x.dim() == 1 and sampling.device_drawn(x, None)
+
+
+def _stays(x) -> bool:
+    """Whether some row of ``x`` stayed on the device: its root (a tensor; ``Rows`` of host
+    supports on the CPU), or any row (``Rows`` with ``device_row``: an accelerator's, where
+    every row is already warped and read at once)."""
+    if isinstance(x, Rows) and x.device_row is not None:
+        return any(_vector(x[i]) for i in range(len(x)))
+    return _vector(x[0])
+
+
+def _vectors(x):
+    """``x``'s rows as vectors on the device, or None."""
+    if isinstance(x, Rows) and x.device_row is not None:
+        return Rows(len(x), x.device_row)
+    return x if _vector(x[0]) else None
+
+
+def device_rows(p, q) -> tuple | None:
+    """(p, q) as vectors on the device where a walk over them (``[N+1, V]`` tensors or ``Rows``)
+    runs here, else None: some row of either stayed on an accelerator, longer than ``DENSE_MAX``."""
+    if not (_stays(p) or _stays(q)):
+        return None
+    P, Q = _vectors(p), _vectors(q)
+    return None if P is None or Q is None else (P, Q)
 
 
 # ------------------------------------------------------------------ per-node device arithmetic
@@ -175,25 +202,33 @@ def device_walk(
         states[node] = cand_nodes
         for c in cand_nodes:
             todo.append((c, [x for x in cand_nodes if tokens[x] == tokens[c]] if merge_equal_prefixes else [c]))
-    inner = [n for n in sorted(states) if states[n]]
     dev = RULES[rule]
-    reads, spans, kept = [], {}, {}
-    for n in inner:
+    reads, spans, kept, sizes = [], {}, {}, {}
+    for n in sorted(states):
+        if not states[n]:  # a leaf: the bonus's entries
+            sizes[n] = len(reads)
+            reads.append((p[n] > 0).sum())
+            continue
         P = p[n]
         Q = q[n].to(P.device)  # where p and q meet, q moves (a draft on another device)
         cands = [tokens[c] for c in states[n]]
         r, residual = dev(P, Q, cands)
         spans[n] = (len(reads), len(r))
         reads += r
-        kept[n] = (P, Q, cands, residual)
+        union = (P > 0) | (Q > 0)  # the correction's entries: these, or fewer (its support)
+        for c in cands:
+            union[c] = True
+        sizes[n] = len(reads)
+        reads.append(union.sum())
+        kept[n] = (P, Q, cands, residual, union)
     host = torch.stack([x.reshape(()).double() for x in reads]).cpu().tolist() if reads else []  # read 1
     node = 0
     while True:
         cand_nodes = states[node]
         if not cand_nodes:  # a leaf (or an empty tree): the bonus from p
-            token = device_draws(p[node][None], generator).commit(0, generator)
+            token = device_draws(p[node][None], generator, length=int(host[sizes[node]])).commit(0, generator)
             break
-        P, Q, cands, residual = kept[node]
+        P, Q, cands, residual, union = kept[node]
         a, n_r = spans[node]
         vals = host[a : a + n_r]
         if rule is md._mcns_rule:
@@ -207,11 +242,9 @@ def device_walk(
         if j == len(cand_nodes):  # every candidate rejected: the correction, drawn on the device
             if rule is md.spectr_position:
                 residual = md._normalise_or((P - rho * Q).clamp_min(0), P)
-            union = (P > 0) | (Q > 0)
-            for c in cands:
-                union[c] = True
-            entries = torch.where(union.sum() <= sampling.DENSE_MAX, union, residual > 0)
-            token = device_draws(residual[None], generator, entries=entries[None]).commit(0, generator)
+            entries = union if host[sizes[node]] <= sampling.DENSE_MAX else residual > 0
+            token = device_draws(residual[None], generator, entries=entries[None],
+                                 length=int(host[sizes[node]])).commit(0, generator)
             break
         node = cand_nodes[j]
     path = []

@@ -625,8 +625,9 @@ def _walk(
         raise ValueError(f"tokens has {len(tokens)} rows, p/q have {len(p)} / {len(q)}")
     from mtad.verify import devicewalk  # (it builds on this module)
 
-    if compress is not False and rule in devicewalk.RULES and devicewalk.device_rows(p, q):
-        return devicewalk.device_walk(parents, tokens, p, q, generator, rule, merge_equal_prefixes)
+    vectors = devicewalk.device_rows(p, q) if compress is not False and rule in devicewalk.RULES else None
+    if vectors is not None:
+        return devicewalk.device_walk(parents, tokens, *vectors, generator, rule, merge_equal_prefixes)
     kids = _children(parents, len(p))
     fast = _FAST.get(rule)
     node, alive = 0, [0]

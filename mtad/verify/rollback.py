@@ -27,7 +27,7 @@ import torch
 
 from mtad.core.decoder import StepContext, StepOutput, plain_probs, sample
 from mtad.core.knobs import MODE, Knob, Rule
-from mtad.core.sampling import device_drawn, device_draws, host_supports
+from mtad.core.sampling import device_drawn, device_draws, read_supports
 from mtad.core.tree import TokenTree
 from mtad.verify.score import Scores, chain_masses, chain_tokens, score
 
@@ -96,10 +96,14 @@ class Rollback:
             x, _ = scores.fed()  # the target pass's own copy
             host = torch.cat([p[rows, x], torch.argmax(p, -1).to(p.dtype)]).cpu().tolist()
             return host[:n], lambda i: int(host[n + i])
-        if device_drawn(p, ctx.warping.support_bound):  # plain temperature on an accelerator: no row read back
-            x, _ = scores.fed()
-            pending = device_draws(p, ctx.generator, extra=[p[torch.arange(n, device=p.device), x]])
-            return pending.extra, lambda i: pending.commit(i, ctx.generator)  # one pick follows
-        supports = host_supports(p, ctx.warping.support_bound)
-        return [supports[i].mass(x) for i, x in enumerate(draft)], (
-            lambda i: sample(supports[i], ctx.generator))
+        bound, length = ctx.warping.support_bound, None
+        if not device_drawn(p, bound):
+            got, length = read_supports(p, bound)
+            if got is not None:  # the supports on the host (the CPU: in place)
+                supports = [s for s, _ in got]
+                return [supports[i].mass(x) for i, x in enumerate(draft)], (
+                    lambda i: sample(supports[i], ctx.generator))
+        # plain temperature on an accelerator, or a support past the bound: no row read back
+        x, _ = scores.fed()
+        pending = device_draws(p, ctx.generator, extra=[p[torch.arange(n, device=p.device), x]], length=length)
+        return pending.extra, lambda i: pending.commit(i, ctx.generator)  # one pick follows

@@ -120,20 +120,58 @@ def test_plain_temperature_moves_no_whole_rows(long_vocab, name):
     (``mtad.core.sampling.device_draws`` / ``device_multinomial``,
     ``mtad.propose.tree.device_level_draws``, ``mtad.verify.devicewalk``): the same tokens as the
     CPU run (float64 pair, same seed), no row read back (only scalars: a tree's candidate
-    masses at most), the per-step read bounds, and no pageable copy. Each draw's exponentials
+    masses and its draws' sizes at most), the per-step read bounds, and no pageable copy. Each draw's exponentials
     (or uniforms) cross in one pinned copy of their own: at most one more per draft depth and
     one more per target pass."""
     over = _ROLLBACKS if name.endswith("rolled back") else {}
     name = name.split()[0]
     ref, out, vd, dec = _run_checked(long_vocab, name, Warping(1.0), **over)
     assert out.output_ids == ref.output_ids, "the virtual-device run drew other tokens"
-    assert vd.largest_read <= 64, f"{name}: a read of {vd.largest_read} entries"
+    # scalars only: a tree's candidate masses and the sizes of the draws it may end with
+    assert vd.largest_read <= 128, f"{name}: a read of {vd.largest_read} entries"
     depth = _depth_limit(dec)
     joint = name in ("mjgd", "mtjd")
     for s, rec in zip(vd.steps, out.steps):
         assert s["draft"] <= depth and s["verify"] <= (depth if joint else 2), (name, s)
         assert s["h2d_draft"] == s["h2d_verify"] == 0, f"{name}: a pageable host-to-device copy in a step"
         # one pass and at most one draw per target pass (BiLD rolled back: two of each)
+        assert s["pinned_draft"] <= 2 * depth and s["pinned_verify"] <= 2 * rec.target_passes, (name, s)
+    if over:
+        assert any(r.target_passes == 2 for r in out.steps), "no step rolled back"
+
+
+@pytest.mark.parametrize("name", DECODERS + ["bild_sampling rolled back"])
+def test_a_wide_nucleus_moves_no_whole_rows(long_vocab, name):
+    """Top-p alone with a nucleus far past the warping's hint (``TOP_P_HINT``, 255): the random
+    pair is nearly flat, so top-p 0.9 keeps about 4,000 of 5,000 tokens in every row. The first
+    read of a depth or a verification brings the top 256 entries and each support's size; a
+    longer support is then drawn on the device with exactly that many exponentials
+    (``mtad.core.sampling.read_supports``) instead of crossing (before: the whole row). Same
+    tokens as the CPU run, no read longer than that first one (a beam's: its W rows' hints),
+    the per-step read bounds, no pageable copy, and at most one more pinned copy per draft
+    depth and per target pass (the exponentials)."""
+    from mtad.core.warping import TOP_P_HINT
+
+    over = _ROLLBACKS if name.endswith("rolled back") else {}
+    name = name.split()[0]
+    warping = Warping(1.0, top_p=0.9)
+    target = long_vocab[0]
+    with torch.no_grad():
+        root = warping(target(input_ids=torch.tensor([PROMPT])).logits[0, -1])
+    assert int((root > 0).sum()) > 10 * TOP_P_HINT  # the premise: a nucleus far past the hint
+    ref, out, vd, dec = _run_checked(long_vocab, name, warping, **over)
+    assert out.output_ids == ref.output_ids, "the virtual-device run drew other tokens"
+    width = getattr(dec, "width", 1) if isinstance(getattr(dec, "width", 1), int) else 1
+    first = 3 * (TOP_P_HINT * max(width, 1) + 1) + 1  # top entries, ids, a companion value; the size
+    assert vd.largest_read <= first, f"{name}: a read of {vd.largest_read} entries (first read {first})"
+    depth = _depth_limit(dec)
+    joint = name in ("mjgd", "mtjd")
+    for s, rec in zip(vd.steps, out.steps):
+        # a depth: its first read, then the draw; a verification: its reads, the final draw's
+        # first read, the draw (a joint block position: the first read, the draw)
+        assert s["draft"] <= 2 * depth, (name, s)
+        assert s["verify"] <= (2 * depth if joint else 3 * rec.target_passes), (name, s)
+        assert s["h2d_draft"] == s["h2d_verify"] == 0, f"{name}: a pageable host-to-device copy in a step"
         assert s["pinned_draft"] <= 2 * depth and s["pinned_verify"] <= 2 * rec.target_passes, (name, s)
     if over:
         assert any(r.target_passes == 2 for r in out.steps), "no step rolled back"
@@ -195,9 +233,10 @@ def test_the_checker_catches_planted_bugs(toy, bug, message):
 def test_the_checker_catches_the_draw_on_the_device(toy, monkeypatch):
     """Drawing on the device's own supports with the CPU generator (the draw before draws
     moved to the host) fails as CUDA fails."""
-    monkeypatch.setattr(mtad.core.sampling, "host_supports",
-                        lambda rows, bound=None: [mtad.core.sampling.Support(*mtad.core.sampling.support(r),
-                                                                        rows.shape[-1]) for r in rows])
+    def on_the_device(rows, other, bound=None, defer=False):  # supports left on the rows' device
+        return [(mtad.core.sampling.Support(*mtad.core.sampling.support(r), rows.shape[-1]), None) for r in rows]
+
+    monkeypatch.setattr(mtad.core.sampling, "host_supports_with", on_the_device)
     target, draft = toy
     with pytest.raises(DeviceError, match="generator"), virtual_pair(target, draft):
         Engine(target, draft, load_decoder("spd"), Warping(1.0)).generate(PROMPT, 3)
