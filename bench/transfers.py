@@ -166,9 +166,11 @@ def main(argv=None) -> None:
         f"(a whole vocabulary row would be {args.vocab}). At plain temperature a draw's "
         "exponentials (or uniforms) cross to the device in a pinned copy of their own "
         "(`docs/devices.md`, rule 3). *1 top-p*: a nucleus longer than the 255-entry hint "
-        "crosses again in a second transfer (exactly its support, or the row when it holds half "
-        "the vocabulary or more, as on this random pair, whose nuclei hold thousands of tokens): "
-        "hence more than one read per draft depth there.",
+        "(this random pair's hold thousands of tokens) does not cross: the first read brings the "
+        "top 256 entries and the support's size, and the draw is made on the device with that "
+        "many exponentials (a pinned copy), its token read back: hence two reads per draft depth "
+        "and three per verification there, and no read longer than a first read (a beam's: its W "
+        "rows' hints, ids, values and q).",
         "",
         "| T | decoder | gamma | W | D2H draft | D2H verify | H2D sync draft | H2D sync verify "
         "| H2D pinned draft | H2D pinned verify | engine H2D sync + pinned | largest read | steps |",

@@ -13,9 +13,11 @@ Where randomness lives (the rule every decoder follows; ``docs/devices.md``):
   ``torch.multinomial`` on the vector would). On an accelerator that is one transfer:
   the top ``bound + 1`` entries when the warping bounds the support (top-k: at most
   ``4 k + 64`` tokens with ties; top-p alone: a hint, ``TOP_P_HINT``; see
-  ``mtad.core.warping.Warping.support_bound``), with a second transfer of exactly the support
-  when it is longer (the row itself when the support holds half of it or more: as many
-  bytes); else (plain temperature: every token has mass) the whole vector.
+  ``mtad.core.warping.Warping.support_bound``) and each support's size. A longer support
+  (a wide nucleus) does not cross: it is drawn on the device as below, with exactly its size's
+  exponentials (``read_supports``; ``host_supports`` alone still reads it in a second
+  transfer). Without a bound (plain temperature: every token has mass) the draw is made
+  on the device.
   Several rows cross together (``host_supports``). On the CPU the support is read in place
   (no copy). Draws from unbounded long rows on an accelerator (``device_drawn``: plain
   temperature) do not read the rows: the draw is ``torch.multinomial`` over the support,
@@ -173,7 +175,7 @@ def host_supports_with(
         longer = []
         for i in range(num):
             v, ids = host[i, :k], host[i, k : 2 * k].long()
-            if float(v[-1]) > 0:  # the support goes on past the top k: read exactly its size below
+            if int(host[i, -1]) > k:  # the support goes on past the top k: read exactly its size below
                 longer.append((i, int(host[i, -1])))
                 continue
             keep = v > 0

@@ -104,3 +104,61 @@ def test_pending_draws_commit_one_row_or_none():
     with VirtualDevices():
         device_draws(rows.to("cuda:0"), g).cancel(g)
     assert torch.equal(g.get_state(), torch.Generator().manual_seed(5).get_state())
+
+
+def _nucleus(kind: str, dtype, seed: int, size: int) -> torch.Tensor:
+    """A row with ``size`` nonzero entries (a warped row's nucleus), renormalised."""
+    p = _row(kind, dtype, seed).clamp_min(0)
+    g = torch.Generator().manual_seed(seed + 7)
+    keep = torch.zeros(V, dtype=torch.bool)
+    keep[torch.randperm(V, generator=g)[:size]] = True
+    p = torch.where(keep, p, torch.zeros_like(p))
+    return p / p.sum()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("size", [200, 256, 257, 1500, V - 10])
+def test_a_support_past_the_bound_is_drawn_on_the_device(size, dtype):
+    """Top-p alone (``bound`` = the 255-entry hint): a support of at most 256 entries crosses in
+    the first read and is drawn on the host; a longer one is drawn on the device with exactly
+    its size's exponentials (``read_supports``, ``device_sample(length=...)``). Either way the
+    host draw's token and generator state, and no read longer than the first."""
+    from mtad.core.warping import TOP_P_HINT
+
+    for seed in range(12):
+        p = _nucleus("full", dtype, seed, size)
+        g_host = torch.Generator().manual_seed(seed)
+        s = as_support(p)
+        want = int(draw(s.ids, s.vals, g_host)[0])
+        g_dev = torch.Generator().manual_seed(seed)
+        with VirtualDevices() as vd:
+            got = sample(p.to("cuda:0"), g_dev, TOP_P_HINT)
+        assert got == want, (size, dtype, seed)
+        assert torch.equal(g_dev.get_state(), g_host.get_state()), "the stream moved differently"
+        assert vd.largest_read <= 2 * (TOP_P_HINT + 1) + 1, vd.largest_read
+        long = size > TOP_P_HINT + 1
+        assert vd.counts["engine"] == 1 + long, "the first read, and the draw's where it is long"
+        assert vd.counts["pinned_engine"] == long, "the exponentials: only for a long support"
+
+
+def test_a_length_shorter_than_a_support_is_refused():
+    """A caller's ``length`` below a support's size would draw with too few exponentials: refused,
+    the generator left as it was."""
+    from mtad.core.sampling import device_draws, device_multinomial
+    from mtad.propose.tree import device_level_draws
+
+    p = _nucleus("full", torch.float64, 0, 300)
+    g = torch.Generator().manual_seed(3)
+    before = g.get_state()
+    with VirtualDevices():
+        row = p.to("cuda:0")
+        with pytest.raises(ValueError, match="length 100 is shorter"):
+            device_draws(row[None], g, length=100)
+        with pytest.raises(ValueError, match="length 100 is shorter"):
+            device_multinomial(row, 1, False, g, length=100)
+        with pytest.raises(ValueError, match="length 100 is shorter"):
+            device_level_draws([row], 2, g, True, length=100)
+        assert torch.equal(before, g.get_state()), "a refusal moved the generator"
+        assert device_draws(row[None], g, length=300).commit(0, g) == device_sample(
+            row, torch.Generator().manual_seed(3))
+    assert not torch.equal(before, g.get_state())  # the committed draw moved it
