@@ -106,7 +106,8 @@ def test_lossless_decoders_equal_greedy_up_to_a_near_tie(name, dtype):
         assert gpu_check.greedy_mismatch(target, prompt, ref, out) is None, prompt
 
 
-@pytest.mark.parametrize("warping", [SAMPLE, Warping(1.0)], ids=["top-k/top-p", "plain"])
+@pytest.mark.parametrize("warping", [SAMPLE, Warping(1.0, top_p=0.9), Warping(1.0)],
+                         ids=["top-k/top-p", "top-p", "plain"])
 @pytest.mark.parametrize("vocab", [40, 4096 + 904], ids=["toy", "long"])
 @pytest.mark.parametrize("name", DECODERS)
 @pytest.mark.gpu
@@ -114,7 +115,8 @@ def test_lossless_decoders_equal_greedy_up_to_a_near_tie(name, dtype):
 def test_seeded_runs_on_cuda_equal_the_cpu_in_float64(name, vocab, warping):
     """Same seed, same tokens, in float64 (a difference in the last bits of a sum moves a draw
     only at a near-tie). Plain temperature on the long vocabulary draws on the device
-    (``mtad.core.sampling.device_drawn``) with the CPU generator's numbers."""
+    (``mtad.core.sampling.device_drawn``) with the CPU generator's numbers; so does top-p 0.9
+    alone there (nuclei of thousands of tokens: ``mtad.core.sampling.read_supports``)."""
     cpu = _pair(vocab)
     dev = _pair(vocab, device=TARGET_DEVICE, draft_device=DRAFT_DEVICE)
     ref = Engine(*cpu, gpu_check.load_decoder(name), warping).generate(PROMPT, 16, seed=3).output_ids

@@ -4,6 +4,7 @@ failures listed with the resuming command. The real cluster: ``make slurm-check`
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 
@@ -127,8 +128,11 @@ def test_launch_refuses_before_submitting(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "submitted").exists()
 
 
-def test_jobs_export_the_submitting_shells_environment(tmp_path):
-    """A site with sbatch --export=NONE: the job script itself exports what the job needs."""
+def test_jobs_export_the_submitting_shells_environment(tmp_path, monkeypatch):
+    """A site with sbatch --export=NONE: the job script itself exports what the job needs.
+    (submitit's Slurm executor wants ``srun`` on PATH: a stand-in, so the test runs without Slurm.)"""
+    _fake_tool(tmp_path, "srun", "exit 0")
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
     environ = {"HF_HUB_OFFLINE": "1", "MTAD_CACHE": "/shared/my cache", "OMP_NUM_THREADS": "4",
                "PYTHONPATH": "/repo", "UNRELATED": "x"}
     p = _params("tiny_random", "++hydra.launcher.additional_parameters.export=NONE")
