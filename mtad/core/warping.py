@@ -186,7 +186,17 @@ def _top_k_candidates(
     keep every tied token, as the general path does: the candidates are then the top ``c``
     (``c`` = most tokens any row keeps) with those below the row's k-th logit masked out.
     Returns None (use the general path) only when ties would make ``c`` large.
+
+    The tie check costs no pass over the vocabulary when the top ``k + 1`` logits are strictly
+    decreasing (every row, the usual case with float32 logits): then no other token reaches the
+    k-th logit (``c = k``) and the first ``k`` of them are the top-k's values and ids in its
+    order (distinct values: one order). Otherwise the entries at or above the k-th are counted
+    on the whole rows, as before.
     """
+    if top_k + 1 < logits.shape[-1]:
+        vals, idx = torch.topk(logits, top_k + 1, dim=-1)  # [..., k + 1], descending
+        if bool((vals[..., :-1] > vals[..., 1:]).all()):  # strictly decreasing (NaN: False)
+            return _top_p_of(vals[..., :-1].contiguous(), idx[..., :-1].contiguous(), top_p)
     vals, idx = torch.topk(logits, top_k, dim=-1)  # [..., k], descending
     kth = vals[..., -1:]
     c = int((logits >= kth).sum(-1).max())
@@ -195,6 +205,11 @@ def _top_k_candidates(
             return None
         vals, idx = torch.topk(logits, c, dim=-1)  # ties: every token >= the k-th logit
         vals = vals.masked_fill(vals < kth, float("-inf"))
+    return _top_p_of(vals, idx, top_p)
+
+
+def _top_p_of(vals: torch.Tensor, idx: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-p on the top-k candidates (``vals`` descending): their ids and warped probabilities."""
     if top_p < 1.0:
         probs = vals.softmax(-1)
         # mass of this token and every less likely kept token (the ascending cumsum, read backwards)
