@@ -91,10 +91,25 @@ class Scores:
             self._cache["candidates"] = cand
         return self._cache["candidates"]
 
+    def argmax(self, row: int) -> int:
+        """Greedy on the CPU: ``p[row]``'s one token (its logits' argmax), found for this row
+        alone and kept; a rule that reads a few rows of a tree pays for those rows only."""
+        ids = self._cache.setdefault("argmax", {})
+        if row not in ids:
+            logits = self.root if row == 0 else self.body[row - 1]
+            ids[row] = int(logits.argmax())  # the first of tied maxima, as a batch's argmax
+        return ids[row]
+
     def sample(self, row: int, generator: torch.Generator) -> int:
         """One draw from ``p[row]`` (``mtad.core.sampling.sample``): on the host support read from
         the candidates where there are some (the same support, so the same token), else from
-        ``p`` (on an accelerator as ``sample`` draws there)."""
+        ``p`` (on an accelerator as ``sample`` draws there). Greedy on the CPU: the row's
+        argmax (``argmax``): the candidates' support of that row, built for it alone, so the
+        same draw and the same generator state."""
+        if self.device.type == "cpu" and self.ctx.warping.greedy and "candidates" not in self._cache:
+            one = torch.ones(1, 1, dtype=torch.float64 if self.body.dtype == torch.float64 else torch.float32)
+            ids = torch.tensor([[self.argmax(row)]])
+            return sample(candidate_supports(ids, one, self.body.shape[-1])[0], generator)
         cand = self.candidates()
         if cand is not None:
             return sample(candidate_supports(cand[0][row : row + 1], cand[1][row : row + 1],

@@ -138,6 +138,28 @@ def path_log_probs(
     return torch.tensor(sums, dtype=edge_p.dtype)
 
 
+def greedy_path_log_probs(
+    scores,  # mtad.verify.score.Scores of a greedy pass on the CPU
+    tokens: list[int],  # [N+1] the scored rows' tokens (row 0: the root)
+    parents: list[int],  # [N+1] parent row (parents[0] = -1, parents[r] < r)
+) -> torch.Tensor:  # [N+1] log P(path to row): 0 on the target's greedy path, else -inf
+    """``path_log_probs`` of one-hot rows, reading a row's argmax only under a live path.
+
+    At temperature 0 an edge's mass is 1 where the token is its parent's argmax and 0
+    elsewhere, so a path's log-probability is 0 while every edge follows the argmax and
+    -inf from the first that does not, whatever the edges below. The rows under a dead path
+    are never read: a tree of ``W x gamma`` nodes reads the rows of its greedy path only
+    (a random draft: the root and the node it matches), where the dense form takes the
+    argmax of every scored row. The values are ``path_log_probs``'s of the candidates' edge
+    masses (``tests/verify/test_threshold_host.py``)."""
+    dtype = torch.float64 if scores.body.dtype == torch.float64 else torch.float32  # the masses'
+    out = [0.0] * len(parents)
+    for r in range(1, len(parents)):  # parents precede children
+        up = parents[r]
+        out[r] = 0.0 if out[up] == 0.0 and tokens[r] == scores.argmax(up) else -math.inf
+    return torch.tensor(out, dtype=dtype)
+
+
 def _host_float(dtype: torch.dtype):
     """Rounding of one Python float operation's result to ``dtype`` (``mtad.core.hostfloat``:
     float64 as is, float32 rounded once); None for other dtypes."""
@@ -210,10 +232,13 @@ class TreeThreshold:
         nodes = scores.nodes  # one row per distinct beam node
         tokens, parents, depth = nodes.tokens, nodes.parents, nodes.depths
         g = tree.depth
-        x, par = scores.fed(parents=True)  # the pass's own copy
-        edge_p = scores.masses(par, x)  # [N] on the host: the edge probabilities p[parent, token]
-        ref = self.reference(beams).to(edge_p.dtype)  # [g] on the host (beam sampling's)
-        log_path_p = path_log_probs(edge_p, parents)  # [N+1] on the host, row 0: log 1
+        if ctx.warping.greedy and scores.device.type == "cpu":
+            log_path_p = greedy_path_log_probs(scores, tokens, parents)  # rows read top-down
+        else:
+            x, par = scores.fed(parents=True)  # the pass's own copy
+            edge_p = scores.masses(par, x)  # [N] on the host: the edge probabilities p[parent, token]
+            log_path_p = path_log_probs(edge_p, parents)  # [N+1] on the host, row 0: log 1
+        ref = self.reference(beams).to(log_path_p.dtype)  # [g] on the host (beam sampling's)
         a, node, per_depth = tree_accept(log_path_p, depth, ref, self.tau)
         y = scores.sample(node, ctx.generator)  # node = ROOT (0) is the root row
         return StepOutput(

@@ -61,3 +61,44 @@ def test_host_path_sums_and_acceptance_equal_the_tensor_ones(dtype):
             assert tree_accept(got, depth, ref, tau) == _tensor_accept(got, depth, ref, tau)
             wide = ref.double()  # mixed dtypes: the difference in the wider one
             assert tree_accept(got, depth, wide, tau) == _tensor_accept(got, depth, wide, tau)
+
+
+@pytest.mark.parametrize("vocab", [50, 5000])  # supports: the whole short row; one entry
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_greedy_path_sums_read_only_live_rows_and_equal_the_dense_ones(dtype, vocab):
+    """At temperature 0 on the CPU, tree-MTAD's path sums read a row's argmax only under a live
+    path; the values equal ``path_log_probs`` of the candidates' one-hot edge masses, tied
+    maxima (bfloat16, rounded logits) included."""
+    from types import SimpleNamespace
+
+    from mtad.core.tree import TokenTree
+    from mtad.core.warping import Warping
+    from mtad.verify.score import Scores
+    from mtad.verify.threshold import greedy_path_log_probs
+
+    gen = torch.Generator().manual_seed(1)
+    for trial in range(150 if vocab < 1000 else 40):
+        n = 1 + trial % 21
+        parents, _ = _tree(gen, n)
+        logits = torch.randn(n + 1, vocab, generator=gen, dtype=torch.float64)
+        if trial % 3 == 0:
+            logits = (logits * 2).round() / 2  # tied maxima
+        logits = logits.to(dtype)
+        best = logits.argmax(-1).tolist()  # the first of tied maxima
+        tokens = [0] + [best[parents[r]] if torch.rand(1, generator=gen) < 0.7
+                        else int(torch.randint(0, vocab, (1,), generator=gen)) for r in range(1, n + 1)]
+        ctx = SimpleNamespace(warping=Warping(0.0))
+        nodes = TokenTree()  # (the rows are read by number only)
+
+        lazy, dense = (Scores(ctx, nodes, nodes, list(range(n + 1)), logits[0], logits[1:]) for _ in range(2))
+        got = greedy_path_log_probs(lazy, tokens, parents)
+        edge = dense.masses(torch.tensor(parents[1:]), torch.tensor(tokens[1:]))
+        want = path_log_probs(edge, parents)
+        assert got.dtype == want.dtype and torch.equal(got, want)
+        live = {0} | {r for r in range(1, n + 1) if want[r] == 0}
+        read = set(lazy._cache["argmax"])
+        assert read == {parents[r] for r in range(1, n + 1) if parents[r] in live}
+        for row in range(n + 1):  # the bonus draw: the row's argmax, the generator moved as before
+            g1, g2 = torch.Generator().manual_seed(trial), torch.Generator().manual_seed(trial)
+            assert lazy.sample(row, g1) == dense.sample(row, g2) == best[row]
+            assert torch.equal(g1.get_state(), g2.get_state())
