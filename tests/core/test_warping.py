@@ -137,3 +137,39 @@ def test_nucleus_ties_at_the_boundary_are_cut_by_token_id():
         removed_at_cut = torch.nonzero(got[r] & (x[r] == x[r, diff[0]])).flatten() if len(diff) else []
         if len(kept_at_cut) and len(removed_at_cut):
             assert int(removed_at_cut.max()) < int(kept_at_cut.min())  # lower ids removed first
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_top_k_candidates_read_ties_from_the_top_k_plus_one(dtype):
+    """The candidates' tie check on the top ``k + 1`` (no count over the rows when they are
+    strictly decreasing) gives the ids, values and order of the count over the whole rows:
+    rows without ties, ties inside the top-k only, and ties at the k-th logit."""
+    from mtad.core import warping as w
+
+    def counted(logits, k, p):  # the check as a count over the whole rows
+        vals, idx = torch.topk(logits, k, dim=-1)
+        kth = vals[..., -1:]
+        c = int((logits >= kth).sum(-1).max())
+        if c > k:
+            if c > 4 * k + 64:
+                return None
+            vals, idx = torch.topk(logits, c, dim=-1)
+            vals = vals.masked_fill(vals < kth, float("-inf"))
+        return w._top_p_of(vals, idx, p)
+
+    gen = torch.Generator().manual_seed(0)
+    fast = 0
+    for trial in range(600):
+        rows, vocab = 1 + trial % 9, 12 + 37 * (trial % 50)
+        x = torch.randn(rows, vocab, generator=gen, dtype=torch.float64) * 3
+        if trial % 4 == 0:
+            x = (x * 2).round() / 2  # ties everywhere
+        x = x.to(dtype).to(torch.float64 if dtype == torch.float64 else torch.float32)
+        k, p = 1 + trial % 10, (1.0, 0.9, 0.5)[trial % 3]
+        got, want = w._top_k_candidates(x, k, p), counted(x, k, p)
+        assert (got is None) == (want is None)
+        if got is not None:
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        top = torch.topk(x, k + 1, dim=-1).values
+        fast += bool((top[:, :-1] > top[:, 1:]).all())
+    assert 100 < fast < 600  # both the strictly decreasing rows and the tied ones were met
