@@ -42,6 +42,10 @@ Device ops: after a setting's timed runs, every system runs the first prompt onc
 ``OpCounter`` (a ``TorchFunctionMode``): torch calls outside the two models' forward passes
 (the models' top-level forward hooks pause the count), per emitted token. A count, not a time:
 it is what a GPU would launch or dispatch for the harness's own work, whatever the CPU's load.
+The same run counts the vocabulary-length rows those calls read (each call: the rows of its
+largest tensor argument whose last dimension is the vocabulary; views and metadata calls
+excluded), per emitted token: the passes over the vocabulary a decoder's method makes
+(warped rows, beam scores, draws), which is what the CPU time outside the models follows.
 """
 
 from __future__ import annotations
@@ -101,12 +105,22 @@ def make_prompts(n: int, length: int, vocab: int, seed: int = 0) -> list[list[in
 
 
 # ----------------------------------------------------------------------------- device ops
-class OpCounter(torch.overrides.TorchFunctionMode):
-    """Torch calls outside the watched models' forward passes (``watch``)."""
+#: calls that read no entries (views, metadata): not counted as vocabulary rows
+_NO_PASS = frozenset({"__getitem__", "__get__", "__len__", "view", "reshape", "select", "narrow",
+                      "unsqueeze", "squeeze", "expand", "flatten", "unflatten", "size", "dim", "numel",
+                      "stride", "is_contiguous", "data_ptr", "storage_offset", "__format__", "__repr__",
+                      "detach", "t", "transpose", "permute", "as_strided", "split", "chunk", "unbind"})
 
-    def __init__(self):
+
+class OpCounter(torch.overrides.TorchFunctionMode):
+    """Torch calls outside the watched models' forward passes (``watch``); with ``vocab``, also
+    the vocabulary-length rows those calls read (``rows``: for each call that reads entries,
+    the rows of its largest tensor argument whose last dimension is ``vocab``)."""
+
+    def __init__(self, vocab: int | None = None):
         super().__init__()
         self.ops, self._inside, self._hooks = 0, 0, []
+        self.vocab, self.rows = vocab, 0
 
     def watch(self, *models) -> OpCounter:
         for m in models:
@@ -123,6 +137,10 @@ class OpCounter(torch.overrides.TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if not self._inside:
             self.ops += 1
+            if self.vocab and getattr(func, "__name__", "") not in _NO_PASS:
+                self.rows += max((a.numel() // self.vocab for a in (*args, *(kwargs or {}).values())
+                                  if isinstance(a, torch.Tensor) and a.dim() and a.shape[-1] == self.vocab),
+                                 default=0)
         return func(*args, **(kwargs or {}))
 
     def close(self):
@@ -133,7 +151,7 @@ class OpCounter(torch.overrides.TorchFunctionMode):
 def count_ops(system: str, pair: ModelPair, decoder, ids: list[int], max_new: int, warping: Warping,
               gamma: int) -> dict:
     """Torch calls outside the models per emitted token (and per step) for one run."""
-    counter = OpCounter().watch(pair.target, pair.draft)
+    counter = OpCounter(pair.vocab_size).watch(pair.target, pair.draft)
     try:
         with counter:
             if system in HF_SYSTEMS:
@@ -146,7 +164,8 @@ def count_ops(system: str, pair: ModelPair, decoder, ids: list[int], max_new: in
     finally:
         counter.close()
     return dict(ops=counter.ops, tokens=len(out), steps=steps,
-                ops_per_token=counter.ops / max(len(out), 1))
+                ops_per_token=counter.ops / max(len(out), 1), vocab_rows=counter.rows,
+                rows_per_token=counter.rows / max(len(out), 1))
 
 
 # ----------------------------------------------------------------------------- one run
@@ -273,23 +292,34 @@ def markdown(report: dict, header: list[str]) -> str:
 
 
 def ops_table(ops: dict, systems: list[str]) -> str:
-    """Torch calls outside the models per emitted token (x SpD), one run of the first prompt."""
+    """Torch calls outside the models per emitted token (x SpD), one run of the first prompt; and
+    the vocabulary-length rows they read per emitted token, where the run counted them."""
     if not ops:
         return ""
     settings = list(ops)
-    lines = ["", "### torch calls outside the models per emitted token (x SpD; first prompt, one run)", "",
-             "| system | " + " | ".join(settings) + " |", "| --- |" + " ---: |" * len(settings)]
-    for s in systems:
-        cells = []
-        for k in settings:
-            r, spd = ops[k].get(s), ops[k].get("spd")
-            if r is None:
-                cells.append("-")
-                continue
-            x = f" ({r['ops_per_token'] / spd['ops_per_token']:.2f}x)" if spd else ""
-            cells.append(f"{r['ops_per_token']:.0f}{x}")
-        lines.append(f"| {s} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    out = []
+    for key, title, fmt in (
+        ("ops_per_token", "torch calls outside the models per emitted token (x SpD; first prompt, one run)", ".0f"),
+        ("rows_per_token", "vocabulary-length rows read by those calls per emitted token (x SpD; same run; "
+         "views and metadata calls excluded: each call counts the rows of its largest vocabulary-length "
+         "tensor argument)", ".1f"),
+    ):
+        if not any(key in r for v in ops.values() for r in v.values()):
+            continue
+        lines = ["", f"### {title}", "",
+                 "| system | " + " | ".join(settings) + " |", "| --- |" + " ---: |" * len(settings)]
+        for s in systems:
+            cells = []
+            for k in settings:
+                r, spd = ops[k].get(s), ops[k].get("spd")
+                if r is None or key not in r:
+                    cells.append("-")
+                    continue
+                x = f" ({r[key] / spd[key]:.2f}x)" if spd and spd.get(key) else ""
+                cells.append(f"{r[key]:{fmt}}{x}")
+            lines.append(f"| {s} | " + " | ".join(cells) + " |")
+        out += lines
+    return "\n".join(out) + "\n"
 
 
 def machine_load() -> dict:

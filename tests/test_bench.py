@@ -180,3 +180,24 @@ def test_cdf_float32_counts_draws_on_both_sums():
     """``bench/cdf_float32.py`` runs and counts every draw it makes (k per row set and scale)."""
     diff, total = cdf_float32.count(seeds=2, width=2, vocab=50, k=2)
     assert total == 8 and 0 <= diff <= total
+
+
+def test_op_counter_counts_vocabulary_rows_read_outside_the_models():
+    """``OpCounter(vocab)``: a call reading [R, V] counts R rows, views and metadata none, and a
+    watched model's forward nothing (its calls are the model's)."""
+    import torch
+
+    vocab = 37
+    model = torch.nn.Linear(4, vocab)
+    counter = overhead.OpCounter(vocab).watch(model)
+    x = torch.randn(5, vocab)
+    try:
+        with counter:
+            x.softmax(-1)  # 5 rows
+            torch.topk(x[:2], 3, dim=-1)  # 2 rows (the slice: a view, none)
+            x.shape, x.dim(), x.view(5, vocab)  # no entries read
+            model(torch.randn(3, 4))  # the model's own: not counted
+            torch.randn(3, vocab + 1).sum()  # another length: not a vocabulary row
+    finally:
+        counter.close()
+    assert counter.rows == 7 and counter.ops >= 5
