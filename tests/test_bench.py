@@ -201,3 +201,4 @@ def test_op_counter_counts_vocabulary_rows_read_outside_the_models():
     finally:
         counter.close()
     assert counter.rows == 7 and counter.ops >= 5
+    assert counter.meta == 2  # x.shape, x.dim(): host metadata, no kernel
