@@ -202,3 +202,18 @@ def test_op_counter_counts_vocabulary_rows_read_outside_the_models():
         counter.close()
     assert counter.rows == 7 and counter.ops >= 5
     assert counter.meta == 2  # x.shape, x.dim(): host metadata, no kernel
+
+
+def test_compare_commits_pairs_overhead_per_token(tmp_path):
+    """bench/compare_commits.py's pieces: overhead per emitted token per (setting, system, prompt),
+    repeats averaged; the geometric mean of ratios with an interval around it."""
+    import compare_commits
+
+    rows = [dict(setting="S", system="spd", prompt=0, overhead=2.0, tokens=4),
+            dict(setting="S", system="spd", prompt=0, overhead=4.0, tokens=4),
+            dict(setting="S", system="tree_mtad", prompt=0, overhead=3.0, tokens=2)]
+    (tmp_path / "r.json").write_text(json.dumps({"rows": rows}))
+    got = compare_commits.per_token(tmp_path / "r.json")
+    assert got == {("S", "spd", 0): pytest.approx(0.75), ("S", "tree_mtad", 0): pytest.approx(1.5)}
+    g, lo, hi = compare_commits._geo_ci([0.5, 2.0, 1.0])
+    assert g == pytest.approx(1.0) and lo <= g <= hi and lo >= 0.5 and hi <= 2.0

@@ -1,0 +1,130 @@
+"""Harness overhead of two commits side by side: ``bench/overhead.py`` run from each commit's
+worktree in turn (old, new, old, new, ...), then per (setting, system) the paired ratio new / old
+of the overhead per emitted token.
+
+    python bench/compare_commits.py --old 095ee82 --new HEAD --rounds 3 \\
+        --out results/bench/compare_commits.md -- --vocabs 151936 --systems spd,tree_mtad
+
+Each round runs both commits once on the same prompts and seeds (the overhead bench's own
+interleaving inside a run; the commits alternate between runs, the first one of each round
+alternating too), so slow drift of the machine falls on both. The ratio of a (setting, system) is
+the geometric mean over rounds and prompts of new / old per emitted token, with a 95% bootstrap
+interval over those pairs; the same for the ratio to SpD within each commit's runs. Worktrees
+are made under a temporary folder and removed; the commits' own ``bench/overhead.py`` runs, with
+this checkout's interpreter (the same packages for both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _geo_ci(values: list[float], n_boot: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    logs = [math.log(v) for v in values]
+    rng = random.Random(seed)
+    boots = sorted(sum(rng.choice(logs) for _ in logs) / len(logs) for _ in range(n_boot))
+    mean = sum(logs) / len(logs)
+    return math.exp(mean), math.exp(boots[int(0.025 * n_boot)]), math.exp(boots[int(0.975 * n_boot) - 1])
+
+
+def per_token(path: Path) -> dict[tuple[str, str, int], float]:
+    """(setting, system, prompt) -> overhead seconds per emitted token (repeats averaged)."""
+    rows = json.loads(path.read_text())["rows"]
+    acc: dict = defaultdict(list)
+    for r in rows:
+        acc[(r["setting"], r["system"], r["prompt"])].append(r["overhead"] / max(r["tokens"], 1))
+    return {k: sum(v) / len(v) for k, v in acc.items()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    extra: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--old", required=True)
+    ap.add_argument("--new", default="HEAD")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", default="results/bench/compare_commits.md")
+    args = ap.parse_args(argv)
+    if "--out" in extra:
+        raise SystemExit("pass the overhead bench's arguments after --, without --out (this script sets it)")
+    old, new = _git("rev-parse", "--short=10", args.old), _git("rev-parse", "--short=10", args.new)
+    runs: dict[str, list[dict]] = {old: [], new: []}
+    with tempfile.TemporaryDirectory(prefix="mtad-compare-") as tmp:
+        trees = {}
+        for c in (old, new):
+            trees[c] = Path(tmp) / c
+            _git("worktree", "add", "--detach", "-q", str(trees[c]), c)
+        try:
+            for rnd in range(args.rounds):
+                order = (old, new) if rnd % 2 == 0 else (new, old)
+                for c in order:
+                    out = Path(tmp) / f"{c}_{rnd}.json"
+                    cmd = [sys.executable, "bench/overhead.py", *extra, "--no-ops", "--out", str(out)]
+                    print(f"[round {rnd}] {c}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
+                    subprocess.run(cmd, cwd=trees[c], check=True, stdout=subprocess.DEVNULL,
+                                   env={**os.environ, "PYTHONPATH": str(trees[c])})
+                    runs[c].append(per_token(out))
+        finally:
+            for c in (old, new):
+                subprocess.run(["git", "worktree", "remove", "--force", str(trees[c])], cwd=ROOT,
+                               capture_output=True)
+    keys = sorted(set(runs[old][0]) & set(runs[new][0]))
+    settings = sorted({k[0] for k in keys})
+    systems = list(dict.fromkeys(k[1] for k in keys))
+    lines = [
+        f"# Harness overhead per emitted token, {new} against {old} (bench/compare_commits.py)",
+        "",
+        f"Command: `python bench/compare_commits.py --old {args.old} --new {args.new} --rounds {args.rounds} "
+        f"--out {args.out} -- {' '.join(extra)}`",
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; interpreter "
+        f"{sys.executable}. Rounds: {args.rounds}, commits alternating; each cell: geometric mean over "
+        "rounds x prompts of new / old overhead per emitted token [95% bootstrap interval]; then each "
+        "commit's ratio to SpD (same pairs).",
+        "",
+        "| setting | system | new / old | old x SpD | new x SpD |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    for s in settings:
+        for name in systems:
+            pairs = [(runs[new][r][k], runs[old][r][k]) for r in range(args.rounds)
+                     for k in keys if k[0] == s and k[1] == name]
+            if not pairs:
+                continue
+            g, lo, hi = _geo_ci([a / b for a, b in pairs])
+            cells = []
+            for c in (old, new):
+                if name == "spd":
+                    cells.append("1.00")
+                    continue
+                rel = [runs[c][r][(s, name, p)] / runs[c][r][(s, "spd", p)] for r in range(args.rounds)
+                       for (ss, nn, p) in keys if ss == s and nn == name]
+                rg, rlo, rhi = _geo_ci(rel)
+                cells.append(f"{rg:.2f} [{rlo:.2f}, {rhi:.2f}]")
+            lines.append(f"| {s} | {name} | {g:.2f} [{lo:.2f}, {hi:.2f}] | {cells[0]} | {cells[1]} |")
+    text = "\n".join(lines) + "\n"
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
