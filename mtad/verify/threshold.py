@@ -160,6 +160,25 @@ def greedy_path_log_probs(
     return torch.tensor(out, dtype=dtype)
 
 
+def greedy_chain_log_probs(
+    scores,  # mtad.verify.score.Scores of a greedy pass over a chain, on the CPU
+    draft: list[int],  # [g] the chain's tokens: row i scores draft[i]
+) -> torch.Tensor:  # [g] log p_i(x_i): 0 while the chain follows the argmax, then -inf
+    """MTAD's ``log p_i(x_i)`` at temperature 0, reading rows only up to the first miss.
+
+    One-hot rows give 0 where the token is its row's argmax and -inf elsewhere; after the
+    first -inf every cumulative sum ``R_d`` is -inf (``cumulative_log_ratio``) whatever the
+    later terms, so they are set to -inf unread. Same ``R_d`` as the candidates' masses
+    (``tests/verify/test_threshold_host.py``), with the rows of the accepted prefix and the
+    first miss read instead of all ``g``."""
+    dtype = torch.float64 if scores.body.dtype == torch.float64 else torch.float32  # the masses'
+    out, live = [], True
+    for i, token in enumerate(draft):
+        live = live and token == scores.argmax(i)
+        out.append(0.0 if live else -math.inf)
+    return torch.tensor(out, dtype=dtype)
+
+
 def _host_float(dtype: torch.dtype):
     """Rounding of one Python float operation's result to ``dtype`` (``mtad.core.hostfloat``:
     float64 as is, float32 rounded once); None for other dtypes."""
@@ -192,8 +211,11 @@ class JointThreshold:
         best = beams.best()
         draft = beams.path_tokens(best)  # [g]
         scores = score(ctx, TokenTree.chain(draft))  # the best beam's path only
-        x, _ = scores.fed()  # the pass's own copy of the tokens
-        log_p = scores.masses(torch.arange(g, device=x.device), x, log=True)  # [g] log p_i(x_i), host
+        if ctx.warping.greedy and scores.device.type == "cpu":
+            log_p = greedy_chain_log_probs(scores, draft)  # rows read up to the first miss
+        else:
+            x, _ = scores.fed()  # the pass's own copy of the tokens
+            log_p = scores.masses(torch.arange(g, device=x.device), x, log=True)  # [g] log p_i(x_i), host
         cum_logq = beams.path_cum_logq(best).to(log_p.dtype)  # on the host (beam sampling's)
         r = cumulative_log_ratio(log_p, cum_logq)
         a, passes = accept_length(r, self.tau)

@@ -102,3 +102,37 @@ def test_greedy_path_sums_read_only_live_rows_and_equal_the_dense_ones(dtype, vo
             g1, g2 = torch.Generator().manual_seed(trial), torch.Generator().manual_seed(trial)
             assert lazy.sample(row, g1) == dense.sample(row, g2) == best[row]
             assert torch.equal(g1.get_state(), g2.get_state())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_greedy_chain_ratios_read_rows_to_the_first_miss_and_equal_the_dense_ones(dtype):
+    """MTAD at temperature 0 on the CPU: ``log p_i(x_i)`` read up to the first miss gives the
+    dense masses' cumulative ratios exactly (the terms after a miss are -inf either way)."""
+    from types import SimpleNamespace
+
+    from mtad.core.tree import TokenTree
+    from mtad.core.warping import Warping
+    from mtad.verify.score import Scores
+    from mtad.verify.threshold import cumulative_log_ratio, greedy_chain_log_probs
+
+    gen = torch.Generator().manual_seed(2)
+    vocab = 40
+    for trial in range(200):
+        g = 1 + trial % 8
+        logits = torch.randn(g + 1, vocab, generator=gen, dtype=torch.float64)
+        if trial % 3 == 0:
+            logits = (logits * 2).round() / 2  # tied maxima
+        logits = logits.to(dtype)
+        best = logits.argmax(-1).tolist()
+        draft = [best[i] if torch.rand(1, generator=gen) < 0.75 else int(torch.randint(0, vocab, (1,), generator=gen))
+                 for i in range(g)]
+        ctx = SimpleNamespace(warping=Warping(0.0))
+        lazy, dense = (Scores(ctx, TokenTree(), TokenTree(), list(range(g + 1)), logits[0], logits[1:])
+                       for _ in range(2))
+        got = greedy_chain_log_probs(lazy, draft)
+        want = dense.masses(torch.arange(g), torch.tensor(draft), log=True)
+        cum_logq = -torch.rand(g, generator=gen, dtype=want.dtype).cumsum(0)
+        assert got.dtype == want.dtype
+        assert torch.equal(cumulative_log_ratio(got, cum_logq), cumulative_log_ratio(want, cum_logq))
+        miss = next((i for i in range(g) if draft[i] != best[i]), g - 1)
+        assert set(lazy._cache["argmax"]) == set(range(miss + 1))
