@@ -5,9 +5,12 @@ of the overhead per emitted token.
     python bench/compare_commits.py --old 095ee82 --new HEAD --rounds 3 \\
         --out results/bench/compare_commits.md -- --vocabs 151936 --systems spd,tree_mtad
 
-Each round runs both commits once on the same prompts and seeds (the overhead bench's own
-interleaving inside a run; the commits alternate between runs, the first one of each round
-alternating too), so slow drift of the machine falls on both. The ratio of a (setting, system) is
+Each commit first runs a short unrecorded warm-up (one prompt, 4 tokens: the first process of a
+session pays for a cold page cache). Each round then runs both commits once on the same prompts
+and seeds (the overhead bench's own interleaving inside a run; the commits alternate between
+runs, the first one of each round alternating too), so slow drift of the machine falls on both.
+Put an unchanged system beside the changed ones: its new / old ratio shows the drift the run
+could not cancel. The ratio of a (setting, system) is
 the geometric mean over rounds and prompts of new / old per emitted token, with a 95% bootstrap
 interval over those pairs; the same for the ratio to SpD within each commit's runs. Worktrees
 are made under a temporary folder and removed; the commits' own ``bench/overhead.py`` runs, with
@@ -74,6 +77,11 @@ def main(argv: list[str] | None = None) -> None:
             trees[c] = Path(tmp) / c
             _git("worktree", "add", "--detach", "-q", str(trees[c]), c)
         try:
+            for c in (old, new):  # warm-up, not recorded: a short run of each (page cache, imports)
+                warm = [sys.executable, "bench/overhead.py", *extra, "--no-ops", "--prompts", "1",
+                        "--max-new-tokens", "4", "--out", str(Path(tmp) / f"{c}_warm.json")]
+                subprocess.run(warm, cwd=trees[c], check=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(trees[c])})
             for rnd in range(args.rounds):
                 order = (old, new) if rnd % 2 == 0 else (new, old)
                 for c in order:
