@@ -23,13 +23,16 @@ import argparse
 import json
 import math
 import os
-import platform
 import random
 import subprocess
 import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mtad.core.machine import cpu_info  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,20 +79,19 @@ def main(argv: list[str] | None = None) -> None:
         for c in (old, new):
             trees[c] = Path(tmp) / c
             _git("worktree", "add", "--detach", "-q", str(trees[c]), c)
+        def run(c: str, out: Path, *more: str) -> None:  # the commit's own overhead bench
+            cmd = [sys.executable, "bench/overhead.py", *extra, "--no-ops", *more, "--out", str(out)]
+            subprocess.run(cmd, cwd=trees[c], check=True, stdout=subprocess.DEVNULL,
+                           env={**os.environ, "PYTHONPATH": str(trees[c])})
+
         try:
             for c in (old, new):  # warm-up, not recorded: a short run of each (page cache, imports)
-                warm = [sys.executable, "bench/overhead.py", *extra, "--no-ops", "--prompts", "1",
-                        "--max-new-tokens", "4", "--out", str(Path(tmp) / f"{c}_warm.json")]
-                subprocess.run(warm, cwd=trees[c], check=True, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(trees[c])})
+                run(c, Path(tmp) / f"{c}_warm.json", "--prompts", "1", "--max-new-tokens", "4")
             for rnd in range(args.rounds):
-                order = (old, new) if rnd % 2 == 0 else (new, old)
-                for c in order:
+                for c in (old, new) if rnd % 2 == 0 else (new, old):
+                    print(f"[round {rnd}] {c}", file=sys.stderr, flush=True)
                     out = Path(tmp) / f"{c}_{rnd}.json"
-                    cmd = [sys.executable, "bench/overhead.py", *extra, "--no-ops", "--out", str(out)]
-                    print(f"[round {rnd}] {c}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
-                    subprocess.run(cmd, cwd=trees[c], check=True, stdout=subprocess.DEVNULL,
-                                   env={**os.environ, "PYTHONPATH": str(trees[c])})
+                    run(c, out)
                     runs[c].append(per_token(out))
         finally:
             for c in (old, new):
@@ -98,13 +100,15 @@ def main(argv: list[str] | None = None) -> None:
     keys = sorted(set(runs[old][0]) & set(runs[new][0]))
     settings = sorted({k[0] for k in keys})
     systems = list(dict.fromkeys(k[1] for k in keys))
+    cpu = cpu_info()
+    exe = Path(sys.executable)
+    interpreter = exe.relative_to(ROOT) if exe.is_relative_to(ROOT) else exe.name  # no machine paths
     lines = [
         f"# Harness overhead per emitted token, {new} against {old} (bench/compare_commits.py)",
         "",
         f"Command: `python bench/compare_commits.py --old {args.old} --new {args.new} --rounds {args.rounds} "
         f"--out {args.out} -- {' '.join(extra)}`",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; interpreter "
-        f"{sys.executable}. Rounds: {args.rounds}, commits alternating; each cell: geometric mean over "
+        f"Machine: {cpu.get('model')}, {cpu.get('usable_cpus')} usable CPUs; interpreter {interpreter}. Rounds: {args.rounds}, commits alternating; each cell: geometric mean over "
         "rounds x prompts of new / old overhead per emitted token [95% bootstrap interval]; then each "
         "commit's ratio to SpD (same pairs).",
         "",

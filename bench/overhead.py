@@ -107,17 +107,14 @@ def make_prompts(n: int, length: int, vocab: int, seed: int = 0) -> list[list[in
 
 
 # ----------------------------------------------------------------------------- device ops
-#: calls that read no entries (views, metadata): not counted as vocabulary rows
-_NO_PASS = frozenset({"__getitem__", "__get__", "__len__", "view", "reshape", "select", "narrow",
-                      "unsqueeze", "squeeze", "expand", "flatten", "unflatten", "size", "dim", "numel",
-                      "stride", "is_contiguous", "data_ptr", "storage_offset", "__format__", "__repr__",
-                      "detach", "t", "transpose", "permute", "as_strided", "split", "chunk", "unbind"})
-
-
 #: attribute reads and shape queries: host metadata, no kernel on any device
 _META = frozenset({"__get__", "__len__", "size", "dim", "numel", "nelement", "stride", "is_contiguous",
                    "data_ptr", "storage_offset", "element_size", "is_floating_point", "is_complex",
                    "get_device", "__format__", "__repr__"})
+#: calls that read no entries (metadata and views): not counted as vocabulary rows
+_NO_PASS = _META | {"__getitem__", "view", "reshape", "select", "narrow", "unsqueeze", "squeeze", "expand",
+                    "flatten", "unflatten", "detach", "t", "transpose", "permute", "as_strided", "split",
+                    "chunk", "unbind"}
 
 
 class OpCounter(torch.overrides.TorchFunctionMode):

@@ -91,25 +91,27 @@ class Scores:
             self._cache["candidates"] = cand
         return self._cache["candidates"]
 
+    def row_candidates(self, row: int) -> tuple[torch.Tensor, torch.Tensor]:  # ids, probs [1, c]
+        """``Warping.candidates`` of row ``row`` alone, kept: greedy on the CPU, where a row's
+        candidates do not depend on the rows warped with it (its argmax, probability 1), so a
+        rule that reads a few rows of a tree pays for those rows only."""
+        rows = self._cache.setdefault("row_candidates", {})
+        if row not in rows:
+            rows[row] = self.ctx.warping.candidates((self.root if row == 0 else self.body[row - 1])[None])
+        return rows[row]
+
     def argmax(self, row: int) -> int:
-        """Greedy on the CPU: ``p[row]``'s one token (its logits' argmax), found for this row
-        alone and kept; a rule that reads a few rows of a tree pays for those rows only."""
-        ids = self._cache.setdefault("argmax", {})
-        if row not in ids:
-            logits = self.root if row == 0 else self.body[row - 1]
-            ids[row] = int(logits.argmax())  # the first of tied maxima, as a batch's argmax
-        return ids[row]
+        """Greedy on the CPU: ``p[row]``'s one token (``row_candidates``)."""
+        return int(self.row_candidates(row)[0][0, 0])
 
     def sample(self, row: int, generator: torch.Generator) -> int:
         """One draw from ``p[row]`` (``mtad.core.sampling.sample``): on the host support read from
         the candidates where there are some (the same support, so the same token), else from
-        ``p`` (on an accelerator as ``sample`` draws there). Greedy on the CPU: the row's
-        argmax (``argmax``): the candidates' support of that row, built for it alone, so the
-        same draw and the same generator state."""
+        ``p`` (on an accelerator as ``sample`` draws there). Greedy on the CPU, unless every
+        row's candidates were taken already: that row's own (``row_candidates``)."""
         if self.device.type == "cpu" and self.ctx.warping.greedy and "candidates" not in self._cache:
-            one = torch.ones(1, 1, dtype=torch.float64 if self.body.dtype == torch.float64 else torch.float32)
-            ids = torch.tensor([[self.argmax(row)]])
-            return sample(candidate_supports(ids, one, self.body.shape[-1])[0], generator)
+            ids, probs = self.row_candidates(row)
+            return sample(candidate_supports(ids, probs, self.body.shape[-1])[0], generator)
         cand = self.candidates()
         if cand is not None:
             return sample(candidate_supports(cand[0][row : row + 1], cand[1][row : row + 1],

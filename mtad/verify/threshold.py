@@ -150,33 +150,13 @@ def greedy_path_log_probs(
     -inf from the first that does not, whatever the edges below. The rows under a dead path
     are never read: a tree of ``W x gamma`` nodes reads the rows of its greedy path only
     (a random draft: the root and the node it matches), where the dense form takes the
-    argmax of every scored row. The values are ``path_log_probs``'s of the candidates' edge
-    masses (``tests/verify/test_threshold_host.py``)."""
-    dtype = torch.float64 if scores.body.dtype == torch.float64 else torch.float32  # the masses'
+    argmax of every scored row; a chain, its rows up to the first miss. The values are
+    ``path_log_probs``'s of the candidates' edge masses (``tests/verify/test_threshold_host.py``)."""
     out = [0.0] * len(parents)
     for r in range(1, len(parents)):  # parents precede children
         up = parents[r]
         out[r] = 0.0 if out[up] == 0.0 and tokens[r] == scores.argmax(up) else -math.inf
-    return torch.tensor(out, dtype=dtype)
-
-
-def greedy_chain_log_probs(
-    scores,  # mtad.verify.score.Scores of a greedy pass over a chain, on the CPU
-    draft: list[int],  # [g] the chain's tokens: row i scores draft[i]
-) -> torch.Tensor:  # [g] log p_i(x_i): 0 while the chain follows the argmax, then -inf
-    """MTAD's ``log p_i(x_i)`` at temperature 0, reading rows only up to the first miss.
-
-    One-hot rows give 0 where the token is its row's argmax and -inf elsewhere; after the
-    first -inf every cumulative sum ``R_d`` is -inf (``cumulative_log_ratio``) whatever the
-    later terms, so they are set to -inf unread. Same ``R_d`` as the candidates' masses
-    (``tests/verify/test_threshold_host.py``), with the rows of the accepted prefix and the
-    first miss read instead of all ``g``."""
-    dtype = torch.float64 if scores.body.dtype == torch.float64 else torch.float32  # the masses'
-    out, live = [], True
-    for i, token in enumerate(draft):
-        live = live and token == scores.argmax(i)
-        out.append(0.0 if live else -math.inf)
-    return torch.tensor(out, dtype=dtype)
+    return torch.tensor(out, dtype=scores.row_candidates(0)[1].dtype)  # the masses' dtype
 
 
 def _host_float(dtype: torch.dtype):
@@ -212,7 +192,9 @@ class JointThreshold:
         draft = beams.path_tokens(best)  # [g]
         scores = score(ctx, TokenTree.chain(draft))  # the best beam's path only
         if ctx.warping.greedy and scores.device.type == "cpu":
-            log_p = greedy_chain_log_probs(scores, draft)  # rows read up to the first miss
+            # a chain's path sums, 0 up to the first miss and -inf from it, are the edges' own log
+            # p_i(x_i) there; after it every R_d is -inf whatever the later terms (rows not read)
+            log_p = greedy_path_log_probs(scores, [-1, *draft], [-1, *range(g)])[1:]
         else:
             x, _ = scores.fed()  # the pass's own copy of the tokens
             log_p = scores.masses(torch.arange(g, device=x.device), x, log=True)  # [g] log p_i(x_i), host

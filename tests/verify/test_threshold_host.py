@@ -96,7 +96,7 @@ def test_greedy_path_sums_read_only_live_rows_and_equal_the_dense_ones(dtype, vo
         want = path_log_probs(edge, parents)
         assert got.dtype == want.dtype and torch.equal(got, want)
         live = {0} | {r for r in range(1, n + 1) if want[r] == 0}
-        read = set(lazy._cache["argmax"])
+        read = set(lazy._cache["row_candidates"])
         assert read == {parents[r] for r in range(1, n + 1) if parents[r] in live}
         for row in range(n + 1):  # the bonus draw: the row's argmax, the generator moved as before
             g1, g2 = torch.Generator().manual_seed(trial), torch.Generator().manual_seed(trial)
@@ -106,14 +106,15 @@ def test_greedy_path_sums_read_only_live_rows_and_equal_the_dense_ones(dtype, vo
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_greedy_chain_ratios_read_rows_to_the_first_miss_and_equal_the_dense_ones(dtype):
-    """MTAD at temperature 0 on the CPU: ``log p_i(x_i)`` read up to the first miss gives the
-    dense masses' cumulative ratios exactly (the terms after a miss are -inf either way)."""
+    """MTAD at temperature 0 on the CPU: ``log p_i(x_i)`` read up to the first miss (the chain's
+    greedy path sums) gives the dense masses' cumulative ratios exactly (the terms after a miss
+    are -inf either way)."""
     from types import SimpleNamespace
 
     from mtad.core.tree import TokenTree
     from mtad.core.warping import Warping
     from mtad.verify.score import Scores
-    from mtad.verify.threshold import cumulative_log_ratio, greedy_chain_log_probs
+    from mtad.verify.threshold import cumulative_log_ratio, greedy_path_log_probs
 
     gen = torch.Generator().manual_seed(2)
     vocab = 40
@@ -129,10 +130,10 @@ def test_greedy_chain_ratios_read_rows_to_the_first_miss_and_equal_the_dense_one
         ctx = SimpleNamespace(warping=Warping(0.0))
         lazy, dense = (Scores(ctx, TokenTree(), TokenTree(), list(range(g + 1)), logits[0], logits[1:])
                        for _ in range(2))
-        got = greedy_chain_log_probs(lazy, draft)
+        got = greedy_path_log_probs(lazy, [-1, *draft], [-1, *range(g)])[1:]  # as MTAD's rule reads them
         want = dense.masses(torch.arange(g), torch.tensor(draft), log=True)
         cum_logq = -torch.rand(g, generator=gen, dtype=want.dtype).cumsum(0)
         assert got.dtype == want.dtype
         assert torch.equal(cumulative_log_ratio(got, cum_logq), cumulative_log_ratio(want, cum_logq))
         miss = next((i for i in range(g) if draft[i] != best[i]), g - 1)
-        assert set(lazy._cache["argmax"]) == set(range(miss + 1))
+        assert set(lazy._cache["row_candidates"]) == set(range(miss + 1))
