@@ -171,6 +171,8 @@ def main(argv=None):
         print_comparisons(compare(saved["rows"], args.compare or saved["args"].get("compare", "")))
         return
 
+    if unknown := [m for m in args.modes.split(",") if m not in MODES]:
+        raise SystemExit(f"--modes: unknown mode(s) {unknown}; choose from {', '.join(MODES)}")
     cfg = compose_config(args.overrides, drop=("task", "logger"))
     pair = instantiate(cfg.model)
     tok = pair.tokenizer
@@ -181,7 +183,9 @@ def main(argv=None):
     names = args.decoders.split(",")
     if args.fixed_length and (hf := [n for n in names if n in HF_ROWS]):
         raise SystemExit(f"--fixed-length: HF rows {hf} time prefill with decoding; leave them out")
-    modes = {"greedy": Warping(0.0), "sample": Warping(float(cfg.temperature), int(cfg.top_k), float(cfg.top_p))}
+    modes = {"greedy": Warping(0.0), "sample": Warping(float(cfg.temperature), int(cfg.top_k), float(cfg.top_p)),
+             # top-p alone: a draw's support is the nucleus, not bounded by top-k
+             "sample_nok": Warping(float(cfg.temperature), 0, float(cfg.top_p))}
     # One decoder object per (spec, task, mode), like one sweep point: a gamma=auto controller
     # learns from the steps of its own task and mode only.
     engines = {}
@@ -201,7 +205,7 @@ def main(argv=None):
     first = next(iter(prompts.values()))[0]
     for n in names:
         for mname, w in modes.items():
-            if mname in args.modes:
+            if mname in args.modes.split(","):
                 _run(n, pair, None if n in HF_ROWS else decoder(n, "warm-up"), first, 4, w, args.gamma, 0,
                      args.fixed_length)
     for task, plist in prompts.items():
@@ -242,6 +246,9 @@ def main(argv=None):
     print(f"\nwritten: {args.out}")
 
 
+MODES = ("greedy", "sample", "sample_nok")  # T 0; the config's T, top-k, top-p; the same without top-k
+
+
 def _run(name, pair, dec, ids, max_new, warping, gamma, seed, fixed_length=False):
     if name in HF_ROWS:
         out, wall = hf_generate(pair, ids, max_new, warping, None if name == "hf_ar" else name, gamma, seed)
@@ -268,8 +275,22 @@ def _per_prompt_rate(rs) -> dict[int, float]:
     return out
 
 
+def _per_prompt_outside(rs) -> dict[int, float]:
+    """Seconds outside the two models' forward passes per emitted token, per prompt, pooled over
+    repeats: (timed span - forward) / tokens, the forward hooks' time taken over the span they
+    timed (prefill included on both sides)."""
+    out = {}
+    for pi in sorted({r["prompt"] for r in rs}):
+        mine = [r for r in rs if r["prompt"] == pi]
+        tokens = sum(r["tokens"] for r in mine)
+        if tokens:
+            out[pi] = sum(r.get("timed", r["wall"]) - r["forward"] for r in mine) / tokens
+    return out
+
+
 def _paired_ratio(mine: dict[int, float], ref: dict[int, float]) -> dict | None:
-    """Ratio of geometric means of per-prompt tokens/s, 95% bootstrap interval over prompts."""
+    """Ratio of geometric means of per-prompt values (tokens/s, or seconds outside the models per
+    token), 95% bootstrap interval over prompts."""
     common = sorted(set(mine) & set(ref))
     if not common:
         return None
@@ -284,7 +305,7 @@ def summarize(rows, names):
     for key in sorted({(r["task"], r["mode"]) for r in rows}):
         sub = [r for r in rows if (r["task"], r["mode"]) == key]
         per = {}
-        rates = {}
+        rates, outside = {}, {}
         for n in names:
             rs = [r for r in sub if r["decoder"] == n]
             if not rs:
@@ -298,11 +319,14 @@ def summarize(rows, names):
             # prefills and emits (plain) or verifies the first draft (assisted)
             passes = sum(r["target_calls"] - (0 if n in HF_ROWS else 1) for r in rs)
             rates[n] = _per_prompt_rate(rs)
+            outside[n] = _per_prompt_outside(rs)
             steps = sum(r.get("steps", 0) for r in rs)
             per[n] = dict(tokens_per_s=statistics.median(tps), spread=(min(tps), max(tps)),
                           block_efficiency=(block_efficiency(toks, steps) if steps  # HF's: no steps
                                             else tokens_per_target_pass(toks, max(passes, 1))),
                           forward_share=sum(r["forward"] for r in rs) / sum(r.get("timed", r["wall"]) for r in rs),
+                          outside_ms_per_token=1000 * sum(r.get("timed", r["wall"]) - r["forward"] for r in rs)
+                          / max(toks, 1),
                           prompts=len(rates[n]))
             if "steps" in rs[0]:
                 per[n]["mean_drafted"] = sum(r["mean_drafted"] * r["steps"] for r in rs) / max(steps, 1)
@@ -313,6 +337,7 @@ def summarize(rows, names):
             d["paired_vs_spd"] = _paired_ratio(rates[n], rates["spd"]) if "spd" in rates else None
             d["paired_vs_hf_assisted"] = (_paired_ratio(rates[n], rates["hf_assisted"])
                                           if "hf_assisted" in rates else None)
+            d["outside_vs_spd"] = _paired_ratio(outside[n], outside["spd"]) if "spd" in outside else None
         if key[1] == "greedy" and "spd" in per and "hf_assisted" in per:
             pairs = [(a["ids"], b["ids"]) for a in sub if a["decoder"] == "spd"
                      for b in sub if b["decoder"] == "hf_assisted" and b["prompt"] == a["prompt"]
@@ -349,11 +374,16 @@ def _fmt_ratio(r) -> str:
     return "-" if not r else f"{r['estimate']:.2f} [{r['low']:.2f},{r['high']:.2f}]"
 
 
+def _fmt_ms(x) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
 def print_report(report, rows):
     for key, per in report.items():
         print(f"\n## {key}")
         print(f"{'decoder':<26} {'tok/s':>6} {'spread':>11} {'BE':>5} {'nodes':>5} {'x HF-asst':>9} "
-              f"{'x AR':>5} {'x SpD, paired [95% CI]':>22} {'x HF-asst, paired':>18} {'fwd share':>9}")
+              f"{'x AR':>5} {'x SpD, paired [95% CI]':>22} {'x HF-asst, paired':>18} {'fwd share':>9} "
+              f"{'outside ms/tok':>14} {'outside x SpD, paired':>21}")
         for n, d in per.items():
             sp = f"{d['spread'][0]:.2f}-{d['spread'][1]:.2f}"
             vs_hf = f"{d['vs_hf_assisted']:.2f}" if d["vs_hf_assisted"] is not None else "-"
@@ -362,14 +392,17 @@ def print_report(report, rows):
             extra = f"  greedy tokens == HF assisted: {d['equal_prompts']}" if "equal_prompts" in d else ""
             print(f"{n:<26} {d['tokens_per_s']:>6.2f} {sp:>11} {d['block_efficiency']:>5.2f} {nodes:>5} "
                   f"{vs_hf:>9} {vs_ar:>5} {_fmt_ratio(d.get('paired_vs_spd')):>22} "
-                  f"{_fmt_ratio(d.get('paired_vs_hf_assisted')):>18} {d['forward_share']:>9.1%}{extra}")
+                  f"{_fmt_ratio(d.get('paired_vs_hf_assisted')):>18} {d['forward_share']:>9.1%} "
+                  f"{_fmt_ms(d.get('outside_ms_per_token')):>14} {_fmt_ratio(d.get('outside_vs_spd')):>21}{extra}")
     print("\nBE = emitted tokens / steps (mtad.core.metrics) for ours; new tokens / decoding target passes for"
           " HF's (forward hooks; HF's first pass counts); nodes = mean target tree nodes per step; tok/s"
           " include prefill except with --fixed-length (median over repeats, spread = min-max); paired"
           " = ratio of geometric means of per-prompt tokens/s with a"
           " 95% bootstrap interval over prompts; fwd share = time inside the models' top-level forward over"
           " the time they were timed in (prefill + decoding: the share's span includes the prefill also"
-          " with --fixed-length)")
+          " with --fixed-length); outside = that span less the forward time, per emitted token (the harness's"
+          " own time: warping, drafting bookkeeping, draws, cache edits), paired = ratio of geometric means of"
+          " per-prompt values with a 95% bootstrap interval (below 1: less than SpD's)")
     print(json.dumps({"runs": len(rows)}))
 
 

@@ -47,6 +47,25 @@ def test_speed_benchmark_runs_side_by_side(tmp_path, capsys):
     assert "paired comparisons" in capsys.readouterr().out
 
 
+def test_speed_reports_the_harness_time_outside_the_models(tmp_path):
+    """Top-p alone is a mode; each decoder's time outside the forward passes per token is
+    reported from its runs, paired with SpD's by prompt."""
+    out = tmp_path / "speed.json"
+    speed.main([*TINY, "--tasks", "humaneval:0-1", "--max-new-tokens", "5", "--repeats", "1",
+                "--modes", "sample_nok", "--decoders", "spd,tree_mtad", "--out", str(out)])
+    data = json.loads(out.read_text())
+    per = data["report"]["humaneval/sample_nok"]
+    for name, d in per.items():
+        rs = [r for r in data["rows"] if r["decoder"] == name]
+        outside = sum(r["wall"] - r["forward"] for r in rs) / sum(r["tokens"] for r in rs)
+        assert d["outside_ms_per_token"] == pytest.approx(1000 * outside)
+        assert 0 < d["outside_ms_per_token"]
+    assert per["spd"]["outside_vs_spd"]["estimate"] == pytest.approx(1.0)
+    assert per["tree_mtad"]["outside_vs_spd"]["n"] == 2  # paired over the two prompts
+    with pytest.raises(SystemExit, match="--modes"):
+        speed.main([*TINY, "--modes", "greedy,topp", "--out", str(tmp_path / "x.json")])
+
+
 def test_cost_model_runs_and_writes_a_prior(tmp_path):
     out, prior = tmp_path / "cm.json", tmp_path / "prior.json"
     cost_model.main([*TINY, "--tune-prompts", "humaneval:10-10", "--report-prompts", "humaneval:0-0",
