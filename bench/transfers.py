@@ -169,8 +169,11 @@ def main(argv=None) -> None:
         "(this random pair's hold thousands of tokens) does not cross: the first read brings the "
         "top 256 entries and the support's size, and the draw is made on the device with that "
         "many exponentials (a pinned copy), its token read back: hence two reads per draft depth "
-        "and three per verification there, and no read longer than a first read (a beam's: its W "
-        "rows' hints, ids, values and q).",
+        "there. A verification reads the support sizes of the rows its final draw may come from "
+        "with its scalars and draws a long one at once (a multi-draft walk whose draft rows stayed "
+        "on the device runs there without reading the target's hints): two reads, MTJD one per "
+        "block position and its last position's draw. No read is longer than a first read (a "
+        "beam's: its W rows' hints, ids, values and q).",
         "",
         "| T | decoder | gamma | W | D2H draft | D2H verify | H2D sync draft | H2D sync verify "
         "| H2D pinned draft | H2D pinned verify | engine H2D sync + pinned | largest read | steps |",

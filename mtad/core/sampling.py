@@ -68,6 +68,7 @@ __all__ = [
     "residual",
     "sample",
     "support",
+    "support_sizes",
     "top_entries",
 ]
 
@@ -274,15 +275,20 @@ def sample(
     probs: torch.Tensor | Support,  # [V] on any device, or its host support
     generator: torch.Generator,
     bound: int | None = None,  # at most this many nonzero entries (Warping.support_bound)
+    size: int | None = None,  # the support's size, when a read before this one brought it
 ) -> int:
     """One draw from a probability vector (explicit generator, no global RNG): the token
     ``draw`` gives on its host support. An unbounded support of a long vector on an
     accelerator (plain temperature), or one longer than ``bound`` (``read_supports``), is
     drawn there instead (``device_sample``): the same token, the same random stream, and no
-    row crosses to the host."""
+    row crosses to the host. With ``size`` (``support_sizes``, read with a verification's
+    scalars) a support longer than ``bound`` is drawn on the device at once, without the read
+    that would find its size: the draw ``read_supports`` leads to, one read fewer."""
     if isinstance(probs, torch.Tensor) and device_drawn(probs, bound):
         return device_sample(probs, generator)
     if isinstance(probs, torch.Tensor) and probs.device.type != "cpu":
+        if size is not None and _past_hint(probs.shape[-1], bound, size):
+            return device_sample(probs, generator, size)
         got, length = read_supports(probs[None], bound)
         if got is None:  # a support longer than the bound: drawn on the device, not read
             return device_sample(probs, generator, length)
@@ -290,6 +296,22 @@ def sample(
     else:
         s = as_support(probs, bound)
     return int(draw(s.ids, s.vals, generator)[0])
+
+
+def support_sizes(rows: torch.Tensor) -> torch.Tensor:  # [..., V] -> [...] int64, on the rows' device
+    """Each row's support size (its nonzero entries; negative ones count as 0, as ``support``
+    reads them): what ``host_supports_with`` reads with a row's hint, computed where a rule
+    reads its scalars, so that the one row it then draws from is drawn without a hint read
+    when that support is long (``sample``'s ``size``)."""
+    return (rows > 0).sum(-1)
+
+
+def _past_hint(vocab: int, bound: int | None, size: int) -> bool:
+    """Whether ``host_supports_with`` (``defer``) would leave a support of ``size`` entries
+    unread: a long row (past ``DENSE_MAX``, ids exact in floats) whose support goes on past
+    its hint's ``bound + 1`` entries. ``read_supports`` then hands it to a device draw."""
+    return (bound is not None and DENSE_MAX < vocab < _EXACT_FLOAT_INDEX and bound + 1 < vocab
+            and size > bound + 1)
 
 
 def device_drawn(x: torch.Tensor, bound: int | None) -> bool:
@@ -485,12 +507,15 @@ class Rows:
     ``device_row(i)``, where given, is row ``i`` as the vector on its accelerator even when
     ``row(i)`` is its host support: the multi-draft walk runs on the device when some row of
     ``p`` or ``q`` stayed there (``mtad.verify.devicewalk``) and then needs both as vectors.
+    ``ready``: reading a row costs no device-to-host transfer (the rows were read, or decided
+    to stay on the device, when they were made): the walk asks such rows first.
     """
 
     def __init__(self, num_rows: int, row: Callable[[int], torch.Tensor],
-                 device_row: Callable[[int], torch.Tensor] | None = None):
+                 device_row: Callable[[int], torch.Tensor] | None = None, ready: bool = False):
         self._n, self._row, self._cache = num_rows, row, {}
         self.device_row = device_row
+        self.ready = ready
 
     def __len__(self) -> int:
         return self._n

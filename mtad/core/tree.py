@@ -167,6 +167,7 @@ def warped_rows(
     root: torch.Tensor,  # [V] logits after the root (row 0)
     logits: torch.Tensor,  # [M, V] logits after the canonical rows in ``pos``
     pos: dict[int, int],  # canonical row -> its row of ``logits``
+    stay: bool = False,  # an accelerator: keep the rows there as vectors without reading their hints
 ) -> Rows:  # [N+1] host supports of the warped rows; a row without logits (a leaf) is empty
     """A model's warped distribution after every row of ``tree``, read lazily onto the host.
 
@@ -174,8 +175,9 @@ def warped_rows(
     path); on an accelerator the first read warps every row and brings their supports to
     the host in one transfer, or, where the supports are whole rows (plain temperature:
     ``mtad.core.sampling.device_drawn``) or that read shows one longer than the warping's
-    bound (``mtad.core.sampling.read_supports``: top-p alone with a wide nucleus), keeps the
-    warped rows on the device as vectors (the multi-draft walk then reads scalars:
+    bound (``mtad.core.sampling.read_supports``: top-p alone with a wide nucleus), or where
+    ``stay`` says so without that read (beam drafting: a depth's scores already ran past the
+    hint), keeps the warped rows on the device as vectors (the multi-draft walk then reads scalars:
     ``mtad.verify.devicewalk``). On an accelerator the rows are also there as vectors
     (``Rows.device_row``) for a walk on the device. Rows with equal paths share their
     canonical row's support.
@@ -199,7 +201,7 @@ def warped_rows(
     def every() -> None:  # their host supports, or the vectors where a support is long
         rows = warp()
         got = None
-        if not device_drawn(rows, bound):
+        if not (stay or device_drawn(rows, bound)):
             got, _ = read_supports(rows, bound)  # one transfer
         warped.update(zip([ROOT, *pos], rows if got is None else [s for s, _ in got]))
 

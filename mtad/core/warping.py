@@ -64,6 +64,15 @@ class Warping:
             return 4 * self.top_k + 64
         return TOP_P_HINT if self.top_p < 1.0 else None
 
+    @property
+    def support_hinted(self) -> bool:
+        """Whether ``support_bound`` is a hint only (top-p alone: a nucleus may run far past it),
+        so that a verification reads its candidate final rows' support sizes with its scalars
+        (``mtad.core.sampling.support_sizes``) and draws a long one on the device without first
+        reading its hint. With top-k the bound holds but for ties past ``4 k + 64``; at
+        temperature 0 a support is one token; plain temperature draws on the device anyway."""
+        return not self.greedy and self.top_k == 0 and self.top_p < 1.0
+
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
         return warp_probs(logits, self.temperature, self.top_k, self.top_p)
 

@@ -141,6 +141,7 @@ def _select(
     generator: torch.Generator,
     bound: int | None = None,  # at most this many nonzero scores (a transfer hint)
     other: torch.Tensor | None = None,  # [n * V] values to read at the chosen entries too
+    note: dict | None = None,  # set note["long"] = True where the scores' support ran past ``bound``
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:  # host: [k] indices, scores, ``other``
     """``select_entries`` with the chosen scores (and ``other`` there); one device-to-host
     transfer (rarely two)."""
@@ -152,6 +153,8 @@ def _select(
         got, length = read_supports(scores[None], bound, None if other is None else other[None])
         if got is not None:
             return _host_select(*got[0], width, replacement, generator)
+        if note is not None:
+            note["long"] = True
     # plain temperature on an accelerator, or a support past the bound: drawn there, nothing
     # but the draws read back
     try:
@@ -193,6 +196,7 @@ def _beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool) ->
     out = Beams(tokens=[], parents=[], cum_logq=[], weights=weights)
     tree = TokenTree(depth=gamma, beams=out)
     fed = _Fed()
+    note: dict = {}  # _select's: whether a depth's support ran past the hint
     for t in range(gamma):
         if t == 0:
             logits, which = root, None  # the root: one row (a vector here)
@@ -212,7 +216,7 @@ def _beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool) ->
             wide = rows.to(torch.promote_types(rows.dtype, weights.dtype))  # as weights * rows promotes
             scores = torch.cat([wide[i] * float(w) for i, w in enumerate(weights.tolist())])  # [n * V]
             picked = _select(scores, width, greedy, replacement, ctx.generator,
-                             bound * len(weights) if bound else None, rows.reshape(-1))  # [k] each, host
+                             bound * len(weights) if bound else None, rows.reshape(-1), note)  # [k] each, host
         idx, chosen, q_chosen = picked
         parent, token = idx // vocab, idx % vocab
         total = chosen.sum()
@@ -225,19 +229,22 @@ def _beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool) ->
         add_depth(tree, out, t)
         cum_prev = cum
     out.weights = weights
-    tree.q = _lazy_q(tree, ctx.warping, root, fed)  # read only by tree rules
+    # read only by tree rules; where a depth's scores ran past the hint (a wide nucleus on an
+    # accelerator), the rows stay there as vectors without a read of their hints
+    tree.q = _lazy_q(tree, ctx.warping, root, fed, stay=note.get("long", False))
     return tree
 
 
-def _lazy_q(tree: TokenTree, warping: Warping, root: torch.Tensor, fed: _Fed) -> Rows:
+def _lazy_q(tree: TokenTree, warping: Warping, root: torch.Tensor, fed: _Fed, stay: bool = False) -> Rows:
     """``warped_rows`` of the draft after every row of ``tree``, built on the first read (a
-    rule that reads no ``q`` pays for no concatenation of the fed logits)."""
+    rule that reads no ``q`` pays for no concatenation of the fed logits); ``stay``: its
+    ``stay`` (a depth's support already ran past the hint)."""
     inner: list[Rows] = []
 
     def rows() -> Rows:
         if not inner:
             logits = torch.cat(fed.logits) if fed.logits else root[None][:0]
-            inner.append(warped_rows(tree, warping, root, logits, fed.pos))
+            inner.append(warped_rows(tree, warping, root, logits, fed.pos, stay=stay))
         return inner[0]
 
     def row(r: int):
@@ -246,7 +253,8 @@ def _lazy_q(tree: TokenTree, warping: Warping, root: torch.Tensor, fed: _Fed) ->
     def device_row(r: int):  # an accelerator's: the row as a vector (``Rows.device_row``)
         return rows().device_row(r)
 
-    return Rows(len(tree.tokens), row, device_row if root.device.type != "cpu" else None)
+    # ``stay``: every row stays on the device, so a walk learns that without a read
+    return Rows(len(tree.tokens), row, device_row if root.device.type != "cpu" else None, ready=stay)
 
 
 def _sparse_select(

@@ -297,7 +297,7 @@ class _TreeBuilder:
         empty = Support(torch.zeros(0, dtype=torch.long), torch.zeros(0), self.vocab)
         dense = self.dense
         self.t.q = Rows(len(self.tokens), lambda r: qs.get(canon[r], empty),  # leaves: no children
-                        (lambda r: dense[canon[r]]) if dense else None)
+                        (lambda r: dense[canon[r]]) if dense else None, ready=True)  # read when drawn
         self.t.depth = depth
         return self.t
 

@@ -12,7 +12,9 @@ the rule, on its output.
 Devices: verification gathers every p_i(x_i), q_i(x_i) on the target's device (indexed with
 the target pass's own copy of the tokens, ``mtad.core.runner.fed_tensors``) and crosses
 once, draws the uniforms on the host, then crosses once more with the correction's (or
-bonus's) support. On the CPU with a sparse warping (a chain drafted with host supports,
+bonus's) support (with top-p alone, where that support may be long, the masses' transfer
+also brings every candidate final row's support size, and a long one is drawn on the device
+instead: ``verify_chain``'s ``hinted``). On the CPU with a sparse warping (a chain drafted with host supports,
 ``mtad.propose.chain``), the masses and the bonus come from the target's candidates
 (``Scores.candidates``) instead of the dense rows; a correction at temperature 0 is p_i itself
 (both rows one-hot, x_i not p_i's argmax), otherwise it is computed on the two rows made dense
@@ -24,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from mtad.core.decoder import StepContext, StepOutput, residual, sample
-from mtad.core.sampling import Rows
+from mtad.core.sampling import DENSE_MAX, Rows, support_sizes
 from mtad.core.tree import TokenTree
 from mtad.verify.score import Scores, chain_masses, chain_tokens, score
 
@@ -36,17 +38,33 @@ def verify_chain(
     generator: torch.Generator,
     bound: int | None = None,  # Warping.support_bound of p and q (a transfer hint)
     x: torch.Tensor | None = None,  # [g] the tokens on a device (the target pass's own copy)
+    hinted: bool = False,  # Warping.support_hinted: read the final rows' support sizes first
 ) -> tuple[int, int]:
-    """Speculative-sampling verification of one chain: (number accepted, correction/bonus token)."""
+    """Speculative-sampling verification of one chain: (number accepted, correction/bonus token).
+
+    With ``hinted`` on an accelerator (top-p alone, where a nucleus may run far past the
+    hint), every row the final draw may come from (each position's residual, the bonus row)
+    has its support size read with the masses, and a long one is drawn on the device at once
+    (``sample``'s ``size``): two reads, where reading the drawn row's hint first made three."""
     g = len(draft_tokens)
     if isinstance(q, Rows):  # host supports (mtad.propose.chain on the CPU): the dense rows
         q = torch.stack([q[i].dense() for i in range(g)]) if g else torch.empty(0, p.shape[-1])
     q = q.to(p.device)
-    pxs, qxs = chain_masses(draft_tokens, p, q, x=x)
+    sizes = _final_sizes(p, q, g) if hinted and g and p.device.type != "cpu" and p.shape[-1] > DENSE_MAX else None
+    pxs, qxs, *read = chain_masses(draft_tokens, p, q, x=x, extra=sizes)
+    size = read[0] if read else [None] * (g + 1)
     n = accepted_prefix(pxs, qxs, generator)
     if n < g:
-        return n, sample(residual(p[n], q[n]), generator, bound)
-    return g, sample(p[g], generator, bound)
+        return n, sample(residual(p[n], q[n]), generator, bound, size[n])
+    return g, sample(p[g], generator, bound, size[g])
+
+
+def _final_sizes(p: torch.Tensor, q: torch.Tensor, g: int) -> torch.Tensor:  # [g + 1] on p's device
+    """The support size of each row the final draw may come from: ``residual(p_i, q_i)``'s for
+    i < g (``max(0, p_i - q_i) > 0``, whatever the normaliser; ``p_i``'s where that has none, the
+    fallback), then ``p_g``'s (the bonus row)."""
+    res = support_sizes(p[:g] - q[:g])
+    return torch.cat([torch.where(res > 0, res, support_sizes(p[:g])), support_sizes(p[g : g + 1])])
 
 
 def accepted_prefix(pxs: list[float], qxs: list[float], generator: torch.Generator) -> int:
@@ -75,7 +93,8 @@ class SpeculativeChain:
         if isinstance(tree.q, Rows) and scores.candidates() is not None:
             n, y = _verify_on_candidates(ctx, tokens, scores, tree.q, x)
         else:
-            n, y = verify_chain(tokens, scores.p, tree.q, ctx.generator, ctx.warping.support_bound, x)
+            n, y = verify_chain(tokens, scores.p, tree.q, ctx.generator, ctx.warping.support_bound, x,
+                                ctx.warping.support_hinted)
         return StepOutput(tokens=tokens[:n] + [y], drafted=g, accepted=n, tree_size=g)
 
 

@@ -68,7 +68,12 @@ def _vectors(x):
 def device_rows(p, q) -> tuple | None:
     """(p, q) as vectors on the device where a walk over them (``[N+1, V]`` tensors or ``Rows``)
     runs here, else None: some row of either stayed on an accelerator, longer than ``DENSE_MAX``."""
-    if not (_stays(p) or _stays(q)):
+    # rows that cost no read to ask first (``Rows.ready``: a drawn tree's q, read when its children
+    # were drawn): when one of them stayed, the walk runs here whatever the others are, and p's
+    # hints are never read (a read fewer: the walk's scalars and its final draw are the
+    # verification's). Else p first, as a walk on the host reads p's rows anyway.
+    first, second = (q, p) if isinstance(q, torch.Tensor) or getattr(q, "ready", False) else (p, q)
+    if not (_stays(first) or _stays(second)):
         return None
     P, Q = _vectors(p), _vectors(q)
     return None if P is None or Q is None else (P, Q)

@@ -43,7 +43,7 @@ import torch
 
 from mtad.core.protocols import StepContext
 from mtad.core.runner import fed_tensors
-from mtad.core.sampling import Rows, candidate_supports, sample
+from mtad.core.sampling import DENSE_MAX, Rows, candidate_supports, sample, support_sizes
 from mtad.core.tree import TokenTree, warped_rows
 
 
@@ -116,16 +116,26 @@ class Scores:
         if cand is not None:
             return sample(candidate_supports(cand[0][row : row + 1], cand[1][row : row + 1],
                                              self.body.shape[-1])[0], generator)
-        return sample(self.p[row], generator, self.ctx.warping.support_bound)
+        sizes = self._cache.get("sizes")  # read with the masses (top-p alone on an accelerator)
+        return sample(self.p[row], generator, self.ctx.warping.support_bound, sizes[row] if sizes else None)
 
     def masses(self, rows: torch.Tensor, tokens: torch.Tensor, log: bool = False) -> torch.Tensor:
         """``p[rows, tokens]`` (their logarithms if ``log``) on the host: gathered from the
         candidates on the CPU, else on the logits' device (``rows`` / ``tokens`` there, e.g.
-        ``fed()``'s), the logarithms taken there, crossing in one transfer."""
+        ``fed()``'s), the logarithms taken there, crossing in one transfer. With top-p alone
+        on an accelerator (``Warping.support_hinted``: a nucleus may run far past the hint)
+        every row's support size crosses in that transfer too, kept for ``sample``: a rule's
+        final draw from a long support then needs no read of its hint first."""
         cand = self.candidates()
         if cand is None:
             m = self.p[rows, tokens]
-            return (m.log() if log else m).cpu()
+            m = m.log() if log else m
+            if not (self.ctx.warping.support_hinted and self.device.type != "cpu"
+                    and self.body.shape[-1] > DENSE_MAX):
+                return m.cpu()
+            host = torch.cat([m.reshape(-1), support_sizes(self.p).to(m.dtype)]).cpu()  # one transfer
+            self._cache["sizes"] = [int(v) for v in host[m.numel() :].tolist()]
+            return host[: m.numel()].reshape(m.shape)
         ids, probs = cand[0][rows], cand[1][rows]  # [n, c]: each row's candidates
         m = torch.where(ids == tokens[:, None], probs, 0).sum(-1)  # one match at most: exact
         return m.log() if log else m
@@ -167,12 +177,15 @@ def chain_masses(
     draft_tokens: list[int],  # [g]
     *dists: torch.Tensor,  # each [>= g, V]: row i scores draft_tokens[i]
     x: torch.Tensor | None = None,  # [g] the tokens already on a device (a pass's own copy)
-) -> list[list[float]]:  # per dist: [g] masses p_i(x_i)
+    extra: torch.Tensor | None = None,  # [n] integer values on the first dist's device, read along
+) -> list[list[float]]:  # per dist: [g] masses p_i(x_i); then ``extra``'s values, if given
     """Every dist's mass at the chain's tokens, gathered on the first dist's device: one
-    transfer (and one host-to-device copy of the tokens unless ``x`` is given)."""
+    transfer (and one host-to-device copy of the tokens unless ``x`` is given). ``extra``
+    (support sizes: counts below 2**24, exact in any float dtype of the masses) crosses in
+    the same transfer and comes last, as Python ints."""
     g = len(draft_tokens)
     if g == 0:
-        return [[] for _ in dists]
+        return [[] for _ in dists] + ([[int(v) for v in extra.tolist()]] if extra is not None else [])
     dev = dists[0].device
     dtype = dists[0].dtype
     for d in dists[1:]:
@@ -180,4 +193,8 @@ def chain_masses(
     rows = torch.arange(g, device=dev)
     x = x.to(dev) if x is not None else torch.tensor(draft_tokens, dtype=torch.long, device=dev)
     gathered = torch.stack([d.to(dev)[rows, x].to(dtype) for d in dists])  # [len(dists), g]
-    return gathered.cpu().tolist()
+    if extra is None:
+        return gathered.cpu().tolist()
+    host = torch.cat([gathered.flatten(), extra.to(dtype)]).cpu().tolist()  # one transfer
+    n = len(dists) * g
+    return [host[i * g : (i + 1) * g] for i in range(len(dists))] + [[int(v) for v in host[n:]]]

@@ -19,6 +19,7 @@ import torch
 
 from mtad.core.decoder import StepContext, StepOutput, sample
 from mtad.core.knobs import Knob, Rule
+from mtad.core.sampling import DENSE_MAX, support_sizes
 from mtad.core.tree import TokenTree
 from mtad.verify.score import chain_tokens, score
 
@@ -50,15 +51,30 @@ def typical_accept_length(
     g = len(draft_tokens)
     if g == 0:
         return 0
+    return _typical_on_rows(draft_tokens, p, eps, delta, x)[0]
+
+
+def _typical_on_rows(
+    draft_tokens: list[int], p: torch.Tensor, eps: float, delta: float, x: torch.Tensor | None,
+    sizes: torch.Tensor | None = None,  # [n] support sizes on p's device, read in the same transfer
+) -> tuple[int, list[int]]:  # (accepted length, the sizes read)
     x = x.to(p.device) if x is not None else torch.tensor(draft_tokens, device=p.device)
-    return _first_atypical(p[torch.arange(g, device=p.device), x], entropy(p[:g]), eps, delta)
+    g = len(draft_tokens)
+    return _first_atypical(p[torch.arange(g, device=p.device), x], entropy(p[:g]), eps, delta, sizes)
 
 
-def _first_atypical(px: torch.Tensor, h: torch.Tensor, eps: float, delta: float) -> int:
-    """The accepted length: the first i with p_i(x_i) <= min(eps, delta * exp(-H_i)), else g."""
+def _first_atypical(px: torch.Tensor, h: torch.Tensor, eps: float, delta: float,
+                    extra: torch.Tensor | None = None) -> tuple[int, list[int]]:
+    """The accepted length: the first i with p_i(x_i) <= min(eps, delta * exp(-H_i)), else g;
+    with ``extra``'s integer values (support sizes), read in the same transfer."""
     thresh = torch.clamp(delta * torch.exp(-h), max=eps)  # [g]
-    ok = (px > thresh).tolist()  # one transfer
-    return next((i for i, v in enumerate(ok) if not v), len(ok))
+    ok = px > thresh
+    if extra is None:
+        flags, read = ok.tolist(), []  # one transfer
+    else:
+        host = torch.cat([ok.long(), extra.long()]).tolist()  # one transfer
+        flags, read = [bool(v) for v in host[: ok.numel()]], host[ok.numel() :]
+    return next((i for i, v in enumerate(flags) if not v), len(flags)), read
 
 
 class TypicalAcceptance:
@@ -87,10 +103,13 @@ class TypicalAcceptance:
                 h = torch.zeros(g, dtype=px.dtype)
             else:
                 h = candidate_entropy(cand[0][:g], cand[1][:g], scores.body.shape[-1])
-            a = _first_atypical(px, h, self.eps, self.delta)
+            a = _first_atypical(px, h, self.eps, self.delta)[0]
             y = scores.sample(a, ctx.generator)
         else:
             p = scores.p  # [g+1, V]
-            a = typical_accept_length(tokens, p, self.eps, self.delta, x)
-            y = sample(p[a], ctx.generator, ctx.warping.support_bound)
+            # top-p alone on an accelerator: every row's support size with the flags (one read),
+            # so a long final support is drawn on the device without a read of its hint first
+            hinted = ctx.warping.support_hinted and p.device.type != "cpu" and p.shape[-1] > DENSE_MAX
+            a, sizes = _typical_on_rows(tokens, p, self.eps, self.delta, x, support_sizes(p) if hinted and g else None)
+            y = sample(p[a], ctx.generator, ctx.warping.support_bound, sizes[a] if sizes else None)
         return StepOutput(tokens=tokens[:a] + [y], drafted=g, accepted=a, tree_size=g)

@@ -141,6 +141,34 @@ def test_a_support_past_the_bound_is_drawn_on_the_device(size, dtype):
         assert vd.counts["pinned_engine"] == long, "the exponentials: only for a long support"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("size", [200, 256, 257, 1500, V - 10])
+def test_a_support_size_read_before_spares_the_hint_read(size, dtype):
+    """``sample(..., size=n)`` (a verification read the row's support size with its scalars:
+    ``support_sizes``): a long support is drawn on the device at once, a short one crosses in
+    its hint as without ``size``; the host draw's token and generator state either way, and a
+    long one costs one read, not two."""
+    from mtad.core.sampling import support_sizes
+    from mtad.core.warping import TOP_P_HINT
+
+    for seed in range(12):
+        p = _nucleus("full", dtype, seed, size)
+        assert int(support_sizes(p)) == size
+        g_host = torch.Generator().manual_seed(seed)
+        s = as_support(p)
+        want = int(draw(s.ids, s.vals, g_host)[0])
+        g_dev = torch.Generator().manual_seed(seed)
+        with VirtualDevices() as vd:
+            got = sample(p.to("cuda:0"), g_dev, TOP_P_HINT, size=size)
+        assert got == want, (size, dtype, seed)
+        assert torch.equal(g_dev.get_state(), g_host.get_state()), "the stream moved differently"
+        long = size > TOP_P_HINT + 1
+        assert vd.counts["engine"] == 1, "one read: the hint (short) or the draw (long)"
+        assert vd.counts["pinned_engine"] == long, "the exponentials: only for a long support"
+        if long:
+            assert vd.largest_read == 2, "only the token and the support's size cross"
+
+
 def test_a_length_shorter_than_a_support_is_refused():
     """A caller's ``length`` below a support's size would draw with too few exponentials: refused,
     the generator left as it was."""
