@@ -47,7 +47,7 @@ def test_speed_benchmark_runs_side_by_side(tmp_path, capsys):
     assert "paired comparisons" in capsys.readouterr().out
 
 
-def test_speed_reports_the_harness_time_outside_the_models(tmp_path):
+def test_speed_reports_the_harness_time_outside_the_models(tmp_path, capsys):
     """Top-p alone is a mode; each decoder's time outside the forward passes per token is
     reported from its runs, paired with SpD's by prompt."""
     out = tmp_path / "speed.json"
@@ -62,6 +62,14 @@ def test_speed_reports_the_harness_time_outside_the_models(tmp_path):
         assert 0 < d["outside_ms_per_token"]
     assert per["spd"]["outside_vs_spd"]["estimate"] == pytest.approx(1.0)
     assert per["tree_mtad"]["outside_vs_spd"]["n"] == 2  # paired over the two prompts
+    r = per["tree_mtad"]["outside_vs_spd"]
+    want = "met" if r["high"] <= 1.5 else "missed" if r["low"] > 1.5 else "unresolved"
+    assert per["tree_mtad"]["outside_goal"] == want and per["spd"]["outside_goal"] is None
+    capsys.readouterr()
+    speed.main(["--report", str(out)])  # a saved run re-rendered, with what produced it
+    head = capsys.readouterr().out.splitlines()[:2]
+    assert head[0].startswith("# python bench/speed.py ") and "--modes sample_nok" in head[0]
+    assert head[1].startswith(f"# git {data['provenance']['git']['commit'][:10]}")
     with pytest.raises(SystemExit, match="--modes"):
         speed.main([*TINY, "--modes", "greedy,topp", "--out", str(tmp_path / "x.json")])
 
