@@ -68,6 +68,7 @@ __all__ = [
     "residual",
     "sample",
     "support",
+    "sizes_first",
     "support_sizes",
     "top_entries",
 ]
@@ -167,7 +168,7 @@ def host_supports_with(
         return [(Support(ids, host[i, :vocab], vocab), back(host[i, vocab:]) if other is not None else None)
                 for i in range(num)]
     out: list[tuple[Support, torch.Tensor | None] | None] = [None] * num
-    if bound is not None and bound + 1 < vocab and vocab < _EXACT_FLOAT_INDEX:
+    if _hint_read(vocab, bound):
         k = bound + 1
         vals, idx = rows.topk(k, dim=-1)  # [R, k] descending
         count = (rows > 0).sum(-1, keepdim=True).to(vals.dtype)  # [R, 1]: each support's size
@@ -306,12 +307,24 @@ def support_sizes(rows: torch.Tensor) -> torch.Tensor:  # [..., V] -> [...] int6
     return (rows > 0).sum(-1)
 
 
+def _hint_read(vocab: int, bound: int | None) -> bool:
+    """Whether ``host_supports_with`` reads rows of ``vocab`` entries (past ``DENSE_MAX``) as
+    their top ``bound + 1`` entries and sizes (ids exact in floats)."""
+    return bound is not None and bound + 1 < vocab < _EXACT_FLOAT_INDEX
+
+
 def _past_hint(vocab: int, bound: int | None, size: int) -> bool:
     """Whether ``host_supports_with`` (``defer``) would leave a support of ``size`` entries
-    unread: a long row (past ``DENSE_MAX``, ids exact in floats) whose support goes on past
-    its hint's ``bound + 1`` entries. ``read_supports`` then hands it to a device draw."""
-    return (bound is not None and DENSE_MAX < vocab < _EXACT_FLOAT_INDEX and bound + 1 < vocab
-            and size > bound + 1)
+    unread: a long row whose support goes on past its hint's ``bound + 1`` entries.
+    ``read_supports`` then hands it to a device draw."""
+    return vocab > DENSE_MAX and _hint_read(vocab, bound) and size > bound + 1
+
+
+def sizes_first(rows: torch.Tensor, hinted: bool) -> bool:
+    """Whether a rule reads ``support_sizes`` of the rows its final draw may come from with its
+    scalars: ``hinted`` (``Warping.support_hinted``: top-p alone), on an accelerator, rows past
+    ``DENSE_MAX`` (shorter ones cross whole)."""
+    return hinted and rows.device.type != "cpu" and rows.shape[-1] > DENSE_MAX
 
 
 def device_drawn(x: torch.Tensor, bound: int | None) -> bool:

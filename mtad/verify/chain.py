@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from mtad.core.decoder import StepContext, StepOutput, residual, sample
-from mtad.core.sampling import DENSE_MAX, Rows, support_sizes
+from mtad.core.sampling import Rows, sizes_first, support_sizes
 from mtad.core.tree import TokenTree
 from mtad.verify.score import Scores, chain_masses, chain_tokens, score
 
@@ -50,7 +50,7 @@ def verify_chain(
     if isinstance(q, Rows):  # host supports (mtad.propose.chain on the CPU): the dense rows
         q = torch.stack([q[i].dense() for i in range(g)]) if g else torch.empty(0, p.shape[-1])
     q = q.to(p.device)
-    sizes = _final_sizes(p, q, g) if hinted and g and p.device.type != "cpu" and p.shape[-1] > DENSE_MAX else None
+    sizes = _final_sizes(p, q, g) if g and sizes_first(p, hinted) else None
     pxs, qxs, *read = chain_masses(draft_tokens, p, q, x=x, extra=sizes)
     size = read[0] if read else [None] * (g + 1)
     n = accepted_prefix(pxs, qxs, generator)

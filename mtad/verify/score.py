@@ -43,7 +43,7 @@ import torch
 
 from mtad.core.protocols import StepContext
 from mtad.core.runner import fed_tensors
-from mtad.core.sampling import DENSE_MAX, Rows, candidate_supports, sample, support_sizes
+from mtad.core.sampling import Rows, candidate_supports, sample, sizes_first, support_sizes
 from mtad.core.tree import TokenTree, warped_rows
 
 
@@ -130,8 +130,7 @@ class Scores:
         if cand is None:
             m = self.p[rows, tokens]
             m = m.log() if log else m
-            if not (self.ctx.warping.support_hinted and self.device.type != "cpu"
-                    and self.body.shape[-1] > DENSE_MAX):
+            if not sizes_first(self.body, self.ctx.warping.support_hinted):
                 return m.cpu()
             host = torch.cat([m.reshape(-1), support_sizes(self.p).to(m.dtype)]).cpu()  # one transfer
             self._cache["sizes"] = [int(v) for v in host[m.numel() :].tolist()]

@@ -19,7 +19,7 @@ import torch
 
 from mtad.core.decoder import StepContext, StepOutput, sample
 from mtad.core.knobs import Knob, Rule
-from mtad.core.sampling import DENSE_MAX, support_sizes
+from mtad.core.sampling import sizes_first, support_sizes
 from mtad.core.tree import TokenTree
 from mtad.verify.score import chain_tokens, score
 
@@ -109,7 +109,7 @@ class TypicalAcceptance:
             p = scores.p  # [g+1, V]
             # top-p alone on an accelerator: every row's support size with the flags (one read),
             # so a long final support is drawn on the device without a read of its hint first
-            hinted = ctx.warping.support_hinted and p.device.type != "cpu" and p.shape[-1] > DENSE_MAX
-            a, sizes = _typical_on_rows(tokens, p, self.eps, self.delta, x, support_sizes(p) if hinted and g else None)
+            hinted = g and sizes_first(p, ctx.warping.support_hinted)
+            a, sizes = _typical_on_rows(tokens, p, self.eps, self.delta, x, support_sizes(p) if hinted else None)
             y = sample(p[a], ctx.generator, ctx.warping.support_bound, sizes[a] if sizes else None)
         return StepOutput(tokens=tokens[:a] + [y], drafted=g, accepted=a, tree_size=g)
