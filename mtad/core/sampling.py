@@ -49,6 +49,8 @@ from typing import NamedTuple
 
 import torch
 
+from mtad.core.topk import topk_rows
+
 __all__ = [
     "DENSE_MAX",
     "EmptySupport",
@@ -560,7 +562,7 @@ def top_entries(
     comp = None
     odt = None if other is None else other.dtype
     if scores.device.type == "cpu":
-        cand = torch.nonzero(scores >= torch.topk(scores, k).values[-1]).flatten()  # ascending index
+        cand = torch.nonzero(scores >= topk_rows(scores, k)[0][-1]).flatten()  # ascending index
         vals = scores[cand]
         comp = None if other is None else other[cand]
     else:

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from mtad.core.topk import topk_rows
+
 TOP_P_HINT = 255  # support_bound's guess for a nucleus without top-k (a transfer hint only)
 
 
@@ -203,7 +205,7 @@ def _top_k_candidates(
     on the whole rows, as before.
     """
     if top_k + 1 < logits.shape[-1]:
-        vals, idx = torch.topk(logits, top_k + 1, dim=-1)  # [..., k + 1], descending
+        vals, idx = topk_rows(logits, top_k + 1)  # [..., k + 1], descending (torch.topk's)
         if bool((vals[..., :-1] > vals[..., 1:]).all()):  # strictly decreasing (NaN: False)
             return _top_p_of(vals[..., :-1].contiguous(), idx[..., :-1].contiguous(), top_p)
     vals, idx = torch.topk(logits, top_k, dim=-1)  # [..., k], descending

@@ -87,6 +87,7 @@ from mtad.core.sampling import (
     read_supports,
     top_entries,
 )
+from mtad.core.topk import topk_rows
 from mtad.core.tree import Beams, TokenTree, warped_rows
 from mtad.core.warping import Warping
 
@@ -295,7 +296,7 @@ def _sparse_select(
         m = min(vocab, width + _ROW_MARGIN)
         if m < width:
             return None
-        vals, ids = torch.topk(probs if probs.dim() == 2 else probs[None], m, dim=-1)  # [u, m]
+        vals, ids = topk_rows(probs if probs.dim() == 2 else probs[None], m)  # [u, m], as torch.topk
     dt = torch.promote_types(vals.dtype, weights.dtype)
     if dt not in _HOST_FLOAT:
         return None

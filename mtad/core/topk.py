@@ -1,0 +1,55 @@
+"""The top ``m`` entries of long rows without a full ``torch.topk`` pass over each row.
+
+On the CPU, ``torch.topk(rows, m)`` over a vocabulary row (151,936 entries) costs about as
+much as a softmax over it and more than twice a max reduction, and the harness takes such a
+top-m at every greedy beam depth and at every top-k warping. ``topk_rows`` reads the rows
+once with a block-wise max (a vectorised reduction), keeps the ``m`` blocks with the largest
+maxima, and takes the top ``m`` of those blocks' entries (plus the tail that does not fill a
+block): a few hundred entries per row instead of the vocabulary.
+
+Exact: every block that holds one of a row's top ``m`` values has a maximum at least the
+row's ``m``-th largest value, and every other block's maximum is at most that value, so the
+``m`` blocks with the largest maxima hold the row's top ``m`` values, and the values returned
+equal ``torch.topk``'s, in the same (descending) order. Indices are the same wherever the
+values are distinct; among entries tied in value, which indices are returned is unspecified,
+as it is for ``torch.topk`` itself. NaN ranks above every number, as in ``torch.topk``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+BLOCK = 64  # entries per block: 151,936 = 2,374 x 64
+_MIN_BLOCKS_PER_PICK = 8  # below this many blocks per picked entry the plain topk is as cheap
+
+
+def topk_rows(rows: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.topk(rows, m, dim=-1)`` for rows ``[..., V]`` (values descending, then indices).
+
+    Takes the block path on the CPU for rows much longer than ``m`` blocks; elsewhere (an
+    accelerator, short rows, a large ``m``) it is ``torch.topk`` itself.
+    """
+    vocab = rows.shape[-1]
+    nb = vocab // BLOCK
+    if (
+        rows.device.type != "cpu"
+        or rows.dim() == 0
+        or m <= 0
+        or nb < _MIN_BLOCKS_PER_PICK * m
+        or rows.is_complex()
+        or not rows.dtype.is_floating_point
+    ):
+        return torch.topk(rows, m, dim=-1)
+    lead = rows.shape[:-1]
+    flat = rows.reshape(-1, vocab)  # a view for contiguous rows
+    r = flat.shape[0]
+    # block g holds entries g, g + nb, g + 2 nb, ...: the max over them is an elementwise max of
+    # BLOCK contiguous slices (vectorised), where contiguous blocks would reduce 64 entries each
+    main = flat[:, : nb * BLOCK].reshape(r, BLOCK, nb)
+    _, blocks = torch.topk(main.amax(1), m, dim=-1)  # [r, m] the blocks with the largest maxima
+    ids = (blocks[:, :, None] + torch.arange(BLOCK) * nb).reshape(r, m * BLOCK)
+    tail = vocab - nb * BLOCK
+    if tail:
+        ids = torch.cat([ids, torch.arange(nb * BLOCK, vocab).expand(r, tail)], dim=1)
+    vals, pos = torch.topk(flat.gather(1, ids), m, dim=-1)
+    return vals.reshape(*lead, m), ids.gather(1, pos).reshape(*lead, m)
