@@ -1,4 +1,5 @@
-"""``mtad.core.topk.topk_rows`` against ``torch.topk`` on vocabulary rows, side by side in one run.
+"""``mtad.core.topk.topk_rows`` against ``torch.topk`` and ``argmax_rows`` against ``torch.argmax`` on
+vocabulary rows, side by side in one run.
 
     python bench/topk_rows.py --out results/bench/topk_rows_cpu.txt
 
@@ -24,14 +25,23 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mtad.core.machine import cpu_info  # noqa: E402
-from mtad.core.topk import topk_rows  # noqa: E402
+from mtad.core.topk import argmax_rows, topk_rows  # noqa: E402
 
-CASES = [  # (label, rows, vocabulary, m)
+CASES = [  # (label, rows, vocabulary, m); m = 0: the argmax
     ("greedy beam depth, W 4", 4, 151_936, 12),
     ("top-k 10 warping, 5 rows", 5, 151_936, 11),
     ("one row, top-k 10", 1, 151_936, 11),
     ("greedy beam depth, W 4, V 32k", 4, 32_000, 12),
+    ("argmax, one row (greedy SpD draft)", 1, 151_936, 0),
+    ("argmax, 5 rows (greedy target rows)", 5, 151_936, 0),
+    ("argmax, one row, V 32k", 1, 32_000, 0),
 ]
+
+
+def _forms(m: int):
+    if m == 0:
+        return (lambda x: x.argmax(-1)), argmax_rows
+    return (lambda x: torch.topk(x, m, dim=-1)), (lambda x: topk_rows(x, m))
 
 
 def _git() -> str:
@@ -56,13 +66,14 @@ def main(argv=None) -> None:
              f"--threads {args.threads}",
              f"# git {_git()}; {cpu_info().get('model', 'unknown CPU')}; torch {torch.__version__}, "
              f"{torch.get_num_threads()} threads; float32 softmax rows, fresh rows per call, forms alternated",
-             "", f"{'case':44} {'torch.topk ms':>14} {'topk_rows ms':>13} {'ratio':>6}"]
+             "", f"{'case':44} {'torch ms':>14} {'ours ms':>13} {'ratio':>6}"]
     for label, r, vocab, m in CASES:
         rows = [(torch.randn(r, vocab, generator=g) * 3).softmax(-1) for _ in range(args.rows)]
+        theirs, ours = _forms(m)
         for x in rows[:4]:  # warm-up, and the check
-            a, b = torch.topk(x, m, dim=-1), topk_rows(x, m)
-            if not torch.equal(a.values, b[0]):
-                raise SystemExit(f"{label}: topk_rows's values differ from torch.topk's")
+            a, b = theirs(x), ours(x)
+            if not torch.equal(a if m == 0 else a.values, b if m == 0 else b[0]):
+                raise SystemExit(f"{label}: the block form differs from torch's")
         per = {"torch": [], "ours": []}
         for _ in range(args.repeats):
             tot = {"torch": 0.0, "ours": 0.0}
@@ -70,16 +81,14 @@ def main(argv=None) -> None:
                 x = rows[i % len(rows)]
                 for form in (("torch", "ours") if i % 2 == 0 else ("ours", "torch")):
                     t0 = time.perf_counter()
-                    if form == "torch":
-                        torch.topk(x, m, dim=-1)
-                    else:
-                        topk_rows(x, m)
+                    (theirs if form == "torch" else ours)(x)
                     tot[form] += time.perf_counter() - t0
             for k in tot:
                 per[k].append(1e3 * tot[k] / args.calls)
         a, b = statistics.median(per["torch"]), statistics.median(per["ours"])
-        lines.append(f"{label + f' [{r}, {vocab}] m {m}':44} {a:14.3f} {b:13.3f} {b / a:6.2f}")
-    lines += ["", "ms per call, median over rounds; ratio = topk_rows / torch.topk (below 1: faster)"]
+        lines.append(f"{label + f' [{r}, {vocab}]' + (f' m {m}' if m else ''):44} {a:14.3f} {b:13.3f} {b / a:6.2f}")
+    lines += ["", "ms per call, median over rounds; torch = torch.topk (m > 0) or torch.argmax, ours = "
+              "topk_rows or argmax_rows; ratio = ours / torch (below 1: faster)"]
     text = "\n".join(lines)
     print(text)
     if args.out:

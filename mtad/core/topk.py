@@ -53,3 +53,40 @@ def topk_rows(rows: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
         ids = torch.cat([ids, torch.arange(nb * BLOCK, vocab).expand(r, tail)], dim=1)
     vals, pos = torch.topk(flat.gather(1, ids), m, dim=-1)
     return vals.reshape(*lead, m), ids.gather(1, pos).reshape(*lead, m)
+
+
+def argmax_rows(rows: torch.Tensor) -> torch.Tensor:
+    """``rows.argmax(-1)`` for rows ``[..., V]``: the first index of each row's maximum (the first
+    NaN where a row has one), as ``torch.argmax``.
+
+    On the CPU, for long rows, each row is cut into ``BLOCK`` contiguous chunks: one vectorised
+    max per chunk, the first chunk holding the row's maximum (``argmax`` of the chunk maxima),
+    then the first maximum inside that chunk; entries past the last whole chunk are compared
+    after them. Every index before the answer lies in an earlier chunk (below the maximum) or
+    earlier in the same chunk, so it is ``torch.argmax``'s answer. Elsewhere ``torch.argmax``.
+    """
+    vocab = rows.shape[-1]
+    chunk = vocab // BLOCK
+    if (
+        rows.device.type != "cpu"
+        or rows.dim() == 0
+        or chunk < 2 * BLOCK
+        or rows.is_complex()
+        or not rows.dtype.is_floating_point
+    ):
+        return rows.argmax(-1)
+    lead = rows.shape[:-1]
+    flat = rows.reshape(-1, vocab)
+    r = flat.shape[0]
+    main = flat[:, : chunk * BLOCK].reshape(r, BLOCK, chunk)
+    first = main.amax(-1).argmax(-1)  # [r] the first chunk holding the maximum (NaN: the first NaN)
+    inner = main[torch.arange(r), first].argmax(-1)  # [r] its first maximum
+    idx = first * chunk + inner
+    if vocab > chunk * BLOCK:  # the tail: after every chunk, so it wins only when strictly larger
+        tail = flat[:, chunk * BLOCK:]
+        t_idx = tail.argmax(-1)
+        t_val = tail.gather(1, t_idx[:, None])[:, 0]
+        m_val = flat.gather(1, idx[:, None])[:, 0]
+        later = (t_val > m_val) | (t_val.isnan() & ~m_val.isnan())
+        idx = torch.where(later, chunk * BLOCK + t_idx, idx)
+    return idx.reshape(lead)

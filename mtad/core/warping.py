@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mtad.core.topk import topk_rows
+from mtad.core.topk import argmax_rows, topk_rows
 
 TOP_P_HINT = 255  # support_bound's guess for a nucleus without top-k (a transfer hint only)
 
@@ -94,7 +94,7 @@ def warp_probs(
     logits = logits.to(dtype)
     if temperature == 0:
         out = torch.zeros_like(logits)
-        out.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+        out.scatter_(-1, argmax_rows(logits).unsqueeze(-1), 1.0)  # torch.argmax's (first maximum)
         return out
     if temperature != 1.0:  # x / 1.0 == x: no pass over the vocabulary for it
         logits = logits / temperature
@@ -178,7 +178,7 @@ def warp_candidates(
     """
     dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
     if temperature == 0:
-        ids = logits.argmax(-1, keepdim=True)
+        ids = argmax_rows(logits).unsqueeze(-1)  # torch.argmax's (first maximum)
         return ids, torch.ones(ids.shape, dtype=dtype, device=logits.device)
     if not (0 < top_k < logits.shape[-1]) or logits.device.type != "cpu":
         return None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mtad.core.topk import BLOCK, topk_rows
+from mtad.core.topk import BLOCK, argmax_rows, topk_rows
 
 V = 151_936  # the offline pair's vocabulary: 2,374 blocks, no tail
 
@@ -84,3 +84,38 @@ def test_short_rows_and_large_m_are_torch_topk_itself():
     assert all(torch.equal(a, b) for a, b in zip(topk_rows(rows, 12), torch.topk(rows, 12, dim=-1)))
     rows = torch.randn(2, V, generator=g)
     assert all(torch.equal(a, b) for a, b in zip(topk_rows(rows, 1000), torch.topk(rows, 1000, dim=-1)))
+
+
+def _check_argmax(rows: torch.Tensor) -> None:
+    assert torch.equal(argmax_rows(rows), rows.argmax(-1))
+
+
+@pytest.mark.parametrize("shape", [(1, V), (5, V), (V,), (2, 3, V), (3, 32_000), (2, 50_003)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_argmax_rows_is_torch_argmax(shape, dtype):
+    g = torch.Generator().manual_seed(sum(shape))
+    _check_argmax(torch.randn(*shape, generator=g).to(dtype))
+
+
+def test_argmax_rows_takes_the_first_of_tied_maxima():
+    rows = torch.zeros(6, 40 * BLOCK * 3 + 29)
+    n = rows.shape[-1]
+    chunk = n // BLOCK
+    rows[0, [5 * chunk + 7, 2 * chunk + 9, 2 * chunk + 3]] = 1.0  # ties in one chunk and across chunks
+    rows[1, [chunk - 1, chunk]] = 2.0  # the last entry of a chunk and the first of the next
+    rows[2, [n - 1, 3]] = 1.0  # a tie between the tail and the first chunk: the chunk's
+    rows[3, n - 5] = 1.0  # the maximum in the tail alone
+    rows[4] = -1.0  # every entry tied: index 0
+    rows[5, :] = float("-inf")
+    rows[5, n - 1] = float("-inf")
+    _check_argmax(rows)
+    _check_argmax(torch.randn(4, V).bfloat16().float().round())  # many ties at the maximum
+
+
+def test_argmax_rows_with_nan_like_torch():
+    g = torch.Generator().manual_seed(5)
+    rows = torch.randn(4, 64 * 300 + 11, generator=g)
+    rows[0, [9000, 400]] = float("nan")  # the first NaN
+    rows[1, -3] = float("nan")  # a NaN in the tail only
+    rows[2, [5, rows.shape[-1] - 1]] = float("nan")
+    _check_argmax(rows)
