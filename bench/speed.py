@@ -55,6 +55,7 @@ from omegaconf import OmegaConf
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mtad.core.engine import Engine  # noqa: E402
+from mtad.core.io import shown_path  # noqa: E402
 from mtad.core.metrics import block_efficiency, tokens_per_target_pass  # noqa: E402
 from mtad.core.warping import Warping  # noqa: E402
 from mtad.run.cli import compose_config, load_decoder  # noqa: E402
@@ -238,7 +239,8 @@ def main(argv=None):
     timing = ("fixed length: every run emits max_new_tokens tokens (EOS ignored); wall = decoding only, "
               "prefill excluded" if args.fixed_length else
               "runs stop at EOS (lengths differ); wall = prefill + decoding")
-    write_json_atomic(args.out, {"report": report, "comparisons": comparisons, "rows": rows, "args": vars(args),
+    write_json_atomic(args.out, {"report": report, "comparisons": comparisons, "rows": rows,
+                                 "args": {**vars(args), "out": shown_path(args.out)},  # never absolute
                                  "timing": timing,
                                  "model": {"target": pair.target_id, "draft": pair.draft_id, **pair.info},
                                  "torch_threads": torch.get_num_threads(),
