@@ -1,4 +1,5 @@
-"""The top ``m`` entries of long rows without a full ``torch.topk`` pass over each row.
+"""The top ``m`` entries (``topk_rows``) and the argmax (``argmax_rows``) of long CPU rows, from
+block maxima instead of ``torch.topk`` / ``torch.argmax`` over each whole row.
 
 On the CPU, ``torch.topk(rows, m)`` over a vocabulary row (151,936 entries) costs about as
 much as a softmax over it and more than twice a max reduction, and the harness takes such a
@@ -23,6 +24,12 @@ BLOCK = 64  # entries per block: 151,936 = 2,374 x 64
 _MIN_BLOCKS_PER_PICK = 8  # below this many blocks per picked entry the plain topk is as cheap
 
 
+def _blockwise(rows: torch.Tensor, parts: int, least: int) -> bool:
+    """Whether the block form pays: real floating rows on the CPU cut into ``parts >= least``."""
+    return (rows.device.type == "cpu" and rows.dim() > 0 and rows.dtype.is_floating_point
+            and parts >= least)
+
+
 def topk_rows(rows: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``torch.topk(rows, m, dim=-1)`` for rows ``[..., V]`` (values descending, then indices).
 
@@ -31,14 +38,7 @@ def topk_rows(rows: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
     """
     vocab = rows.shape[-1]
     nb = vocab // BLOCK
-    if (
-        rows.device.type != "cpu"
-        or rows.dim() == 0
-        or m <= 0
-        or nb < _MIN_BLOCKS_PER_PICK * m
-        or rows.is_complex()
-        or not rows.dtype.is_floating_point
-    ):
+    if m <= 0 or not _blockwise(rows, nb, _MIN_BLOCKS_PER_PICK * m):
         return torch.topk(rows, m, dim=-1)
     lead = rows.shape[:-1]
     flat = rows.reshape(-1, vocab)  # a view for contiguous rows
@@ -67,13 +67,7 @@ def argmax_rows(rows: torch.Tensor) -> torch.Tensor:
     """
     vocab = rows.shape[-1]
     chunk = vocab // BLOCK
-    if (
-        rows.device.type != "cpu"
-        or rows.dim() == 0
-        or chunk < 2 * BLOCK
-        or rows.is_complex()
-        or not rows.dtype.is_floating_point
-    ):
+    if not _blockwise(rows, chunk, 2 * BLOCK):
         return rows.argmax(-1)
     lead = rows.shape[:-1]
     flat = rows.reshape(-1, vocab)
