@@ -41,8 +41,10 @@ import torch
 from mtad.core.decoder import Decoder, StepContext, StepOutput, sample
 from mtad.core.knobs import GAMMA, Knob, Rule
 from mtad.core.protocols import ROOT
-from mtad.core.sampling import top_entries
+from mtad.core.sampling import DENSE_MAX, draw, top_entries
+from mtad.core.topk import topk_rows
 from mtad.core.tree import TokenTree
+from mtad.core.warping import _top_p_of
 
 METHODS = ("exact", "beam", "auto")
 
@@ -72,6 +74,43 @@ def joint_log_probs(
         joint = (joint[:, None] + node_logp[start : start + n]).flatten()
         start += n
     return joint
+
+
+_ROW_MARGIN = 8  # entries read per row past those a selection needs (ties past them: dense)
+
+
+def joint_candidates(
+    rows: torch.Tensor,  # [n, V] log p(. | prefix i), on the CPU
+    score: torch.Tensor,  # [n] log P(prefix i)
+    k: int,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor] | None:  # flat ids [c] ascending, their values [c]; or None
+    """Entries of ``joint = (score[:, None] + rows).flatten()`` (``/ temperature`` unless 1)
+    that hold its ``k`` largest, read on each row's top ``k + 8`` instead of the ``n x V``
+    vector: every flattened index ``i * V + v`` with its value, the very float64 sum (and
+    quotient) the vector holds there.
+
+    A row's entries outside its top ``m`` are at most its ``m``-th (adding a row's ``score`` and
+    dividing by a positive temperature round monotonically), so when every row's ``m``-th is
+    strictly below the candidates' ``k``-th largest, no entry outside them reaches it, and the
+    candidates' first ``k`` by (value descending, index ascending) are the vector's. None where
+    that is not shown (ties or too many entries at a row's ``m``-th, NaN): the caller builds the
+    vector."""
+    n, vocab = rows.shape
+    m = min(vocab, k + _ROW_MARGIN)
+    vals, ids = topk_rows(rows, m)  # [n, m], descending (NaN first)
+    joint = score[:, None] + vals
+    if temperature != 1.0:
+        joint = joint / temperature
+    flat = joint.flatten()
+    if k > flat.numel() or bool(torch.isnan(flat).any()):
+        return None
+    kth = torch.topk(flat, k).values[-1]
+    if m < vocab and not bool((joint[:, -1] < kth).all()):
+        return None
+    ids = (torch.arange(n)[:, None] * vocab + ids).flatten()
+    order = torch.argsort(ids)
+    return ids[order], flat[order]
 
 
 def unravel(index: int, vocab: int, gamma: int) -> list[int]:
@@ -106,6 +145,39 @@ class JointDecoder(Decoder):
         if self.sample_joint:
             return sample(ctx.warping(joint), ctx.generator, ctx.warping.support_bound)
         return int(torch.argmax(joint))  # one transfer
+
+    def _choose_rows(self, ctx: StepContext, rows: torch.Tensor, score: torch.Tensor) -> int | None:
+        """``_choose`` over ``joint = (score[:, None] + rows).flatten()`` read on each row's top
+        entries (CPU, see ``joint_candidates``): the same block and the same draw, or None where
+        that is not shown (the caller builds ``joint``)."""
+        w = ctx.warping
+        if not self.sample_joint or w.greedy:  # the joint argmax (a one-hot warped joint at T = 0)
+            if self.sample_joint and rows.numel() <= DENSE_MAX:
+                return None  # a short joint is drawn over every entry (``support``)
+            got = joint_candidates(rows, score, 1)
+            if got is None:
+                return None
+            ids, vals = got
+            first = int(ids[torch.sort(vals, descending=True, stable=True).indices[0]])
+            if self.sample_joint:  # the draw ``sample`` makes on the one-hot joint's support
+                return int(draw(ids[:1].new_tensor([first]), vals.new_ones(1), ctx.generator)[0])
+            return first
+        if not (0 < w.top_k < rows.numel()) or rows.numel() <= DENSE_MAX:
+            return None  # no top-k (a nucleus over the joint), or a short joint drawn densely
+        # the warping's top-k fast path (``warp_probs``) on the candidates: its top k + 1
+        # strictly decreasing, so the k candidates and their warped masses are the joint's
+        got = joint_candidates(rows, score, w.top_k + 1, w.temperature)
+        if got is None:
+            return None
+        ids, vals = got
+        top, pos = torch.topk(vals, w.top_k + 1)
+        if not bool((top[:-1] > top[1:]).all()):
+            return None
+        idx, probs = _top_p_of(top[:-1].contiguous(), pos[:-1].contiguous(), w.top_p)
+        nz = probs > 0
+        flat, mass = ids[idx[nz]], probs[nz]
+        order = torch.argsort(flat)  # the support in ascending order, as ``sample`` reads it
+        return int(draw(flat[order], mass[order], ctx.generator)[0])
 
     def decode(self, ctx: StepContext, g: int) -> StepOutput:
         # the vocabulary size without a forward pass: the exact method scores root and tree in one
@@ -153,15 +225,27 @@ class JointDecoder(Decoder):
                 fed += len(prefixes)
                 nodes = list(range(first + 1, first + 1 + len(prefixes)))
                 rows = logits.double().log_softmax(-1)
-            cand = (score[:, None] + rows).flatten()  # [n * V]
+            cpu = rows.device.type == "cpu"
             if t == g - 1:
-                k = self._choose(ctx, cand)
+                k = self._choose_rows(ctx, rows, score) if cpu else None
+                if k is None:
+                    k = self._choose(ctx, (score[:, None] + rows).flatten())  # [n * V]
                 return prefixes[k // vocab] + [k % vocab], fed
-            if cand.device.type == "cpu":  # the first beam_width of the stable sort, without sorting all
-                top, vals, _ = top_entries(cand, min(self.beam_width, cand.numel()))
-                keep = torch.sort(top[torch.isfinite(vals)]).values  # lexicographic: full width = exact
+            width = min(self.beam_width, rows.numel())
+            got = joint_candidates(rows, score, width) if cpu else None
+            if got is not None:  # the first beam_width of the stable sort, from each row's top
+                ids, vals = got
+                pos = torch.sort(vals, descending=True, stable=True).indices[:width]
+                fin = pos[torch.isfinite(vals[pos])]
+                keep, order = torch.sort(ids[fin])  # lexicographic: full width = exact
+                score = vals[fin][order]
+            elif cpu:  # the same, on the n x V vector: without sorting all of it
+                cand = (score[:, None] + rows).flatten()  # [n * V]
+                top, vals, _ = top_entries(cand, width)
+                keep = torch.sort(top[torch.isfinite(vals)]).values
                 score = cand[keep]
             else:
+                cand = (score[:, None] + rows).flatten()  # [n * V]
                 top = torch.sort(cand, descending=True, stable=True).indices[: self.beam_width]
                 host = torch.stack([top, torch.isfinite(cand[top]).long()]).cpu()  # one transfer per depth
                 keep = torch.sort(host[0][host[1].bool()]).values  # lexicographic: full width = exact
