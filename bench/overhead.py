@@ -45,8 +45,8 @@ it is what a GPU would launch or dispatch for the harness's own work, whatever t
 The same count less attribute reads and shape queries (host metadata: ``.shape``, ``.dtype``,
 ``numel``; no kernel on any device) is compared with HF assisted generation's. The same run
 counts the vocabulary-length rows those calls read (each call: the rows of its
-largest tensor argument whose last dimension is the vocabulary; views and metadata calls
-excluded), per emitted token: the passes over the vocabulary a decoder's method makes
+largest tensor argument holding whole rows, [R, V], rows cut into blocks [R, b, V / b] or
+flattened [R * V]; views and metadata calls excluded), per emitted token: the passes over the vocabulary a decoder's method makes
 (warped rows, beam scores, draws), which is what the CPU time outside the models follows.
 """
 
@@ -117,10 +117,22 @@ _NO_PASS = _META | {"__getitem__", "view", "reshape", "select", "narrow", "unsqu
                     "chunk", "unbind"}
 
 
+def _vocab_rows(shape: torch.Size, vocab: int) -> bool:
+    """Whether a tensor of ``shape`` holds whole vocabulary rows: some trailing dimensions make a
+    positive multiple of ``vocab`` entries ([R, V]; a row cut into blocks, [R, 64, V / 64]; rows
+    flattened into one vector, [R * V])."""
+    n = 1
+    for d in reversed(shape):
+        n *= d
+        if n and n % vocab == 0:
+            return True
+    return False
+
+
 class OpCounter(torch.overrides.TorchFunctionMode):
     """Torch calls outside the watched models' forward passes (``watch``); with ``vocab``, also
     the vocabulary-length rows those calls read (``rows``: for each call that reads entries,
-    the rows of its largest tensor argument whose last dimension is ``vocab``)."""
+    the rows of its largest tensor argument that holds whole rows, ``_vocab_rows``)."""
 
     def __init__(self, vocab: int | None = None):
         super().__init__()
@@ -146,7 +158,7 @@ class OpCounter(torch.overrides.TorchFunctionMode):
             self.meta += name in _META
             if self.vocab and name not in _NO_PASS:
                 self.rows += max((a.numel() // self.vocab for a in (*args, *(kwargs or {}).values())
-                                  if isinstance(a, torch.Tensor) and a.dim() and a.shape[-1] == self.vocab),
+                                  if isinstance(a, torch.Tensor) and _vocab_rows(a.shape, self.vocab)),
                                  default=0)
         return func(*args, **(kwargs or {}))
 
@@ -314,8 +326,8 @@ def ops_table(ops: dict, systems: list[str]) -> str:
          "`numel`, ...: host metadata, no kernel on any device), per emitted token (x HF assisted "
          "generation's; same run)", ".0f", "hf_assisted"),
         ("rows_per_token", "vocabulary-length rows read by those calls per emitted token (x SpD; same run; "
-         "views and metadata calls excluded: each call counts the rows of its largest vocabulary-length "
-         "tensor argument)", ".1f", "spd"),
+         "views and metadata calls excluded: each call counts the rows of its largest tensor argument "
+         "holding whole rows, blocked or flattened ones included)", ".1f", "spd"),
     ):
         if not any(key in r for v in ops.values() for r in v.values()):
             continue

@@ -214,7 +214,7 @@ def test_op_counter_counts_vocabulary_rows_read_outside_the_models():
     watched model's forward nothing (its calls are the model's)."""
     import torch
 
-    vocab = 37
+    vocab = 36
     model = torch.nn.Linear(4, vocab)
     counter = overhead.OpCounter(vocab).watch(model)
     x = torch.randn(5, vocab)
@@ -225,9 +225,12 @@ def test_op_counter_counts_vocabulary_rows_read_outside_the_models():
             x.shape, x.dim(), x.view(5, vocab)  # no entries read
             model(torch.randn(3, 4))  # the model's own: not counted
             torch.randn(3, vocab + 1).sum()  # another length: not a vocabulary row
+            torch.randn(4 * vocab).topk(2)  # 4 rows flattened into one vector: 4
+            torch.randn(2, 3 * vocab).reshape(2, 3, vocab).amax(1)  # 6 (the reshape: a view, none)
+            torch.randn(2, vocab).reshape(2, 4, vocab // 4).amax(1)  # rows cut into blocks, read whole: 2
     finally:
         counter.close()
-    assert counter.rows == 7 and counter.ops >= 5
+    assert counter.rows == 7 + 4 + 6 + 2 and counter.ops >= 5
     assert counter.meta == 2  # x.shape, x.dim(): host metadata, no kernel
 
 
