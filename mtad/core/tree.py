@@ -165,7 +165,7 @@ def warped_rows(
     tree: TokenTree,
     warping: Warping,
     root: torch.Tensor,  # [V] logits after the root (row 0)
-    logits: torch.Tensor,  # [M, V] logits after the canonical rows in ``pos``
+    logits: torch.Tensor,  # [M, V] logits after the canonical rows in ``pos`` (on the CPU: any rows by index)
     pos: dict[int, int],  # canonical row -> its row of ``logits``
     stay: bool = False,  # an accelerator: keep the rows there as vectors without reading their hints
 ) -> Rows:  # [N+1] host supports of the warped rows; a row without logits (a leaf) is empty

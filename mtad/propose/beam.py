@@ -244,7 +244,10 @@ def _lazy_q(tree: TokenTree, warping: Warping, root: torch.Tensor, fed: _Fed, st
 
     def rows() -> Rows:
         if not inner:
-            logits = torch.cat(fed.logits) if fed.logits else root[None][:0]
+            if root.device.type == "cpu":  # read row by row there: the fed logits as they are
+                logits = _Stacked(fed.logits)
+            else:
+                logits = torch.cat(fed.logits) if fed.logits else root[None][:0]
             inner.append(warped_rows(tree, warping, root, logits, fed.pos, stay=stay))
         return inner[0]
 
@@ -370,6 +373,21 @@ def _products(a: list[float], b: list[float], dtype: torch.dtype) -> list[float]
     """``a * b`` entry by entry as a tensor of ``dtype`` computes it: float64 natively; float32
     as the double product (exact: 24 + 24 significand bits) rounded once to float32."""
     return hostfloat.rounding(dtype)[1]([x * y for x, y in zip(a, b)])
+
+
+class _Stacked:
+    """Row ``i`` of ``torch.cat(parts)`` without the concatenation (a CPU reader of a few rows,
+    ``warped_rows``, pays for no copy of the others)."""
+
+    def __init__(self, parts: list[torch.Tensor]):  # each [m_j, V]
+        self.parts = parts
+
+    def __getitem__(self, i: int) -> torch.Tensor:  # [V]
+        for part in self.parts:
+            if i < len(part):
+                return part[i]
+            i -= len(part)
+        raise IndexError("row past the fed logits")
 
 
 class _Fed:
