@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import cdf_float32  # noqa: E402
 import cost_model  # noqa: E402
+import depth_parts  # noqa: E402
 import overhead  # noqa: E402
 import profile_share  # noqa: E402
 import speed  # noqa: E402
@@ -247,3 +248,13 @@ def test_compare_commits_pairs_overhead_per_token(tmp_path):
     assert got == {("S", "spd", 0): pytest.approx(0.75), ("S", "tree_mtad", 0): pytest.approx(1.5)}
     g, lo, hi = compare_commits._geo_ci([0.5, 2.0, 1.0])
     assert g == pytest.approx(1.0) and lo <= g <= hi and lo >= 0.5 and hi <= 2.0
+
+
+def test_depth_parts_times_every_part_against_the_argmax(tmp_path):
+    """``bench/depth_parts.py`` times each part on its own rows and writes its table."""
+    out = tmp_path / "parts.txt"
+    depth_parts.main(["--vocabs", "640", "--rows", "2", "--repeats", "2", "--out", str(out)])
+    text = out.read_text()
+    parts = [line for line in text.splitlines() if line.endswith("x") and " ms " in line]
+    assert "V = 640" in text and len(parts) == 6 and "Command: `python bench/depth_parts.py" in text
+    assert parts[0].endswith(" 1.0x") and str(tmp_path) not in text  # the argmax against itself; no absolute path
