@@ -1,5 +1,5 @@
 """What one search depth costs outside the models, part by part, on this CPU: MJGD / MTJD's beam
-(``beam_width`` float64 log-softmax rows, then their top entries) and greedy beam drafting (``W``
+(``beam_width`` float64 log-softmax rows, fresh or into kept buffers, then their top entries) and greedy beam drafting (``W``
 plain-softmax rows, then their top ``W + 8``) against SpD's greedy draft depth (one argmax).
 
     python bench/depth_parts.py --out results/bench/depth_parts_cpu.txt
@@ -28,13 +28,20 @@ from mtad.core.topk import argmax_rows, topk_rows  # noqa: E402
 
 
 def parts(vocab: int, beam_width: int, width: int) -> dict:
-    """(label -> (rows shape, callable on one fresh float32 logits tensor of that shape))."""
+    """(label -> (rows shape, callable on one fresh float32 logits tensor of that shape)).
+
+    MJGD's log-softmax twice: on a fresh float64 copy (as before ``JointDecoder._log_probs``)
+    and into two float64 buffers kept across calls (as ``_log_probs`` runs it on the CPU)."""
+    src = torch.empty(beam_width, vocab, dtype=torch.float64)
+    out = torch.empty_like(src)
     return {
         "spd greedy depth: argmax_rows [1, V]": ((1, vocab), argmax_rows),
         f"greedy beam: softmax [{width}, V]": ((width, vocab), lambda x: x.softmax(-1)),
         f"greedy beam: topk_rows [{width}, V], m {width + 8}": ((width, vocab), lambda x: topk_rows(x, width + 8)),
         f"mjgd: double() [{beam_width}, V]": ((beam_width, vocab), lambda x: x.double()),
         f"mjgd: double().log_softmax [{beam_width}, V]": ((beam_width, vocab), lambda x: x.double().log_softmax(-1)),
+        f"mjgd: kept buffers: copy_, log_softmax(out=) [{beam_width}, V]":
+            ((beam_width, vocab), lambda x: torch.log_softmax(src.copy_(x), -1, out=out)),
         f"mjgd: topk_rows [{beam_width}, V] float64, m {beam_width + 8}":
             ((beam_width, vocab), lambda x: topk_rows(x, beam_width + 8)),
     }

@@ -256,5 +256,5 @@ def test_depth_parts_times_every_part_against_the_argmax(tmp_path):
     depth_parts.main(["--vocabs", "640", "--rows", "2", "--repeats", "2", "--out", str(out)])
     text = out.read_text()
     parts = [line for line in text.splitlines() if line.endswith("x") and " ms " in line]
-    assert "V = 640" in text and len(parts) == 6 and "Command: `python bench/depth_parts.py" in text
+    assert "V = 640" in text and len(parts) == 7 and "Command: `python bench/depth_parts.py" in text
     assert parts[0].endswith(" 1.0x") and str(tmp_path) not in text  # the argmax against itself; no absolute path

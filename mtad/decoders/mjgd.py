@@ -140,6 +140,25 @@ class JointDecoder(Decoder):
     def __init__(self, *args, name: str | None = None, **values):
         super().__init__(name)
         self.set_fields(args, values)
+        self._ws: tuple[torch.Tensor, torch.Tensor] | None = None  # CPU workspace (``_log_probs``)
+
+    def _log_probs(self, logits: torch.Tensor) -> torch.Tensor:  # [n, V] -> [n, V] float64
+        """``logits.double().log_softmax(-1)``, on the CPU into two float64 buffers kept across
+        depths and steps: the same kernel (its ``out=`` form) on the same float64 copy, so the same
+        values, without two fresh ``n x V`` float64 tensors per depth (19 MB each at 16 x 151,936:
+        fresh ones fault their pages in on every call, which took the larger part of a depth's
+        time there: ``bench/depth_parts.py``). The result is valid until the next call."""
+        if logits.device.type != "cpu" or logits.dim() != 2:
+            return logits.double().log_softmax(-1)
+        n, vocab = logits.shape
+        ws = self._ws
+        if ws is None or ws[0].shape[1] != vocab or ws[0].shape[0] < n:
+            rows = max(n, self.beam_width)
+            ws = self._ws = (torch.empty(rows, vocab, dtype=torch.float64),
+                             torch.empty(rows, vocab, dtype=torch.float64))
+        src, out = ws[0][:n], ws[1][:n]
+        src.copy_(logits)
+        return torch.log_softmax(src, -1, out=out)
 
     def _choose(self, ctx: StepContext, joint: torch.Tensor) -> int:  # joint [M] log-probabilities
         if self.sample_joint:
@@ -213,7 +232,7 @@ class JointDecoder(Decoder):
         return unravel(self._choose(ctx, joint), vocab, g), len(tokens)
 
     def _beam(self, ctx: StepContext, g: int, vocab: int) -> tuple[list[int], int]:
-        rows = ctx.target.root_logits.double().log_softmax(-1)[None]  # [1, V]
+        rows = self._log_probs(ctx.target.root_logits[None])  # [1, V]
         score = torch.zeros(1, dtype=torch.float64, device=rows.device)  # [n] joint log-prob per prefix
         prefixes: list[list[int]] = [[]]
         nodes = [ROOT]  # target tree row of each beam's last token
@@ -224,7 +243,7 @@ class JointDecoder(Decoder):
                 logits = ctx.target.forward([pre[-1] for pre in prefixes], nodes)  # [n, V]
                 fed += len(prefixes)
                 nodes = list(range(first + 1, first + 1 + len(prefixes)))
-                rows = logits.double().log_softmax(-1)
+                rows = self._log_probs(logits)
             cpu = rows.device.type == "cpu"
             if t == g - 1:
                 k = self._choose_rows(ctx, rows, score) if cpu else None

@@ -116,3 +116,22 @@ def test_decoders_match_the_vector_path(monkeypatch, cls, warping):
     assert calls["sparse"] > 0
     monkeypatch.setattr(mjgd, "joint_candidates", lambda *a, **kw: None)
     assert gen() == sparse
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_log_probs_workspace_equals_a_fresh_log_softmax(dtype):
+    """The CPU workspace form gives ``double().log_softmax(-1)`` bit for bit, whatever the rows
+    (-inf entries, fewer or more rows than before, another vocabulary), in buffers kept across
+    calls."""
+    dec = MJGD(method="beam", beam_width=4)
+    gen = torch.Generator().manual_seed(3)
+    seen = set()
+    for n, vocab in [(1, 50), (4, 50), (3, 50), (6, 50), (2, 70), (4, 70)]:
+        logits = (torch.randn(n, vocab, generator=gen, dtype=torch.float64) * 5).to(dtype)
+        logits[0, :7] = float("-inf")
+        got = dec._log_probs(logits)
+        assert got.dtype == torch.float64 and got.shape == (n, vocab)
+        assert torch.equal(got, logits.double().log_softmax(-1))
+        seen.add((vocab, dec._ws[1].data_ptr()))
+    assert len(seen) == 3  # reallocated only for more rows than kept (6 > 4) or another vocabulary
+    assert "_ws" not in dec.config_dict()
