@@ -183,6 +183,8 @@ def warped_rows(
     canonical row's support.
     """
     bound = warping.support_bound
+    canon = tree.canon  # read, not ``tree``: the rows hold no reference to the tree (no cycle
+    # through ``tree.q``, which would keep the step's logits until a garbage collection)
     warped: dict[int, Support | torch.Tensor] = {}  # canonical row -> host support (or device row)
     dense: dict[int, torch.Tensor] = {}  # canonical row -> its warped row, on an accelerator
     vocab = root.shape[-1]
@@ -206,7 +208,7 @@ def warped_rows(
         warped.update(zip([ROOT, *pos], rows if got is None else [s for s, _ in got]))
 
     def row(r: int) -> Support | torch.Tensor:
-        c = tree.canon[r]
+        c = canon[r]
         if c != ROOT and c not in pos:
             return empty()
         if c not in warped:
@@ -221,7 +223,7 @@ def warped_rows(
 
     def device_row(r: int) -> torch.Tensor:
         warp()
-        c = tree.canon[r]
+        c = canon[r]
         if c != ROOT and c not in pos:
             return torch.zeros_like(dense[ROOT])  # a row without logits (a leaf): no mass
         return dense[c]

@@ -72,6 +72,8 @@ likelihoods.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from mtad.core import hostfloat
@@ -239,11 +241,22 @@ def _beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool) ->
 def _lazy_q(tree: TokenTree, warping: Warping, root: torch.Tensor, fed: _Fed, stay: bool = False) -> Rows:
     """``warped_rows`` of the draft after every row of ``tree``, built on the first read (a
     rule that reads no ``q`` pays for no concatenation of the fed logits); ``stay``: its
-    ``stay`` (a depth's support already ran past the hint)."""
+    ``stay`` (a depth's support already ran past the hint).
+
+    The rows reach the tree by a weak reference: ``tree.q`` holding them and they holding
+    ``tree`` would be a reference cycle, which keeps the step's fed logits (``W x gamma``
+    vocabulary rows) alive until Python's garbage collector runs instead of freeing them when
+    the step ends (on the CPU, fresh pages for the next step's rows, at 151,936 tokens several
+    MB a step)."""
     inner: list[Rows] = []
+    ref = weakref.ref(tree)
 
     def rows() -> Rows:
         if not inner:
+            tree = ref()
+            if tree is None:
+                raise RuntimeError("beam drafting's q was read after its step's token tree was dropped; "
+                                   "read tree.q while the tree is alive")
             if root.device.type == "cpu":  # read row by row there: the fed logits as they are
                 logits = _Stacked(fed.logits)
             else:

@@ -63,6 +63,18 @@ def test_beam_tree_q_is_the_warped_draft_after_each_row(toy_pair):
     assert tree.q[leaf].ids.numel() == 0  # leaves were never fed: no children drawn
 
 
+def test_beam_tree_q_holds_no_reference_to_its_tree(toy_pair):
+    """``tree.q`` reaches the tree weakly (no cycle: the step's logits go when the tree goes);
+    a read after the tree was dropped is refused in one line, never answered from stale rows."""
+    ctx = _ctx(toy_pair, Warping(0.9, top_k=4))
+    tree = Beam().propose(ctx, 2, 3)
+    q = tree.q
+    assert q[0].ids.numel() > 0  # read while the tree lives
+    q = Beam().propose(ctx, 2, 3).q  # its tree is gone at once (reference counting)
+    with pytest.raises(RuntimeError, match="after its step's token tree was dropped"):
+        q[0]
+
+
 def test_beam_tree_layout_and_dedup():
     beams = Beams(
         tokens=[torch.tensor([1, 1, 2]), torch.tensor([3, 3, 4])],
