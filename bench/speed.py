@@ -54,6 +54,7 @@ from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from mtad.core import allocator  # noqa: E402
 from mtad.core.engine import Engine  # noqa: E402
 from mtad.core.io import shown_path  # noqa: E402
 from mtad.core.metrics import block_efficiency, tokens_per_target_pass  # noqa: E402
@@ -172,6 +173,7 @@ def main(argv=None):
         print_report(summarize(saved["rows"], saved["args"]["decoders"].split(",")), saved["rows"])
         print_comparisons(compare(saved["rows"], args.compare or saved["args"].get("compare", "")))
         return
+    allocator.tune()  # as the entry points run (mtad.core.allocator); recorded in the provenance
 
     if unknown := [m for m in args.modes.split(",") if m not in MODES]:
         raise SystemExit(f"--modes: unknown mode(s) {unknown}; choose from {', '.join(MODES)}")

@@ -279,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cli() -> None:
+    from mtad.core import allocator
+
+    allocator.tune()  # as the audited run's own entry point did (mtad.core.allocator)
     sys.exit(main())
 
 

@@ -44,6 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cli() -> None:
     """The console script (``[project.scripts]`` in pyproject.toml)."""
+    from mtad.core import allocator
+
+    allocator.tune()  # the process's malloc thresholds (mtad.core.allocator); in the provenance
     raise SystemExit(main())
 
 

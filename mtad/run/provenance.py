@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 # older imports (bench/speed.py): the file helpers now live in mtad.core.io
+from mtad.core import allocator
 from mtad.core.io import append_jsonl, read_jsonl, write_json_atomic  # noqa: F401
 from mtad.core.stack import record as stack_record
 from mtad.core.stack import versions
@@ -77,5 +78,6 @@ def provenance(seed: int | None = None, extra: dict | None = None) -> dict[str, 
         "device": device_info(),
         "seed": seed,
         "stack": stack_record(),  # the tested range, its check, the cache probes run (mtad.core.stack)
+        "allocator": allocator.state(),  # the process's malloc thresholds (mtad.core.allocator)
         **(extra or {}),
     }
