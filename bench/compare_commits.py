@@ -49,12 +49,13 @@ def _geo_ci(values: list[float], n_boot: int = 2000, seed: int = 0) -> tuple[flo
     return math.exp(mean), math.exp(boots[int(0.025 * n_boot)]), math.exp(boots[int(0.975 * n_boot) - 1])
 
 
-def per_token(path: Path) -> dict[tuple[str, str, int], float]:
-    """(setting, system, prompt) -> overhead seconds per emitted token (repeats averaged)."""
+def per_token(path: Path, key: str = "overhead") -> dict[tuple[str, str, int], float]:
+    """(setting, system, prompt) -> ``key`` seconds per emitted token (repeats averaged):
+    ``overhead`` (outside the models) or ``wall`` (the whole generation call, models included)."""
     rows = json.loads(path.read_text())["rows"]
     acc: dict = defaultdict(list)
     for r in rows:
-        acc[(r["setting"], r["system"], r["prompt"])].append(r["overhead"] / max(r["tokens"], 1))
+        acc[(r["setting"], r["system"], r["prompt"])].append(r[key] / max(r["tokens"], 1))
     return {k: sum(v) / len(v) for k, v in acc.items()}
 
 
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("pass the overhead bench's arguments after --, without --out (this script sets it)")
     old, new = _git("rev-parse", "--short=10", args.old), _git("rev-parse", "--short=10", args.new)
     runs: dict[str, list[dict]] = {old: [], new: []}
+    walls: dict[str, list[dict]] = {old: [], new: []}
     with tempfile.TemporaryDirectory(prefix="mtad-compare-") as tmp:
         trees = {}
         for c in (old, new):
@@ -93,6 +95,7 @@ def main(argv: list[str] | None = None) -> None:
                     out = Path(tmp) / f"{c}_{rnd}.json"
                     run(c, out)
                     runs[c].append(per_token(out))
+                    walls[c].append(per_token(out, "wall"))
         finally:
             for c in (old, new):
                 subprocess.run(["git", "worktree", "remove", "--force", str(trees[c])], cwd=ROOT,
@@ -110,10 +113,11 @@ def main(argv: list[str] | None = None) -> None:
         f"--out {args.out} -- {' '.join(extra)}`",
         f"Machine: {cpu.get('model')}, {cpu.get('usable_cpus')} usable CPUs; interpreter {interpreter}. Rounds: {args.rounds}, commits alternating; each cell: geometric mean over "
         "rounds x prompts of new / old overhead per emitted token [95% bootstrap interval]; then each "
-        "commit's ratio to SpD (same pairs).",
+        "commit's ratio to SpD (same pairs); last, new / old of the wall time per emitted token (the whole "
+        "generation call, models included: a change may move time into or out of the models' passes).",
         "",
-        "| setting | system | new / old | old x SpD | new x SpD |",
-        "| --- | --- | ---: | ---: | ---: |",
+        "| setting | system | new / old | old x SpD | new x SpD | wall new / old |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
     ]
     for s in settings:
         for name in systems:
@@ -131,7 +135,10 @@ def main(argv: list[str] | None = None) -> None:
                        for (ss, nn, p) in keys if ss == s and nn == name]
                 rg, rlo, rhi = _geo_ci(rel)
                 cells.append(f"{rg:.2f} [{rlo:.2f}, {rhi:.2f}]")
-            lines.append(f"| {s} | {name} | {g:.2f} [{lo:.2f}, {hi:.2f}] | {cells[0]} | {cells[1]} |")
+            wg, wlo, whi = _geo_ci([walls[new][r][k] / walls[old][r][k] for r in range(args.rounds)
+                                    for k in keys if k[0] == s and k[1] == name])
+            lines.append(f"| {s} | {name} | {g:.2f} [{lo:.2f}, {hi:.2f}] | {cells[0]} | {cells[1]} | "
+                         f"{wg:.2f} [{wlo:.2f}, {whi:.2f}] |")
     text = "\n".join(lines) + "\n"
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)

@@ -240,12 +240,14 @@ def test_compare_commits_pairs_overhead_per_token(tmp_path):
     repeats averaged; the geometric mean of ratios with an interval around it."""
     import compare_commits
 
-    rows = [dict(setting="S", system="spd", prompt=0, overhead=2.0, tokens=4),
-            dict(setting="S", system="spd", prompt=0, overhead=4.0, tokens=4),
-            dict(setting="S", system="tree_mtad", prompt=0, overhead=3.0, tokens=2)]
+    rows = [dict(setting="S", system="spd", prompt=0, overhead=2.0, wall=8.0, tokens=4),
+            dict(setting="S", system="spd", prompt=0, overhead=4.0, wall=12.0, tokens=4),
+            dict(setting="S", system="tree_mtad", prompt=0, overhead=3.0, wall=5.0, tokens=2)]
     (tmp_path / "r.json").write_text(json.dumps({"rows": rows}))
     got = compare_commits.per_token(tmp_path / "r.json")
     assert got == {("S", "spd", 0): pytest.approx(0.75), ("S", "tree_mtad", 0): pytest.approx(1.5)}
+    wall = compare_commits.per_token(tmp_path / "r.json", "wall")  # models included
+    assert wall == {("S", "spd", 0): pytest.approx(2.5), ("S", "tree_mtad", 0): pytest.approx(2.5)}
     g, lo, hi = compare_commits._geo_ci([0.5, 2.0, 1.0])
     assert g == pytest.approx(1.0) and lo <= g <= hi and lo >= 0.5 and hi <= 2.0
 
