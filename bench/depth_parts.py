@@ -7,7 +7,9 @@ plain-softmax rows, then their top ``W + 8``) against SpD's greedy draft depth (
 Each part runs on fresh rows (``--rows`` distinct tensors cycled, as the harness meets rows a
 model has just written), the parts alternate within a round, and the median over ``--repeats``
 rounds is printed in ms per call, with each part's ratio to SpD's argmax measured in the same
-rounds. One torch thread, as the overhead bench runs.
+rounds. One torch thread, as the overhead bench runs. glibc's malloc keeps its default (moving)
+thresholds here: this script does not call ``mtad.core.allocator.tune`` as the entry points do,
+so the fresh log-softmax form shows what fresh 19 MB tensors cost when their pages fault in.
 """
 
 from __future__ import annotations
