@@ -12,6 +12,7 @@ import cdf_float32  # noqa: E402
 import cost_model  # noqa: E402
 import depth_parts  # noqa: E402
 import overhead  # noqa: E402
+import page_faults  # noqa: E402
 import profile_share  # noqa: E402
 import speed  # noqa: E402
 import transfers  # noqa: E402
@@ -260,3 +261,17 @@ def test_depth_parts_times_every_part_against_the_argmax(tmp_path):
     parts = [line for line in text.splitlines() if line.endswith("x") and " ms " in line]
     assert "V = 640" in text and len(parts) == 7 and "Command: `python bench/depth_parts.py" in text
     assert parts[0].endswith(" 1.0x") and str(tmp_path) not in text  # the argmax against itself; no absolute path
+
+
+def test_page_faults_runs_both_arms_in_fresh_processes(tmp_path):
+    """``bench/page_faults.py``: one fresh process per arm here, each system's faults, wall and
+    overhead per step; the default arm leaves glibc alone, the tuned arm fixes its thresholds."""
+    out = tmp_path / "pf.txt"
+    page_faults.main(["--vocab", "300", "--processes", "1", "--prompts", "1", "--max-new-tokens", "4",
+                      "--systems", "spd,tree_mtad", "--out", str(out)])
+    text = out.read_text()
+    rows = [line.split() for line in text.splitlines() if line.startswith(("default ", "tuned "))]
+    assert sorted((r[0], r[2]) for r in rows) == [("default", "spd"), ("default", "tree_mtad"),
+                                                   ("tuned", "spd"), ("tuned", "tree_mtad")]
+    assert '"why": "MTAD_MALLOC=system"' in text and '"tuned": true' in text
+    assert str(tmp_path) not in text  # no absolute path in the record
