@@ -7,9 +7,9 @@ system once more than its *trim threshold* is free there. Both move by themselve
 32 MiB), so whether a step's vocabulary-sized tensors (MB each at 151,936 tokens: a tree's
 logits, warped rows, a beam's scores) reuse pages already mapped or take fresh ones, each
 faulted in and zeroed by the kernel, depends on the order earlier blocks happened to be
-freed in. On the tiny pair at 151,936 tokens the same tree-MTAD run took either about 33 or
-about 4,900 page faults a step, 23 or 29 ms a step, from one process to the next
-(``docs/speed.md``).
+freed in. On the tiny pair at 151,936 tokens the same tree-MTAD runs took 46 to 4,887 page
+faults a step from one fresh process to the next, and 26-40 with the thresholds fixed
+(``bench/page_faults.py``, ``docs/speed.md``).
 
 ``tune()`` fixes both thresholds once per process (``mallopt``; fixing them also turns the
 dynamic adjustment off): blocks up to 32 MiB (glibc's largest dynamic value) come from the
