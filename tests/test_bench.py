@@ -260,7 +260,7 @@ def test_depth_parts_times_every_part_against_the_argmax(tmp_path):
     text = out.read_text()
     parts = [line for line in text.splitlines() if line.endswith("x") and " ms " in line]
     assert "V = 640" in text and len(parts) == 7 and "Command: `python bench/depth_parts.py" in text
-    assert parts[0].endswith(" 1.0x") and str(tmp_path) not in text  # the argmax against itself; no absolute path
+    assert str(tmp_path) not in text  # no absolute path in the record
 
 
 def test_page_faults_runs_both_arms_in_fresh_processes(tmp_path):

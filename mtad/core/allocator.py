@@ -18,8 +18,9 @@ back. A run's peak memory is unchanged; what it keeps after a peak is at most 25
 No value a run computes changes. Where it would not apply it does nothing and says why: another
 allocator preloaded (jemalloc, tcmalloc, mimalloc), the thresholds set by the environment
 (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``), ``MTAD_MALLOC=system``, or not glibc.
-The entry points call it (``mtad-run``, ``mtad-bench``, ``mtad-audit``, the overhead and speed
-benchmarks); the engine, a library, leaves its host process's allocator alone. What was done is
+Every run calls it (``mtad.run.evaluate.run``: ``mtad-run``, a multirun's or a sweep's jobs,
+local or on Slurm), and so do ``mtad-bench``, ``mtad-audit`` and the overhead and speed
+benchmarks; the engine, a library, leaves its host process's allocator alone. What was done is
 in every run's provenance (``allocator``).
 """
 

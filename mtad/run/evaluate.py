@@ -25,6 +25,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from mtad.core import allocator
 from mtad.core.engine import Engine
 from mtad.core.metrics import perplexity, summarize, token_logprobs
 from mtad.core.stack import check_versions
@@ -104,6 +105,7 @@ def run(
 
     ``cfg``: a composed config, checked here, or what ``check`` made of one (a caller that
     claimed the folder itself checks first and passes it down)."""
+    allocator.tune()  # every run's process, however launched (mtad.core.allocator): in its provenance
     point = cfg if isinstance(cfg, Checked) else check(cfg)
     folder = PointFolder(output_dir or point.cfg.output_dir)
     with folder.lock(wait=bool(point.cfg.get("wait_lock", False))):

@@ -21,7 +21,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import hydra  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-from mtad.core import allocator  # noqa: E402
 from mtad.core.stack import StackError, require_supported_stack  # noqa: E402
 from mtad.run.cli import CONF_DIR, check_overrides  # noqa: E402  (also registers the config schema)
 
@@ -82,7 +81,6 @@ def cli() -> None:
     """The ``mtad-run`` console script: check the stack and the command line, then let Hydra run it."""
     require_supported_stack()
     check_overrides(sys.argv[1:])
-    allocator.tune()  # the process's malloc thresholds (mtad.core.allocator); in the provenance
     main()
 
 

@@ -41,6 +41,7 @@ print(json.dumps([before, first, again, provenance()["allocator"]]))
 """
 
 
+# mallopt is glibc's own: elsewhere tune() does nothing and says so (test_not_glibc_is_said)
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only")
 def test_tune_sets_both_thresholds_once_and_the_provenance_says_so():
     env = {k: v for k, v in __import__("os").environ.items()
@@ -54,14 +55,38 @@ def test_tune_sets_both_thresholds_once_and_the_provenance_says_so():
 
 
 def test_the_entry_points_tune_and_the_library_does_not():
-    """``mtad-run``, ``mtad-sweep``, ``mtad-bench``, ``mtad-audit`` and the overhead / speed
-    benchmarks call ``tune``; importing the engine does not."""
+    """Every run (``mtad.run.evaluate.run``, whatever launched it), ``mtad-bench``, ``mtad-audit``
+    and the overhead / speed benchmarks call ``tune``; importing the engine does not."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    for rel in ("mtad/run/main.py", "mtad/run/sweep/cli.py", "mtad/run/bench.py", "mtad/run/audit.py",
+    for rel in ("mtad/run/evaluate.py", "mtad/run/bench.py", "mtad/run/audit.py",
                 "bench/overhead.py", "bench/speed.py"):
         assert "allocator.tune()" in (root / rel).read_text(), rel
     probe = "import mtad.core.engine, mtad.core.allocator as a; print(a.state()['tuned'])"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+_RUN = """
+import json, sys
+from pathlib import Path
+from mtad.run.cli import compose_config
+from mtad.run.evaluate import run
+cfg = compose_config(["+experiment=debug", "output_dir=" + sys.argv[1]])
+run(cfg)
+print(json.dumps(json.loads((Path(sys.argv[1]) / "summary.json").read_text())["provenance"]["allocator"]))
+"""
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only")
+def test_a_run_however_launched_tunes_and_records_it(tmp_path):
+    """``mtad.run.evaluate.run`` itself tunes (a sweep's or a Slurm job's process goes through it,
+    not through a console script) and the point's ``summary.json`` records it."""
+    env = {k: v for k, v in __import__("os").environ.items()
+           if k not in ("MTAD_MALLOC", "LD_PRELOAD", *allocator.ENV_THRESHOLDS)}
+    env["HF_HUB_OFFLINE"] = "1"
+    out = subprocess.run([sys.executable, "-c", _RUN, str(tmp_path / "p")], capture_output=True, text=True,
+                         env=env, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["tuned"] is True and got["mmap_threshold"] == allocator.MMAP_THRESHOLD

@@ -228,8 +228,6 @@ def list_unfinished(sweep: Sweep, argv: Sequence[str], out=None) -> list:
 
 def cli() -> None:
     """The console script (``[project.scripts]`` in pyproject.toml)."""
-    from mtad.core import allocator
     from mtad.run.results import exit_on_bad_results
 
-    allocator.tune()  # the process's malloc thresholds (mtad.core.allocator); in the provenance
     exit_on_bad_results(main)
