@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mtad.core.io import shown_path  # noqa: E402
 from mtad.core.machine import cpu_info  # noqa: E402
 from mtad.core.topk import argmax_rows, topk_rows  # noqa: E402
+from mtad.run.provenance import git_info  # noqa: E402
 
 
 def parts(vocab: int, beam_width: int, width: int) -> dict:
@@ -79,11 +79,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    try:
-        git = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).resolve().parents[1]).stdout.strip()
-    except OSError:
-        git = "?"
+    g = git_info()
+    git = (g["commit"] or "?")[:10] + (" (uncommitted changes)" if g["dirty"] else "")
     given = list(argv if argv is not None else sys.argv[1:])
     if args.out and "--out" in given:  # recorded never absolute
         given[given.index("--out") + 1] = shown_path(args.out)

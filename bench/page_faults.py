@@ -98,9 +98,10 @@ def main(argv: list[str] | None = None) -> None:
             runs[arm].append(json.loads(got.stdout.strip().splitlines()[-1]))
             print(f"[{arm} process {len(runs[arm])}] done", file=sys.stderr, flush=True)
     from mtad.core.machine import cpu_info
+    from mtad.run.provenance import git_info
 
-    git = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], capture_output=True, text=True,
-                         cwd=ROOT).stdout.strip()
+    g = git_info()
+    git = (g["commit"] or "?")[:10] + (" (uncommitted changes)" if g["dirty"] else "")
     lines = [f"Command: `python bench/page_faults.py {' '.join(given)}`".replace("  ", " "),
              f"Machine: {cpu_info().get('model')}; one torch thread; git {git}. Tiny pair (hidden 64), random "
              f"draft, V {args.vocab}, {args.mode}, {args.prompts} prompts x {args.max_new_tokens} tokens per "
