@@ -8,6 +8,7 @@ per step, no shape knobs).
 from __future__ import annotations
 
 from mtad.core.decoder import Decoder, StepContext, StepOutput, sample
+from mtad.core.topk import argmax_rows
 
 
 class Multinomial(Decoder):
@@ -31,4 +32,4 @@ class Greedy(Decoder):
     stochastic = False  # ignores the warping: equals the others only at temperature 0
 
     def decode(self, ctx: StepContext) -> StepOutput:
-        return StepOutput(tokens=[int(ctx.target.root_logits.argmax())])
+        return StepOutput(tokens=[int(argmax_rows(ctx.target.root_logits))])  # torch.argmax's

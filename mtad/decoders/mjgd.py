@@ -42,7 +42,7 @@ from mtad.core.decoder import Decoder, StepContext, StepOutput, sample
 from mtad.core.knobs import GAMMA, Knob, Rule
 from mtad.core.protocols import ROOT
 from mtad.core.sampling import DENSE_MAX, draw, top_entries
-from mtad.core.topk import topk_rows
+from mtad.core.topk import argmax_rows, topk_rows
 from mtad.core.tree import TokenTree
 from mtad.core.warping import _top_p_of
 
@@ -163,7 +163,7 @@ class JointDecoder(Decoder):
     def _choose(self, ctx: StepContext, joint: torch.Tensor) -> int:  # joint [M] log-probabilities
         if self.sample_joint:
             return sample(ctx.warping(joint), ctx.generator, ctx.warping.support_bound)
-        return int(torch.argmax(joint))  # one transfer
+        return int(argmax_rows(joint))  # torch.argmax's (first maximum); one transfer
 
     def _choose_rows(self, ctx: StepContext, rows: torch.Tensor, score: torch.Tensor) -> int | None:
         """``_choose`` over ``joint = (score[:, None] + rows).flatten()`` read on each row's top

@@ -26,6 +26,7 @@ from mtad.core.sampling import (
     device_draws,
     read_supports,
 )
+from mtad.core.topk import argmax_rows
 from mtad.core.tree import TokenTree
 
 MODES = MODE.rule.choices
@@ -87,11 +88,26 @@ class ConfidenceRun:
     def __init__(self, mode: str, alpha_fb: float):
         self.mode, self.alpha_fb = mode, alpha_fb
 
-    def _confidence_and_pick(self, ctx: StepContext, q: torch.Tensor) -> tuple[float, int | None]:
-        """(max q, the token drawn from q or None when max q < alpha_fb); one transfer."""
+    def _confidence_and_pick(self, ctx: StepContext, logits: torch.Tensor) -> tuple[float, int | None]:
+        """(max q, the token drawn from q or None when max q < alpha_fb) for the draft's
+        ``logits`` [V]; one transfer.
+
+        ``greedy``: q is the plain softmax, its maximum read at its argmax (``argmax_rows``:
+        ``torch.argmax``'s first maximum or first NaN, whose value is ``q.max()``'s).
+        ``sampling`` on the CPU with a sparse warping (temperature 0, top-k): q's host support
+        from the warping's candidates (``candidate_supports``, the support ``read_supports``
+        finds in the dense row, so the same maximum and the same draw), no dense row."""
         if self.mode == "greedy":
-            top, arg = torch.stack([q.max(), torch.argmax(q).to(q.dtype)]).cpu().tolist()
+            q = plain_probs(logits)  # [V]
+            arg = argmax_rows(q).reshape(1)
+            top, arg = torch.cat([q.gather(0, arg), arg.to(q.dtype)]).cpu().tolist()
             return top, int(arg)
+        cand = ctx.warping.candidates(logits[None]) if logits.device.type == "cpu" else None
+        if cand is not None:
+            s = candidate_supports(*cand, logits.shape[-1])[0]
+            top = float(s.vals.max())
+            return top, (sample(s, ctx.generator) if top >= self.alpha_fb else None)
+        q = mode_probs(self.mode, ctx, logits)  # [V]
         bound, length = ctx.warping.support_bound, None
         if not device_drawn(q, bound):
             got, length = read_supports(q[None], bound)
@@ -112,8 +128,7 @@ class ConfidenceRun:
         draft: list[int] = []
         logits = ctx.draft.root_logits
         while len(draft) < limit:
-            q = mode_probs(self.mode, ctx, logits)  # [V]
-            top, x = self._confidence_and_pick(ctx, q)
+            top, x = self._confidence_and_pick(ctx, logits)
             if top < self.alpha_fb:
                 return draft, True
             draft.append(x)

@@ -27,7 +27,8 @@ import torch
 
 from mtad.core.decoder import StepContext, StepOutput, plain_probs, sample
 from mtad.core.knobs import MODE, Knob, Rule
-from mtad.core.sampling import device_drawn, device_draws, read_supports
+from mtad.core.sampling import candidate_supports, device_drawn, device_draws, read_supports
+from mtad.core.topk import argmax_rows
 from mtad.core.tree import TokenTree
 from mtad.verify.score import Scores, chain_masses, chain_tokens, score
 
@@ -63,8 +64,18 @@ class Rollback:
 
     def pick(self, ctx: StepContext, probs: torch.Tensor) -> int:  # probs [V]
         if self.mode == "greedy":
-            return int(torch.argmax(probs))
+            return int(argmax_rows(probs))  # torch.argmax's (first maximum)
         return sample(probs, ctx.generator, ctx.warping.support_bound)
+
+    def _pick_logits(self, ctx: StepContext, logits: torch.Tensor) -> int:  # logits [V]
+        """``pick(probs(logits))``; in ``sampling`` mode on the CPU with a sparse warping, drawn
+        from the warping's candidates (the same host support, so the same draw) without the
+        dense row."""
+        if self.mode != "greedy" and logits.device.type == "cpu":
+            cand = ctx.warping.candidates(logits[None])
+            if cand is not None:
+                return sample(candidate_supports(*cand, logits.shape[-1])[0], ctx.generator)
+        return self.pick(ctx, self.probs(ctx, logits))
 
     def verify(self, ctx: StepContext, tree: TokenTree) -> StepOutput:
         draft, fallback = chain_tokens(tree, "BiLD's rollback"), tree.info.get("fallback", False)
@@ -73,8 +84,7 @@ class Rollback:
         if n == ctx.remaining and not fallback:  # the run ends the generation, unverified
             return StepOutput(tokens=draft, drafted=n, accepted=n, tree_size=0, info=info)
         scores = score(ctx, tree)  # chain rows 1..n
-        p = self.probs(ctx, scores.logits)  # [n+1, V]
-        pxs, pick = self._verify_rows(ctx, draft, p, scores)  # one transfer
+        pxs, pick = self._verify_rows(ctx, draft, scores)  # one transfer
         rb = rollback_position(draft, pxs, self.alpha_rb)
         if rb is not None:
             y = pick(rb)
@@ -82,20 +92,31 @@ class Rollback:
                 tokens = draft[:rb] + [y]
                 if len(tokens) < ctx.remaining:
                     again = scores.then(rb, y)  # [V], y under row rb
-                    tokens.append(self.pick(ctx, self.probs(ctx, again)))
+                    tokens.append(self._pick_logits(ctx, again))
                 info.update(rollback=rb, target_tokens=len(tokens) - rb)
                 return StepOutput(tokens=tokens, drafted=n, accepted=rb, tree_size=n + 1, info=info)
         info["target_tokens"] = 1
         return StepOutput(tokens=draft + [pick(n)], drafted=n, accepted=n, tree_size=n, info=info)
 
-    def _verify_rows(self, ctx: StepContext, draft: list[int], p: torch.Tensor, scores: Scores):
-        """p_i(x_i) for the run and a picker of the target's token at any row: one transfer."""
+    def _verify_rows(self, ctx: StepContext, draft: list[int], scores: Scores):
+        """p_i(x_i) for the run and a picker of the target's token at any row: one transfer.
+
+        ``sampling`` on the CPU with a sparse warping (temperature 0, top-k): the rows' host
+        supports from the target's candidates (``Scores.candidates``: the supports
+        ``read_supports`` finds in the dense rows, so the same masses and draws)."""
         n = len(draft)
         if self.mode == "greedy":
+            p = self.probs(ctx, scores.logits)  # [n+1, V]
             rows = torch.arange(n, device=p.device)
             x, _ = scores.fed()  # the target pass's own copy
-            host = torch.cat([p[rows, x], torch.argmax(p, -1).to(p.dtype)]).cpu().tolist()
+            host = torch.cat([p[rows, x], argmax_rows(p).to(p.dtype)]).cpu().tolist()
             return host[:n], lambda i: int(host[n + i])
+        cand = scores.candidates()
+        if cand is not None:
+            supports = candidate_supports(*cand, scores.root.shape[-1])
+            return [supports[i].mass(x) for i, x in enumerate(draft)], (
+                lambda i: sample(supports[i], ctx.generator))
+        p = self.probs(ctx, scores.logits)  # [n+1, V]
         bound, length = ctx.warping.support_bound, None
         if not device_drawn(p, bound):
             got, length = read_supports(p, bound)
