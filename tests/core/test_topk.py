@@ -112,6 +112,27 @@ def test_argmax_rows_takes_the_first_of_tied_maxima():
     _check_argmax(torch.randn(4, V).bfloat16().float().round())  # many ties at the maximum
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("vocab", [1, 2, 63, 64, 65, 4096, 32_000, V])
+def test_one_max_reduction_is_torch_argmax(dtype, vocab):
+    """``torch.max(...).indices``, which single rows and short rows take on the CPU, answers as
+    ``torch.argmax``: the first of tied maxima, the first NaN, +-inf."""
+    g = torch.Generator().manual_seed(vocab)
+    cases = [torch.randn(3, vocab, generator=g).round(),  # many ties
+             (2 * torch.randn(3, vocab, generator=g)).round().clamp(max=1.0),  # many ties at the maximum
+             torch.full((2, vocab), float("-inf")),
+             torch.full((2, vocab), -1.0)]
+    nan = torch.randn(3, vocab, generator=g)
+    nan.scatter_(1, torch.randint(0, vocab, (3, max(1, vocab // 50)), generator=g), float("nan"))
+    inf = torch.randn(3, vocab, generator=g)
+    inf.scatter_(1, torch.randint(0, vocab, (3, 3), generator=g), float("inf"))
+    for rows in cases + [nan, inf]:
+        rows = rows.to(dtype)
+        for r in (rows, rows[0], rows[:1], rows.t().contiguous().t()):  # strided rows too
+            assert torch.equal(r.max(-1).indices, r.argmax(-1))
+            _check_argmax(r)
+
+
 def test_argmax_rows_with_nan_like_torch():
     g = torch.Generator().manual_seed(5)
     rows = torch.randn(4, 64 * 300 + 11, generator=g)
