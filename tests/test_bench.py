@@ -253,6 +253,31 @@ def test_compare_commits_pairs_overhead_per_token(tmp_path):
     assert g == pytest.approx(1.0) and lo <= g <= hi and lo >= 0.5 and hi <= 2.0
 
 
+def test_misses_table_takes_each_unmet_goal_apart():
+    """bench/overhead.py's last table: one row per goal against SpD not settled as met, with its
+    ratio per step, both systems' tokens per step and the op-count ratios; met goals and the
+    goal against HF assisted generation are left out."""
+    rows = []
+    for prompt in range(3):
+        rows += [dict(setting="S", system="spd", prompt=prompt, repeat=0, overhead=1.0, wall=4.0, tokens=8,
+                      steps=2, target_calls=2, draft_calls=8, target_forward=2.0, draft_forward=1.0),
+                 dict(setting="S", system="bild", prompt=prompt, repeat=0, overhead=1.5 + 0.01 * prompt, wall=5.0,
+                      tokens=4, steps=4, target_calls=4, draft_calls=4, target_forward=2.0, draft_forward=1.5),
+                 dict(setting="S", system="typical", prompt=prompt, repeat=0, overhead=0.9 + 0.01 * prompt, wall=4.0, tokens=8,
+                      steps=2, target_calls=2, draft_calls=8, target_forward=2.0, draft_forward=1.0)]
+    report = overhead.summarize(rows, ["spd", "bild", "typical"], 1.5)
+    ops = {"S": {"spd": dict(rows_per_token=2.0, ops_per_token=100), "bild": dict(rows_per_token=3.0, ops_per_token=50)}}
+    table = overhead.misses_table(report, ops)
+    lines = [line for line in table.splitlines() if line.startswith("| S |")]
+    assert len(lines) == 1  # typical's goal is met
+    cells = [c.strip() for c in lines[0].strip("|").split("|")]
+    # bild: 3x SpD per token = 0.75x per step x (4 tokens per step / 1)
+    assert cells[1] == "bild" and cells[2].startswith("3.0") and cells[3] == "missed"
+    assert cells[4] == "0.75x" and cells[5] == "1.00 (4.00)" and cells[6] == "4.00"
+    assert cells[7] == "1.50x" and cells[8] == "0.50x"
+    assert overhead.misses_table(overhead.summarize(rows, ["spd", "typical"], 1.5), {}) == ""
+
+
 def test_depth_parts_times_every_part_against_the_argmax(tmp_path):
     """``bench/depth_parts.py`` times each part on its own rows and writes its table."""
     out = tmp_path / "parts.txt"

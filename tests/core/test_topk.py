@@ -112,6 +112,7 @@ def test_argmax_rows_takes_the_first_of_tied_maxima():
     _check_argmax(torch.randn(4, V).bfloat16().float().round())  # many ties at the maximum
 
 
+@pytest.mark.stack  # a kernel's contract: checked on the oldest and newest stacks (make test-stack)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("vocab", [1, 2, 63, 64, 65, 4096, 32_000, V])
 def test_one_max_reduction_is_torch_argmax(dtype, vocab):
