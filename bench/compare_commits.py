@@ -15,6 +15,11 @@ the geometric mean over rounds and prompts of new / old per emitted token, with 
 interval over those pairs; the same for the ratio to SpD within each commit's runs. Worktrees
 are made under a temporary folder and removed; the commits' own ``bench/overhead.py`` runs, with
 this checkout's interpreter (the same packages for both).
+
+    python bench/compare_commits.py --summary results/bench/compare_commits_argmax_bild_cpu.md
+
+prints a record's new / old estimates per system and vocabulary as ranges over its other
+settings (drafts, modes): the ranges ``docs/speed.md`` quotes.
 """
 
 from __future__ import annotations
@@ -59,6 +64,19 @@ def per_token(path: Path, key: str = "overhead") -> dict[tuple[str, str, int], f
     return {k: sum(v) / len(v) for k, v in acc.items()}
 
 
+def summary(path: Path) -> dict[tuple[str, str], tuple[float, float]]:
+    """A written record's new / old estimates: (system, vocabulary) -> (lowest, highest) over the
+    record's settings, as printed in its table (two decimals)."""
+    out: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for line in Path(path).read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or cells[0].count("/") != 2 or not cells[2][:1].isdigit():
+            continue
+        vocab = cells[0].split("/")[0]
+        out[(cells[1], vocab)].append(float(cells[2].split()[0]))
+    return {k: (min(v), max(v)) for k, v in sorted(out.items())}
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     extra: list[str] = []
@@ -66,11 +84,18 @@ def main(argv: list[str] | None = None) -> None:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1:]
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--old", required=True)
+    ap.add_argument("--old")
+    ap.add_argument("--summary", help="print a written record's new / old ranges per system and vocabulary; no run")
     ap.add_argument("--new", default="HEAD")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="results/bench/compare_commits.md")
     args = ap.parse_args(argv)
+    if args.summary:
+        for (system, vocab), (lo, hi) in summary(Path(args.summary)).items():
+            print(f"{system} {vocab}: {lo:.2f}-{hi:.2f}x")
+        return
+    if not args.old:
+        ap.error("--old is required (or --summary RECORD)")
     if "--out" in extra:
         raise SystemExit("pass the overhead bench's arguments after --, without --out (this script sets it)")
     old, new = _git("rev-parse", "--short=10", args.old), _git("rev-parse", "--short=10", args.new)

@@ -278,6 +278,29 @@ def test_misses_table_takes_each_unmet_goal_apart():
     assert overhead.misses_table(overhead.summarize(rows, ["spd", "typical"], 1.5), {}) == ""
 
 
+def test_compare_commits_summary_gives_the_ranges_docs_quote():
+    """``--summary``: a record's new / old estimates as ranges per system and vocabulary; the
+    ranges docs/speed.md quotes for the argmax / BiLD change are the record's."""
+    import compare_commits
+
+    root = Path(__file__).resolve().parent.parent
+    got = compare_commits.summary(root / "results/bench/compare_commits_argmax_bild_cpu.md")
+    assert len(got) == 18 and all(lo <= hi for lo, hi in got.values())
+
+    def r(system, vocab):
+        lo, hi = got[(system, vocab)]
+        return f"{lo:.2f}-{hi:.2f}x"
+
+    doc = " ".join((root / "docs/speed.md").read_text().split())
+    for claim in (f"BiLD {r('bild', 'V151936')} at 151,936 tokens and {r('bild', 'V32000')} at 32,000",
+                  f"BiLD in sampling mode {r('bild_sampling', 'V151936')} and {r('bild_sampling', 'V32000')}",
+                  f"the greedy decoder {r('greedy', 'V151936')} and {r('greedy', 'V32000')}"):
+        assert claim in doc, claim
+    others = [got[(s, v)] for s in ("spd", "specinfer", "beam_specinfer", "tree_mtad", "mtad", "typical")
+              for v in ("V151936", "V32000")]
+    assert f"{min(lo for lo, _ in others):.2f}-{max(hi for _, hi in others):.2f}x, within" in doc
+
+
 def test_depth_parts_times_every_part_against_the_argmax(tmp_path):
     """``bench/depth_parts.py`` times each part on its own rows and writes its table."""
     out = tmp_path / "parts.txt"
