@@ -301,6 +301,30 @@ def test_compare_commits_summary_gives_the_ranges_docs_quote():
     assert f"{min(lo for lo, _ in others):.2f}-{max(hi for _, hi in others):.2f}x, within" in doc
 
 
+def test_profile_misses_takes_its_cases_from_an_overhead_runs_goals(tmp_path):
+    """``--goals``: one profiled table per setting with a goal against SpD not settled as met
+    (SpD first, then those systems), at the run's own sizes; met goals are not profiled."""
+    import profile_misses
+
+    goal = dict(ratio=2.0, low=1.8, high=2.2, limit=1.5, met=False, verdict="missed")
+    met = dict(goal, ratio=1.0, low=0.9, high=1.1, met=True, verdict="met")
+    run = dict(args=dict(temperature=1.0, top_k=10, top_p=0.9, hidden=16, layers=2, draft_hidden=16,
+                         draft_layers=1, gamma=2),
+               report={"V50/random/greedy": dict(goals={"tree_mtad_le_1.5x_spd": goal, "mtad_le_1.5x_spd": met,
+                                                        "spd_le_hf_assisted": goal}),
+                       "V50/equal/sample": dict(goals={"mtad_le_1.5x_spd": met})})
+    (tmp_path / "o.json").write_text(json.dumps(run))
+    cases, modes, extra = profile_misses.goal_cases(str(tmp_path / "o.json"))
+    assert cases == [(50, "greedy", "random", ["spd", "tree_mtad"])]
+    assert extra == dict(sizes=(16, 2, 16, 1), gamma=2) and modes["sample_nok"].top_k == 0
+    out = tmp_path / "p.md"
+    profile_misses.main(["--goals", str(tmp_path / "o.json"), "--prompts", "1", "--tokens", "3", "--out", str(out)])
+    md = out.read_text()
+    assert "## V50/random/greedy" in md and "V50/equal/sample" not in md
+    assert [line.split("|")[1].strip() for line in md.splitlines() if line.startswith("| ") and "---" not in line
+            and not line.startswith("| system")] == ["spd", "tree_mtad"]
+
+
 def test_depth_parts_times_every_part_against_the_argmax(tmp_path):
     """``bench/depth_parts.py`` times each part on its own rows and writes its table."""
     out = tmp_path / "parts.txt"
