@@ -65,8 +65,8 @@ class Scores:
 
     @property
     def logits(self) -> torch.Tensor:  # [U+1, V] row 0: the root
-        if "logits" not in self._cache:
-            self._cache["logits"] = torch.cat([self.root[None], self.body])
+        if "logits" not in self._cache:  # no scored node (a BiLD run that fell back at once): the root, no copy
+            self._cache["logits"] = torch.cat([self.root[None], self.body]) if len(self.body) else self.root[None]
         return self._cache["logits"]
 
     @property
