@@ -325,6 +325,22 @@ def test_profile_misses_takes_its_cases_from_an_overhead_runs_goals(tmp_path):
             and not line.startswith("| system")] == ["spd", "tree_mtad"]
 
 
+def test_docs_quote_the_committed_overhead_runs_goal_counts():
+    """docs/speed.md's count of the goals the committed overhead run meets, misses and leaves
+    unresolved, and the commit it names, are the run's own (results/bench/overhead_tiny_cpu.json)."""
+    from collections import Counter
+
+    root = Path(__file__).resolve().parent.parent
+    run = json.loads((root / "results/bench/overhead_tiny_cpu.json").read_text())
+    n = Counter(g["verdict"] for v in run["report"].values() for g in v["goals"].values())
+    commit = run["provenance"]["git"]["commit"][:7]
+    doc = " ".join((root / "docs/speed.md").read_text().split())
+    wall = next(int(h.split("run: ")[1].split(" s")[0]) for h in run["header"] if h.startswith("Wall time of the run"))
+    assert (f"The latest overhead run ({commit}, this Intel Xeon, {wall:,} s)"
+            f" meets {n['met']} of the {sum(n.values())} goal cells, misses {n['missed']} and leaves "
+            f"{n['unresolved']} unresolved") in doc
+
+
 def test_depth_parts_times_every_part_against_the_argmax(tmp_path):
     """``bench/depth_parts.py`` times each part on its own rows and writes its table."""
     out = tmp_path / "parts.txt"
