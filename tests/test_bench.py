@@ -274,7 +274,7 @@ def test_misses_table_takes_each_unmet_goal_apart():
     # bild: 3x SpD per token = 0.75x per step x (4 tokens per step / 1)
     assert cells[1] == "bild" and cells[2].startswith("3.0") and cells[3] == "missed"
     assert cells[4] == "0.75x" and cells[5] == "1.00 (4.00)" and cells[6] == "4.00"
-    assert cells[7] == "1.50x" and cells[8] == "0.50x"
+    assert cells[7] == "tokens per step" and cells[8] == "1.50x" and cells[9] == "0.50x"
     assert overhead.misses_table(overhead.summarize(rows, ["spd", "typical"], 1.5), {}) == ""
 
 
