@@ -22,6 +22,7 @@ import torch
 
 BLOCK = 64  # entries per block: 151,936 = 2,374 x 64
 _MIN_BLOCKS_PER_PICK = 8  # below this many blocks per picked entry the plain topk is as cheap
+_LONE_ROW_CHUNK = 1024  # a single row takes argmax_rows' block path from 65,536 entries
 
 
 def _blockwise(rows: torch.Tensor, parts: int, least: int) -> bool:
@@ -72,14 +73,16 @@ def argmax_rows(rows: torch.Tensor) -> torch.Tensor:
     vectorised max per chunk, the first chunk holding the row's maximum (the first maximum of
     the chunk maxima), then the first maximum inside that chunk; entries past the last whole
     chunk are compared after them. Every index before the answer lies in an earlier chunk
-    (below the maximum) or earlier in the same chunk, so it is ``torch.argmax``'s answer. A
-    single row, or short rows, take one max reduction (``_first_max``): inside a decoding step
-    a lone row costs the same either way, and the one call has less Python around it. On an
-    accelerator ``torch.argmax``.
+    (below the maximum) or earlier in the same chunk, so it is ``torch.argmax``'s answer. Short
+    rows, and a single row shorter than ``_LONE_ROW_CHUNK`` chunks, take one max reduction
+    (``_first_max``): there the block path's extra calls cost more than they save (measured
+    in decoding steps on this CPU: a lone 32,000-token row is cheaper by the max reduction, a
+    lone 151,936-token one by the block path). On an accelerator ``torch.argmax``.
     """
     vocab = rows.shape[-1]
     chunk = vocab // BLOCK
-    if rows.numel() == vocab or not _blockwise(rows, chunk, 2 * BLOCK):
+    lone = rows.numel() == vocab  # one row: the block path pays only on long ones
+    if not _blockwise(rows, chunk, _LONE_ROW_CHUNK if lone else 2 * BLOCK):
         return _first_max(rows)
     lead = rows.shape[:-1]
     flat = rows.reshape(-1, vocab)
