@@ -296,6 +296,17 @@ def test_compare_commits_summary_gives_the_ranges_docs_quote():
                   f"BiLD in sampling mode {r('bild_sampling', 'V151936')} and {r('bild_sampling', 'V32000')}",
                   f"the greedy decoder {r('greedy', 'V151936')} and {r('greedy', 'V32000')}"):
         assert claim in doc, claim
+    final = compare_commits.summary(root / "results/bench/compare_commits_argmax_final_heldout_cpu.md")
+
+    def f(system, vocab):
+        lo, hi = final[(system, vocab)]
+        return f"{lo:.2f}-{hi:.2f}x"
+
+    assert (f"BiLD {f('bild', 'V151936')} at 151,936 tokens and {f('bild', 'V32000')} at 32,000, BiLD in sampling "
+            f"mode {f('bild_sampling', 'V151936')} and {f('bild_sampling', 'V32000')}, the greedy decoder "
+            f"{f('greedy', 'V151936')} and {f('greedy', 'V32000')}") in doc
+    assert f"SpD and tree-MTAD came out at {f('spd', 'V151936')} at 151,936 tokens" in doc
+    assert final[("tree_mtad", "V151936")] == final[("spd", "V151936")]
     others = [got[(s, v)] for s in ("spd", "specinfer", "beam_specinfer", "tree_mtad", "mtad", "typical")
               for v in ("V151936", "V32000")]
     assert f"{min(lo for lo, _ in others):.2f}-{max(hi for _, hi in others):.2f}x, within" in doc
