@@ -9,6 +9,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import cdf_float32  # noqa: E402
+import classify_misses  # noqa: E402
 import cost_model  # noqa: E402
 import depth_parts  # noqa: E402
 import overhead  # noqa: E402
@@ -350,6 +351,22 @@ def test_docs_quote_the_committed_overhead_runs_goal_counts():
     assert (f"The latest overhead run ({commit}, this Intel Xeon, {wall:,} s)"
             f" meets {n['met']} of the {sum(n.values())} goal cells, misses {n['missed']} and leaves "
             f"{n['unresolved']} unresolved") in doc
+
+
+def test_classify_misses_sorts_every_unmet_goal_once():
+    """bench/classify_misses.py: every goal against SpD the committed run leaves unmet lands in
+    exactly one class; a cell cheaper per step than 1.5x SpD with fewer tokens per step is
+    acceptance, MJGD / MTJD are the joint search whatever the setting."""
+    root = Path(__file__).resolve().parent.parent
+    report = json.loads((root / "results/bench/overhead_tiny_cpu.json").read_text())["report"]
+    unmet = {(k, g.split("_le_")[0]) for k, v in report.items() for g, x in v["goals"].items()
+             if g.endswith("x_spd") and x["verdict"] != "met"}
+    classes = classify_misses.classify(report)
+    cells = [(x["setting"], x["system"]) for v in classes.values() for x in v]
+    assert sorted(cells) == sorted(unmet)
+    assert all(x["system"] in ("mjgd", "mtjd") for x in classes.get("joint", []))
+    assert all(x["per_step"] <= 1.5 and x["spd_tokens_per_step_over_its"] > 1 for x in classes.get("acceptance", []))
+    assert all(x["setting"].endswith("sample_nok") for x in classes.get("top_p", []))
 
 
 def test_depth_parts_times_every_part_against_the_argmax(tmp_path):
