@@ -291,7 +291,7 @@ def main(argv=None) -> int:
                 continue
             row = [issue, label]
             for which, root in roots.items():  # interleaved: before, then after, attack by attack
-                work = Path(tmp) / f"{i}-{which}" / "work"
+                work = Path(tmp) / f"{i}-{which}" / "scratch"  # not "work": no path in the record reads like a machine path
                 work.mkdir(parents=True)
                 m, verdict = attack(root, work, args.limit)
                 row += [f"{m['wall_s']:.2f}", f"{m['peak_mb']:.0f}", verdict.replace("|", "\\|")]

@@ -79,6 +79,7 @@ print(json.dumps(json.loads((Path(sys.argv[1]) / "summary.json").read_text())["p
 """
 
 
+# glibc only, as above: elsewhere a run records "not glibc" instead (test_not_glibc_is_said)
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only")
 def test_a_run_however_launched_tunes_and_records_it(tmp_path):
     """``mtad.run.evaluate.run`` itself tunes (a sweep's or a Slurm job's process goes through it,
