@@ -253,6 +253,20 @@ def candidate_supports(
     return [Support(i[k], v[k], vocab) for i, v, k in zip(ids, probs, keep)]
 
 
+
+def candidate_support(
+    warping,  # mtad.core.warping.Warping (its ``candidates``)
+    logits: torch.Tensor,  # [V] one row's logits
+) -> Support | None:
+    """The host support of ``warping(logits)`` from the warping's candidates, without the dense
+    row (``candidate_supports``: the support a scan of the dense row finds, so the same draws):
+    on the CPU with a sparse warping (temperature 0, top-k). None elsewhere: warp the row."""
+    if logits.device.type != "cpu":
+        return None
+    cand = warping.candidates(logits[None])
+    return candidate_supports(*cand, logits.shape[-1])[0] if cand is not None else None
+
+
 def host_support(probs: torch.Tensor, bound: int | None = None) -> Support:  # probs [V]
     """``support(probs)`` on the host (one transfer from an accelerator; see ``host_supports``)."""
     return host_supports(probs[None], bound)[0]

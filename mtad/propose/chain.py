@@ -21,7 +21,7 @@ from mtad.core.knobs import GAMMA, MODE, Knob, Rule
 from mtad.core.sampling import (
     Rows,
     Support,
-    candidate_supports,
+    candidate_support,
     device_drawn,
     device_draws,
     read_supports,
@@ -39,8 +39,8 @@ def draft_chain(ctx: StepContext, gamma: int) -> tuple[list[int], torch.Tensor |
     qs = []
     logits = ctx.draft.root_logits
     for i in range(gamma):
-        cand = ctx.warping.candidates(logits[None]) if logits.device.type == "cpu" else None
-        q = candidate_supports(*cand, logits.shape[-1])[0] if cand is not None else ctx.warping(logits)
+        q = candidate_support(ctx.warping, logits)
+        q = ctx.warping(logits) if q is None else q
         x = sample(q, ctx.generator, ctx.warping.support_bound)
         tokens.append(x)
         qs.append(q)
@@ -102,19 +102,15 @@ class ConfidenceRun:
             arg = argmax_rows(q).reshape(1)
             top, arg = torch.cat([q.gather(0, arg), arg.to(q.dtype)]).cpu().tolist()
             return top, int(arg)
-        cand = ctx.warping.candidates(logits[None]) if logits.device.type == "cpu" else None
-        if cand is not None:
-            s = candidate_supports(*cand, logits.shape[-1])[0]
+        s, length = candidate_support(ctx.warping, logits), None
+        if s is None:
+            q = mode_probs(self.mode, ctx, logits)  # [V]
+            if not device_drawn(q, ctx.warping.support_bound):
+                got, length = read_supports(q[None], ctx.warping.support_bound)
+                s = got[0][0] if got is not None else None  # the support on the host (the CPU: in place)
+        if s is not None:
             top = float(s.vals.max())
             return top, (sample(s, ctx.generator) if top >= self.alpha_fb else None)
-        q = mode_probs(self.mode, ctx, logits)  # [V]
-        bound, length = ctx.warping.support_bound, None
-        if not device_drawn(q, bound):
-            got, length = read_supports(q[None], bound)
-            if got is not None:  # the support on the host (the CPU: in place)
-                s = got[0][0]
-                top = float(s.vals.max())
-                return top, (sample(s, ctx.generator) if top >= self.alpha_fb else None)
         # plain temperature on an accelerator, or a support past the bound: no row read back
         pending = device_draws(q[None], ctx.generator, extra=[q.max()], length=length)
         top = pending.extra[0]

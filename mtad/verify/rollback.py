@@ -27,7 +27,13 @@ import torch
 
 from mtad.core.decoder import StepContext, StepOutput, plain_probs, sample
 from mtad.core.knobs import MODE, Knob, Rule
-from mtad.core.sampling import candidate_supports, device_drawn, device_draws, read_supports
+from mtad.core.sampling import (
+    candidate_support,
+    candidate_supports,
+    device_drawn,
+    device_draws,
+    read_supports,
+)
 from mtad.core.topk import argmax_rows
 from mtad.core.tree import TokenTree
 from mtad.verify.score import Scores, chain_masses, chain_tokens, score
@@ -71,11 +77,8 @@ class Rollback:
         """``pick(probs(logits))``; in ``sampling`` mode on the CPU with a sparse warping, drawn
         from the warping's candidates (the same host support, so the same draw) without the
         dense row."""
-        if self.mode != "greedy" and logits.device.type == "cpu":
-            cand = ctx.warping.candidates(logits[None])
-            if cand is not None:
-                return sample(candidate_supports(*cand, logits.shape[-1])[0], ctx.generator)
-        return self.pick(ctx, self.probs(ctx, logits))
+        s = candidate_support(ctx.warping, logits) if self.mode != "greedy" else None
+        return sample(s, ctx.generator) if s is not None else self.pick(ctx, self.probs(ctx, logits))
 
     def verify(self, ctx: StepContext, tree: TokenTree) -> StepOutput:
         draft, fallback = chain_tokens(tree, "BiLD's rollback"), tree.info.get("fallback", False)
@@ -111,19 +114,16 @@ class Rollback:
             x, _ = scores.fed()  # the target pass's own copy
             host = torch.cat([p[rows, x], argmax_rows(p).to(p.dtype)]).cpu().tolist()
             return host[:n], lambda i: int(host[n + i])
-        cand = scores.candidates()
-        if cand is not None:
-            supports = candidate_supports(*cand, scores.root.shape[-1])
+        cand, length = scores.candidates(), None
+        supports = candidate_supports(*cand, scores.root.shape[-1]) if cand is not None else None
+        if supports is None:
+            p = self.probs(ctx, scores.logits)  # [n+1, V]
+            if not device_drawn(p, ctx.warping.support_bound):
+                got, length = read_supports(p, ctx.warping.support_bound)
+                supports = [s for s, _ in got] if got is not None else None  # on the host (the CPU: in place)
+        if supports is not None:
             return [supports[i].mass(x) for i, x in enumerate(draft)], (
                 lambda i: sample(supports[i], ctx.generator))
-        p = self.probs(ctx, scores.logits)  # [n+1, V]
-        bound, length = ctx.warping.support_bound, None
-        if not device_drawn(p, bound):
-            got, length = read_supports(p, bound)
-            if got is not None:  # the supports on the host (the CPU: in place)
-                supports = [s for s, _ in got]
-                return [supports[i].mass(x) for i, x in enumerate(draft)], (
-                    lambda i: sample(supports[i], ctx.generator))
         # plain temperature on an accelerator, or a support past the bound: no row read back
         x, _ = scores.fed()
         pending = device_draws(p, ctx.generator, extra=[p[torch.arange(n, device=p.device), x]], length=length)
