@@ -365,28 +365,6 @@ def _package_versions(model: OfflineModel) -> dict[str, str | None]:
     return out
 
 
-def _strip_gguf_quantizer(model) -> None:
-    """Make a dequantized GGUF-loaded model an ordinary one that ``save_pretrained`` accepts.
-
-    transformers 5.24 keeps the GGUF quantizer on the model (``model.hf_quantizer``,
-    whose ``is_serializable()`` is False) and its config in
-    ``model.config.quantization_config``; ``save_pretrained`` raises on the former and
-    a saved config with the latter would load through the GGUF quantizer again.
-    """
-    for attr in ("hf_quantizer",):
-        if getattr(model, attr, None) is not None:
-            setattr(model, attr, None)
-    if getattr(model, "is_quantized", False):
-        with contextlib.suppress(AttributeError):
-            model.is_quantized = False
-    if hasattr(model, "quantization_method"):
-        with contextlib.suppress(AttributeError):
-            del model.quantization_method
-    if hasattr(model.config, "quantization_config"):
-        with contextlib.suppress(AttributeError):
-            del model.config.quantization_config
-
-
 def ensure_converted(name: str | OfflineModel, dtype="float32", verbose: bool = False) -> Path:
     """A directory with a safetensors copy of ``name`` in ``dtype`` and its tokenizer.
 
@@ -409,30 +387,26 @@ def ensure_converted(name: str | OfflineModel, dtype="float32", verbose: bool = 
 def _convert_locked(model_spec: OfflineModel, dtype: str, gguf: Path, out: Path, verbose: bool) -> Path:
     import torch
     import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+    from transformers import AutoTokenizer
+
+    from mtad.models.gguf_convert import convert_gguf
+
+    def provenance(config) -> None:
+        config.name_or_path = model_spec.hub_id
+        if hasattr(config, "_model_name_or_path"):  # the GGUF's `general.name`
+            config._model_name_or_path = model_spec.hub_id
 
     t0 = time.perf_counter()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
         with hub_offline():
-            model = AutoModelForCausalLM.from_pretrained(
-                str(gguf.parent),
-                gguf_file=gguf.name,
-                dtype=getattr(torch, dtype),
-                quantization_config=GgufConfig(dequantize=True),
-                attn_implementation="sdpa",
-            )
+            progress = (lambda msg: print(f"[{model_spec.name}] {dtype}: {msg}", flush=True)) if verbose else None
+            config = convert_gguf(gguf, tmp, dtype, edit_config=provenance, progress=progress)
+            t_load = time.perf_counter() - t0
             tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        t_load = time.perf_counter() - t0
-        _strip_gguf_quantizer(model)
-        model.config.name_or_path = model_spec.hub_id
-        if hasattr(model.config, "_model_name_or_path"):  # the GGUF's `general.name`
-            model.config._model_name_or_path = model_spec.hub_id
-        tok.model_max_length = model.config.max_position_embeddings
-        model.save_pretrained(tmp)
+        tok.model_max_length = config.max_position_embeddings
         tok.save_pretrained(tmp)
-        del model
         record = {
             "model": model_spec.name,
             "hub_id": model_spec.hub_id,
@@ -456,7 +430,7 @@ def _convert_locked(model_spec: OfflineModel, dtype: str, gguf: Path, out: Path,
         raise
     if verbose:
         print(f"converted {model_spec.name} to {dtype} in {out} "
-              f"(GGUF load {t_load:.1f} s, total {time.perf_counter() - t0:.1f} s)")
+              f"(dequantize and write {t_load:.1f} s, total {time.perf_counter() - t0:.1f} s)")
     return out
 
 
