@@ -7,14 +7,27 @@ kernels from ``${mtad_cpu_pair:KEY}``, an OmegaConf resolver that reads KEY from
 - ``qwen_coder_offline``: bfloat16 target, float32 draft with weight-only int8 (``int8w``);
 - ``qwen_coder_offline_avx2``: float32 everywhere, ``wxt`` kernels.
 
-The choice is measured, not read from flags: :func:`probe_bf16` times the target's largest
-linear (1536 -> 8960, Qwen2.5-Coder-1.5B's MLP) on 1 and 8 rows in bfloat16 (``default``
-kernel) and in float32 (``wxt``), interleaved, best of several repeats. bfloat16 is chosen when
-it takes at most ``BF16_MAX_RATIO`` of the float32 time. A CPU with AVX-512 BF16 or AMX comes out
-near 0.5 (half the bytes, native dot products); one that emulates bfloat16 (AVX2 only) at several
-times float32. Flags alone misjudge the middle cases (AVX-512 without BF16 converts bfloat16 in a
-few instructions; a torch build may lack the native path), and the probe costs about a second.
-The CPU's model, flags and torch's ``get_cpu_capability()`` are recorded with the measurement.
+The choice rests on two detections, so that the machine's load at the moment cannot flip it:
+
+- **The hardware** (:func:`bf16_hardware`): bfloat16 dot products in hardware (``avx512_bf16``,
+  ``amx_bf16`` or Arm ``bf16`` in the CPU flags) with torch's oneDNN bfloat16 path available
+  (``torch.ops.mkldnn._is_mkldnn_bf16_supported()``) is ``native``; an x86 CPU without any
+  AVX-512 and without those flags is ``emulated`` (bfloat16 converted to float32 in software);
+  anything else (AVX-512 without BF16, other architectures) is undecided.
+- **The probe** (:func:`probe_bf16`): the target's largest linear (1536 -> 8960, Qwen2.5-Coder-
+  1.5B's MLP) on 1 and 8 rows in bfloat16 (``default`` kernel) and in float32 (``wxt``), timed in
+  the CPU time of one thread (``time.thread_time``; torch held to one thread for the probe), the
+  two dtypes interleaved round by round, the ratio the median of the rounds' ratios. Wall time
+  measured load: a process preempted by others waits, and with two threads the slower one sets
+  the pace (on an AMD EPYC with ``avx512_bf16`` the earlier wall-clock probe read 0.88 under load
+  and 0.31 quiet). CPU time counts the work, which other processes do not change.
+
+:func:`decide`: an undecided CPU takes bfloat16 when the ratio is at most ``BF16_MAX_RATIO``; a
+``native`` one takes bfloat16 unless bfloat16 measures slower than float32 (ratio above
+``NATIVE_OVERRULE``: a torch build that does not use the hardware); an ``emulated`` one takes
+float32 unless bfloat16 measures clearly faster (below ``EMULATED_OVERRULE``). Only a
+measurement far from the threshold overrules the hardware. The CPU's model, flags, torch's
+``get_cpu_capability()`` and the oneDNN answer are recorded with the measurement.
 
 The decision is made once per machine and kept in ``<cache>/cpu_choice.json`` (``mtad.core.io.
 cache_dir``), keyed by CPU model, flags and torch version, so that a machine always
@@ -50,8 +63,13 @@ PROBE_ROWS = (1, 8)
 PROBE_REPEATS = 7
 CACHE_FILE = "cpu_choice.json"
 RESOLVER = "mtad_cpu_pair"
-#: Version of the probe and rule: a new version decides again instead of reading an old entry.
-PROBE_VERSION = "1"
+#: A ``native`` CPU takes float32 only when bfloat16 measures above this (slower than float32);
+#: an ``emulated`` one takes bfloat16 only when it measures below this.
+NATIVE_OVERRULE = 1.0
+EMULATED_OVERRULE = 0.6
+#: Version of the probe and rule: a new version decides again instead of reading an old entry
+#: (version 1: wall-clock probe alone; 2: hardware, and a CPU-time probe as its check).
+PROBE_VERSION = "2"
 
 
 @dataclass
@@ -64,6 +82,7 @@ class Choice:
     probe: dict[str, Any] = field(default_factory=dict)  # ms per call, ratio (see probe_bf16)
     cpu: dict[str, Any] = field(default_factory=dict)  # model, vendor, capability, isa (mtad.core.machine)
     decided_utc: str | None = None
+    basis: str = ""  # "hardware", "probe", or "probe over hardware" (version 1 entries: "")
     cached: bool = False  # read from the per-machine cache rather than measured in this process
 
     def line(self) -> str:
@@ -77,11 +96,14 @@ class Choice:
 
 def probe_bf16(repeats: int = PROBE_REPEATS, shape: tuple[int, int] = PROBE_SHAPE,
                rows: tuple[int, ...] = PROBE_ROWS) -> dict[str, Any]:
-    """Time one target-sized linear in bfloat16 (``default``) and float32 (``wxt``).
+    """Time one target-sized linear in bfloat16 (``default``) and float32 (``wxt``), in CPU time.
 
-    Returns the best ms per call of each (dtype, rows) and ``ratio`` = the bfloat16 total over
-    the float32 total (summed over ``rows``). Random weights: speed does not depend on values.
+    One thread; each round calls every (dtype, rows) once, interleaved. Returns the least CPU ms
+    per call of each (dtype, rows), each round's ratio (bfloat16 over float32, summed over
+    ``rows``) and ``ratio``, their median. Random weights: speed does not depend on values.
     """
+    import statistics
+
     import torch
     from torch import nn
 
@@ -97,32 +119,77 @@ def probe_bf16(repeats: int = PROBE_REPEATS, shape: tuple[int, int] = PROBE_SHAP
         layers[dtype] = apply_cpu_kernel(nn.Sequential(lin), kernel)
     xs = {(dt, k): torch.randn(k, fin, generator=gen).to(getattr(torch, dt)) for dt in layers for k in rows}
     best = {key: float("inf") for key in xs}
-    with torch.inference_mode():
-        for key, x in xs.items():  # warm-up: first calls pay for allocation and packing
-            layers[key[0]](x)
-        for _ in range(repeats):  # interleaved, so that load from other processes hits both alike
-            for (dt, k), x in xs.items():
-                t0 = time.perf_counter()
-                layers[dt](x)
-                best[(dt, k)] = min(best[(dt, k)], (time.perf_counter() - t0) * 1e3)
-    total = {dt: sum(best[(dt, k)] for k in rows) for dt in layers}
+    round_ratios = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the work of one thread, all of it in this thread's CPU time
+    try:
+        with torch.inference_mode():
+            for key, x in xs.items():  # warm-up: first calls pay for allocation and packing
+                layers[key[0]](x)
+            for _ in range(repeats):
+                spent = dict.fromkeys(layers, 0.0)
+                for (dt, k), x in xs.items():
+                    t0 = time.thread_time()
+                    layers[dt](x)
+                    ms = (time.thread_time() - t0) * 1e3
+                    best[(dt, k)] = min(best[(dt, k)], ms)
+                    spent[dt] += ms
+                round_ratios.append(spent["bfloat16"] / max(spent["float32"], 1e-9))
+    finally:
+        torch.set_num_threads(threads)
     return {
-        "shape": list(shape), "rows": list(rows), "repeats": repeats, "threads": torch.get_num_threads(),
+        "shape": list(shape), "rows": list(rows), "repeats": repeats, "threads": 1, "clock": "thread_time",
         "ms": {f"{dt}/{k}": round(best[(dt, k)], 3) for dt, k in best},
-        "ratio": round(total["bfloat16"] / total["float32"], 3),
+        "round_ratios": [round(r, 3) for r in round_ratios],
+        "ratio": round(statistics.median(round_ratios), 3),
     }
 
 
-def decide(probe: dict[str, Any], cpu: dict[str, Any]) -> Choice:
-    """The pair for a probe result (``ratio``: bfloat16 time / float32 time)."""
+def onednn_bf16() -> bool | None:
+    """Whether this torch can run bfloat16 matmuls through oneDNN on this CPU (None: cannot tell)."""
+    try:
+        import torch
+
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (ImportError, AttributeError, RuntimeError):
+        return None
+
+
+def bf16_hardware(cpu: dict[str, Any], onednn: bool | None) -> str | None:
+    """``"native"``, ``"emulated"`` or None (undecided) for a CPU (``mtad.core.machine.cpu_info``)
+    and torch's oneDNN bfloat16 answer (:func:`onednn_bf16`)."""
+    isa = set(cpu.get("isa") or [])
+    if cpu.get("native_bf16") and onednn is not False:
+        return "native"
+    x86 = str(cpu.get("arch") or "").lower() in ("x86_64", "amd64", "i686", "x86") or "avx2" in isa
+    if x86 and not cpu.get("native_bf16") and not any(f.startswith("avx512") for f in isa):
+        return "emulated"
+    return None
+
+
+def decide(probe: dict[str, Any], cpu: dict[str, Any], onednn: bool | None = None) -> Choice:
+    """The pair for the CPU's bfloat16 hardware (:func:`bf16_hardware`) checked by a probe result
+    (``ratio``: bfloat16 CPU time / float32 CPU time)."""
     ratio = float(probe["ratio"])
-    if ratio <= BF16_MAX_RATIO:
-        pair, dtype = BF16_PAIR, "bfloat16"
-        reason = f"bfloat16 matmul takes {ratio:.2f}x the float32 time (<= {BF16_MAX_RATIO})"
+    hardware = bf16_hardware(cpu, onednn)
+    measured = f"bfloat16 matmul takes {ratio:.2f}x the float32 CPU time"
+    if hardware == "native":
+        bf16 = ratio <= NATIVE_OVERRULE
+        basis = "hardware" if bf16 else "probe over hardware"
+        reason = (f"bfloat16 in hardware; {measured} (the check)" if bf16 else
+                  f"bfloat16 in hardware, but {measured} (> {NATIVE_OVERRULE}): this torch does not use it")
+    elif hardware == "emulated":
+        bf16 = ratio < EMULATED_OVERRULE
+        basis = "probe over hardware" if bf16 else "hardware"
+        reason = (f"bfloat16 emulated (no AVX-512), but {measured} (< {EMULATED_OVERRULE})" if bf16 else
+                  f"bfloat16 emulated (no AVX-512): float32 is faster here; {measured} (the check)")
     else:
-        pair, dtype = FP32_PAIR, "float32"
-        reason = f"bfloat16 matmul takes {ratio:.2f}x the float32 time (> {BF16_MAX_RATIO}): float32 is faster here"
-    return Choice(pair=pair, dtype=dtype, reason=reason, probe=probe, cpu=cpu)
+        bf16 = ratio <= BF16_MAX_RATIO
+        basis = "probe"
+        reason = f"{measured} ({'<=' if bf16 else '>'} {BF16_MAX_RATIO})"
+    pair, dtype = (BF16_PAIR, "bfloat16") if bf16 else (FP32_PAIR, "float32")
+    probe = {**probe, "hardware": hardware, "onednn_bf16": onednn}
+    return Choice(pair=pair, dtype=dtype, reason=reason, probe=probe, cpu=cpu, basis=basis)
 
 
 def machine_key(cpu: dict[str, Any]) -> str:
@@ -150,8 +217,11 @@ def _read_cache(path: Path) -> dict[str, Any]:
 
 
 def choose(reprobe: bool = False, cpu: dict[str, Any] | None = None, probe=probe_bf16,
-           path: Path | None = None) -> Choice:
-    """The pair for this machine: from the per-machine cache, else measured and cached."""
+           path: Path | None = None, onednn: bool | None | str = "detect") -> Choice:
+    """The pair for this machine: from the per-machine cache, else decided and cached.
+
+    ``onednn``: torch's oneDNN bfloat16 answer (default: asked of this torch, :func:`onednn_bf16`).
+    """
     from mtad.core.io import write_json_atomic
 
     cpu = cpu if cpu is not None else cpu_info()
@@ -163,7 +233,7 @@ def choose(reprobe: bool = False, cpu: dict[str, Any] | None = None, probe=probe
             return Choice(**{**entries[key], "cached": True})
         except TypeError:  # an entry of another layout: measure again
             pass
-    choice = decide(probe(), cpu)
+    choice = decide(probe(), cpu, onednn_bf16() if onednn == "detect" else onednn)
     choice.decided_utc = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     entries[key] = {k: v for k, v in asdict(choice).items() if k != "cached"}
     try:

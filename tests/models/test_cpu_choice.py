@@ -22,15 +22,20 @@ CONF = ROOT / "conf"
 _FLAGS_AVX2 = "fpu sse4_2 fma f16c avx avx2 bmi2"
 _FLAGS_AVX512_BF16 = _FLAGS_AVX2 + " avx512f avx512bw avx512vl avx512_vnni avx512_bf16"
 _FLAGS_AMX = _FLAGS_AVX512_BF16 + " amx_tile amx_bf16 amx_int8 avx_vnni"
+_FLAGS_AVX512 = _FLAGS_AVX2 + " avx512f avx512bw avx512vl avx512_vnni"
 MACHINES = {
     "avx2_only": ("AuthenticAMD", "AMD EPYC 7B12", _FLAGS_AVX2),
     "avx512_bf16": ("AuthenticAMD", "AMD EPYC 9B14", _FLAGS_AVX512_BF16),
     "amx": ("GenuineIntel", "Intel(R) Xeon(R) Platinum 8481C", _FLAGS_AMX),
+    "avx512_no_bf16": ("GenuineIntel", "Intel(R) Xeon(R) Gold 6148", _FLAGS_AVX512),
 }
 #: bfloat16 time / float32 time a probe would measure on each kind (emulated vs native bf16).
-PROBE_RATIO = {"avx2_only": 4.0, "avx512_bf16": 0.4, "amx": 0.3}
+PROBE_RATIO = {"avx2_only": 4.0, "avx512_bf16": 0.4, "amx": 0.3, "avx512_no_bf16": 0.7}
+#: torch's oneDNN bfloat16 answer on each kind (AVX-512 cores convert bfloat16 without BF16).
+ONEDNN = {"avx2_only": False, "avx512_bf16": True, "amx": True, "avx512_no_bf16": True}
 EXPECTED = {"avx2_only": (cc.FP32_PAIR, "float32"), "avx512_bf16": (cc.BF16_PAIR, "bfloat16"),
-            "amx": (cc.BF16_PAIR, "bfloat16")}
+            "amx": (cc.BF16_PAIR, "bfloat16"), "avx512_no_bf16": (cc.BF16_PAIR, "bfloat16")}
+HARDWARE = {"avx2_only": "emulated", "avx512_bf16": "native", "amx": "native", "avx512_no_bf16": None}
 
 
 def _cpuinfo(tmp_path: Path, kind: str) -> str:
@@ -53,12 +58,88 @@ def _fake_probe(ratio: float, calls: list | None = None):
 @pytest.mark.parametrize("kind", sorted(MACHINES))
 def test_choice_per_machine_kind(kind, tmp_path):
     cpu = cpu_info(_cpuinfo(tmp_path, kind))
-    choice = cc.choose(cpu=cpu, probe=_fake_probe(PROBE_RATIO[kind]), path=tmp_path / "choice.json")
+    choice = cc.choose(cpu=cpu, probe=_fake_probe(PROBE_RATIO[kind]), path=tmp_path / "choice.json",
+                       onednn=ONEDNN[kind])
     assert (choice.pair, choice.dtype) == EXPECTED[kind]
     assert choice.cpu["model"] == MACHINES[kind][1] and not choice.cached
     assert cc.pair_config(choice.pair)["target"]["dtype"] == choice.dtype
     assert f"{PROBE_RATIO[kind]:.2f}x" in choice.reason
-    assert ("native bf16: yes" in choice.line()) == (kind != "avx2_only")
+    assert choice.probe["hardware"] == HARDWARE[kind]
+    assert choice.basis == ("probe" if HARDWARE[kind] is None else "hardware")
+    assert ("native bf16: yes" in choice.line()) == (kind in ("avx512_bf16", "amx"))
+
+
+#: Ratios a probe read on one machine kind, quiet and loaded: the AMD EPYC with avx512_bf16 read
+#: 0.31 quiet and 0.88 while installs and tests shared its two cores (wall-clock probe); an AVX2
+#: machine reads above 1 quiet and nearer 1 when waiting inflates both dtypes alike.
+LOADED_AND_QUIET = {"avx512_bf16": (0.31, 0.88), "amx": (0.3, 0.95), "avx2_only": (1.8, 0.9)}
+
+
+@pytest.mark.parametrize("kind", sorted(LOADED_AND_QUIET))
+def test_load_does_not_flip_the_choice(kind, tmp_path):
+    """One machine kind gets one pair whether the probe ran quiet or loaded: where the hardware
+    says native or emulated, only a reading far from the threshold can overrule it."""
+    cpu = cpu_info(_cpuinfo(tmp_path, kind))
+    pairs = {cc.choose(cpu=cpu, probe=_fake_probe(r), path=tmp_path / f"c{i}.json", onednn=ONEDNN[kind]).pair
+             for i, r in enumerate(LOADED_AND_QUIET[kind])}
+    assert pairs == {EXPECTED[kind][0]}
+
+
+def test_probe_overrules_the_hardware_only_far_from_the_threshold(tmp_path):
+    native = cpu_info(_cpuinfo(tmp_path, "avx512_bf16"))
+    slow = cc.decide({"ratio": cc.NATIVE_OVERRULE + 0.2}, native, onednn=True)
+    assert slow.dtype == "float32" and slow.basis == "probe over hardware" and "does not use it" in slow.reason
+    assert cc.decide({"ratio": cc.NATIVE_OVERRULE}, native, onednn=True).dtype == "bfloat16"
+    # flags without torch's oneDNN bfloat16 path: undecided, the probe's threshold decides
+    assert cc.bf16_hardware(native, onednn=False) is None
+    assert cc.decide({"ratio": 0.9}, native, onednn=False).dtype == "float32"
+    avx2 = cpu_info(_cpuinfo(tmp_path, "avx2_only"))
+    assert cc.decide({"ratio": cc.EMULATED_OVERRULE - 0.1}, avx2, onednn=False).dtype == "bfloat16"
+    assert cc.decide({"ratio": cc.EMULATED_OVERRULE}, avx2, onednn=False).dtype == "float32"
+
+
+def test_probe_times_work_not_waiting(monkeypatch):
+    """A wall clock that jumps a second per reading (a process preempted by others) leaves the
+    probe's times unchanged: it reads this thread's CPU time."""
+    import time as real_time
+
+    jumps = iter(range(10**6))
+
+    def stalled():
+        return real_time.perf_counter() + next(jumps)
+
+    clock = types.SimpleNamespace(perf_counter=stalled, time=stalled, monotonic=stalled,
+                                  thread_time=real_time.thread_time, process_time=real_time.process_time,
+                                  strftime=real_time.strftime, gmtime=real_time.gmtime)
+    monkeypatch.setattr(cc, "time", clock)
+    out = cc.probe_bf16(repeats=3, shape=(64, 128), rows=(1, 2))
+    assert all(ms < 500 for ms in out["ms"].values()), out["ms"]
+    assert len(out["round_ratios"]) == 3
+
+
+def test_probe_leaves_torch_threads_as_they_were():
+    import torch
+
+    before = torch.get_num_threads()
+    cc.probe_bf16(repeats=1, shape=(32, 64), rows=(1,))
+    assert torch.get_num_threads() == before
+
+
+def test_entry_of_the_first_rule_is_decided_again(tmp_path, monkeypatch):
+    """A cache written by the wall-clock rule (version 1) is not read by this one, and stays
+    readable: its entries keep their layout (a Choice without ``basis``)."""
+    path = tmp_path / "choice.json"
+    cpu = cpu_info(_cpuinfo(tmp_path, "avx512_bf16"))
+    monkeypatch.setattr(cc, "PROBE_VERSION", "1")
+    old_key = cc.machine_key(cpu)
+    path.write_text(json.dumps({old_key: {"pair": cc.FP32_PAIR, "dtype": "float32", "reason": "0.88x",
+                                          "probe": {"ratio": 0.88}, "cpu": cpu, "decided_utc": None}}))
+    assert cc.choose(cpu=cpu, path=path, probe=_fake_probe(0.1), onednn=True).cached  # v1 reads its entry
+    monkeypatch.undo()
+    calls: list = []
+    new = cc.choose(cpu=cpu, path=path, probe=_fake_probe(0.88, calls), onednn=True)
+    assert calls and not new.cached and new.dtype == "bfloat16"
+    assert set(json.loads(path.read_text())) == {old_key, cc.machine_key(cpu)}
 
 
 def test_choice_is_kept_per_machine(tmp_path):
@@ -67,13 +148,13 @@ def test_choice_is_kept_per_machine(tmp_path):
     calls: list = []
     avx2 = cpu_info(_cpuinfo(tmp_path, "avx2_only"))
     amx = cpu_info(_cpuinfo(tmp_path, "amx"))
-    first = cc.choose(cpu=avx2, probe=_fake_probe(4.0, calls), path=path)
-    again = cc.choose(cpu=avx2, probe=_fake_probe(0.1, calls), path=path)  # a noisy probe would flip it
+    first = cc.choose(cpu=avx2, probe=_fake_probe(4.0, calls), path=path, onednn=False)
+    again = cc.choose(cpu=avx2, probe=_fake_probe(0.1, calls), path=path, onednn=False)  # a noisy probe would flip it
     assert len(calls) == 1 and again.cached and again.pair == first.pair == cc.FP32_PAIR
-    other = cc.choose(cpu=amx, probe=_fake_probe(0.3, calls), path=path)
+    other = cc.choose(cpu=amx, probe=_fake_probe(0.3, calls), path=path, onednn=False)
     assert len(calls) == 2 and other.pair == cc.BF16_PAIR
     assert len(json.loads(path.read_text())) == 2
-    redone = cc.choose(reprobe=True, cpu=avx2, probe=_fake_probe(0.1, calls), path=path)
+    redone = cc.choose(reprobe=True, cpu=avx2, probe=_fake_probe(0.1, calls), path=path, onednn=False)
     assert len(calls) == 3 and redone.pair == cc.BF16_PAIR and not redone.cached
 
 
@@ -83,9 +164,10 @@ def test_decide_threshold():
 
 
 def test_probe_measures_both_dtypes():
-    out = cc.probe_bf16(repeats=1, shape=(32, 64), rows=(1, 2))
+    out = cc.probe_bf16(repeats=3, shape=(32, 64), rows=(1, 2))
     assert set(out["ms"]) == {"bfloat16/1", "bfloat16/2", "float32/1", "float32/2"}
-    assert all(v > 0 for v in out["ms"].values()) and out["ratio"] > 0
+    assert all(v >= 0 for v in out["ms"].values()) and out["ratio"] > 0
+    assert out["clock"] == "thread_time" and out["threads"] == 1 and len(out["round_ratios"]) == 3
 
 
 # ---- the auto pair resolves to one named pair; only resolved values enter an identity ----
