@@ -175,10 +175,7 @@ bench-overhead-tiny: install ## Overhead per step/token outside the models, tiny
 bench-transfers: install ## Host round-trips per step, every decoder x gamma 2/4/8 x W 1/4, on virtual CUDA devices (mtad.testing.devicecheck) -> results/bench/transfers.{json,md}
 	$(BIN)mtad-bench transfers --out results/bench/transfers $(ARGS)
 
-bench-cdf32: install ## How often float32 beam draws with replacement on a device differ from the CPU's -> results/bench/cdf_float32.txt
-	$(PY) bench/cdf_float32.py --out results/bench/cdf_float32.txt $(ARGS)
-
-.PHONY: bench-cost bench-speed bench-claim4 bench-overhead bench-overhead-tiny bench-transfers bench-cdf32
+.PHONY: bench-cost bench-speed bench-claim4 bench-overhead bench-overhead-tiny bench-transfers
 
 # ---- The check on a GPU node (docs/cluster.md): random models built in-process, no hub, no data ----
 # Uses .venv when it exists, else $(PYTHON) with whatever torch/transformers it has. ARGS=--dry-run: CPU, seconds.

@@ -125,10 +125,11 @@ class Variant:
         from transformers import DynamicCache
 
         set_kernel(self.model, self.kernel)
+        from mtad.core.runner import ModelRunner
         from mtad.core.stack import checked_cache_keyword
 
         self.cache = DynamicCache(config=self.model.config)
-        self.cache_kw = checked_cache_keyword(self.model)  # never a keyword this transformers ignores
+        self.cache_kw = checked_cache_keyword(self.model, ModelRunner)  # never a keyword this transformers ignores
         self.model(ids, **{self.cache_kw: self.cache}, use_cache=True)
         self.prefix_len = ids.shape[1]
 

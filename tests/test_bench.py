@@ -8,12 +8,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
-import cdf_float32  # noqa: E402
-import classify_misses  # noqa: E402
 import cost_model  # noqa: E402
-import depth_parts  # noqa: E402
 import overhead  # noqa: E402
-import page_faults  # noqa: E402
 import profile_share  # noqa: E402
 import speed  # noqa: E402
 import transfers  # noqa: E402
@@ -206,12 +202,6 @@ def test_transfers_table_counts_both_directions_and_the_largest_read(tmp_path):
     assert "| 1 plain | specinfer | 2 | 2 |" in out.with_suffix(".md").read_text()
 
 
-def test_cdf_float32_counts_draws_on_both_sums():
-    """``bench/cdf_float32.py`` runs and counts every draw it makes (k per row set and scale)."""
-    diff, total = cdf_float32.count(seeds=2, width=2, vocab=50, k=2)
-    assert total == 8 and 0 <= diff <= total
-
-
 def test_op_counter_counts_vocabulary_rows_read_outside_the_models():
     """``OpCounter(vocab)``: a call reading [R, V] counts R rows, views and metadata none, and a
     watched model's forward nothing (its calls are the model's)."""
@@ -313,30 +303,6 @@ def test_compare_commits_summary_gives_the_ranges_docs_quote():
     assert f"{min(lo for lo, _ in others):.2f}-{max(hi for _, hi in others):.2f}x, within" in doc
 
 
-def test_profile_misses_takes_its_cases_from_an_overhead_runs_goals(tmp_path):
-    """``--goals``: one profiled table per setting with a goal against SpD not settled as met
-    (SpD first, then those systems), at the run's own sizes; met goals are not profiled."""
-    import profile_misses
-
-    goal = dict(ratio=2.0, low=1.8, high=2.2, limit=1.5, met=False, verdict="missed")
-    met = dict(goal, ratio=1.0, low=0.9, high=1.1, met=True, verdict="met")
-    run = dict(args=dict(temperature=1.0, top_k=10, top_p=0.9, hidden=16, layers=2, draft_hidden=16,
-                         draft_layers=1, gamma=2),
-               report={"V50/random/greedy": dict(goals={"tree_mtad_le_1.5x_spd": goal, "mtad_le_1.5x_spd": met,
-                                                        "spd_le_hf_assisted": goal}),
-                       "V50/equal/sample": dict(goals={"mtad_le_1.5x_spd": met})})
-    (tmp_path / "o.json").write_text(json.dumps(run))
-    cases, modes, extra = profile_misses.goal_cases(str(tmp_path / "o.json"))
-    assert cases == [(50, "greedy", "random", ["spd", "tree_mtad"])]
-    assert extra == dict(sizes=(16, 2, 16, 1), gamma=2) and modes["sample_nok"].top_k == 0
-    out = tmp_path / "p.md"
-    profile_misses.main(["--goals", str(tmp_path / "o.json"), "--prompts", "1", "--tokens", "3", "--out", str(out)])
-    md = out.read_text()
-    assert "## V50/random/greedy" in md and "V50/equal/sample" not in md
-    assert [line.split("|")[1].strip() for line in md.splitlines() if line.startswith("| ") and "---" not in line
-            and not line.startswith("| system")] == ["spd", "tree_mtad"]
-
-
 def test_docs_quote_the_committed_overhead_runs_goal_counts():
     """docs/speed.md's count of the goals the committed overhead run meets, misses and leaves
     unresolved, and the commit it names, are the run's own (results/bench/overhead_tiny_cpu.json)."""
@@ -353,41 +319,23 @@ def test_docs_quote_the_committed_overhead_runs_goal_counts():
             f"{n['unresolved']} unresolved") in doc
 
 
-def test_classify_misses_sorts_every_unmet_goal_once():
-    """bench/classify_misses.py: every goal against SpD the committed run leaves unmet lands in
-    exactly one class; a cell cheaper per step than 1.5x SpD with fewer tokens per step is
-    acceptance, MJGD / MTJD are the joint search whatever the setting."""
+def test_every_named_bench_script_is_there_or_named_with_its_commit():
+    """A ``bench/NAME.py`` that docs, code, configs, the Makefile or a record name is in bench/, or
+    the same file says which commit to ``git show`` it from (investigations whose records stay)."""
+    import re
+
     root = Path(__file__).resolve().parent.parent
-    report = json.loads((root / "results/bench/overhead_tiny_cpu.json").read_text())["report"]
-    unmet = {(k, g.split("_le_")[0]) for k, v in report.items() for g, x in v["goals"].items()
-             if g.endswith("x_spd") and x["verdict"] != "met"}
-    classes = classify_misses.classify(report)
-    cells = [(x["setting"], x["system"]) for v in classes.values() for x in v]
-    assert sorted(cells) == sorted(unmet)
-    assert all(x["system"] in ("mjgd", "mtjd") for x in classes.get("joint", []))
-    assert all(x["per_step"] <= 1.5 and x["spd_tokens_per_step_over_its"] > 1 for x in classes.get("acceptance", []))
-    assert all(x["setting"].endswith("sample_nok") for x in classes.get("top_p", []))
-
-
-def test_depth_parts_times_every_part_against_the_argmax(tmp_path):
-    """``bench/depth_parts.py`` times each part on its own rows and writes its table."""
-    out = tmp_path / "parts.txt"
-    depth_parts.main(["--vocabs", "640", "--rows", "2", "--repeats", "2", "--out", str(out)])
-    text = out.read_text()
-    parts = [line for line in text.splitlines() if line.endswith("x") and " ms " in line]
-    assert "V = 640" in text and len(parts) == 7 and "Command: `python bench/depth_parts.py" in text
-    assert str(tmp_path) not in text  # no absolute path in the record
-
-
-def test_page_faults_runs_both_arms_in_fresh_processes(tmp_path):
-    """``bench/page_faults.py``: one fresh process per arm here, each system's faults, wall and
-    overhead per step; the default arm leaves glibc alone, the tuned arm fixes its thresholds."""
-    out = tmp_path / "pf.txt"
-    page_faults.main(["--vocab", "300", "--processes", "1", "--prompts", "1", "--max-new-tokens", "4",
-                      "--systems", "spd,tree_mtad", "--out", str(out)])
-    text = out.read_text()
-    rows = [line.split() for line in text.splitlines() if line.startswith(("default ", "tuned "))]
-    assert sorted((r[0], r[2]) for r in rows) == [("default", "spd"), ("default", "tree_mtad"),
-                                                   ("tuned", "spd"), ("tuned", "tree_mtad")]
-    assert '"why": "MTAD_MALLOC=system"' in text and '"tuned": true' in text
-    assert str(tmp_path) not in text  # no absolute path in the record
+    files = [root / "README.md", root / "Makefile", *sorted((root / "docs").rglob("*.md")),
+             *sorted((root / "results").rglob("*.md")), *sorted((root / "results").rglob("*.txt")),
+             *sorted((root / "conf").rglob("*.yaml")), *sorted((root / "experiments").rglob("*")),
+             *[p for d in ("mtad", "eval", "bench", "tests") for p in sorted((root / d).rglob("*.py"))]]
+    bad = []
+    for path in files:
+        if not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for name in sorted(set(re.findall(r"bench/([a-z][a-z0-9_]{2,})\.py", text))):
+            if not (root / "bench" / f"{name}.py").is_file() and not re.search(
+                    rf"git show [0-9a-f]{{7,40}}:bench/{name}\.py", text):
+                bad.append(f"{path.relative_to(root)}: bench/{name}.py")
+    assert not bad, "scripts named but neither in bench/ nor given a commit:\n" + "\n".join(bad)

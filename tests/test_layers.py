@@ -220,3 +220,88 @@ def test_planted_violations_in_a_copy_of_the_tree_are_caught(tmp_path):
     assert len(found) == len(planted), found
     for rel in planted:
         assert any(f.startswith(rel + ":") for f in found), (rel, found)
+
+
+# ------------------------------------------------------------ one way inside a package
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    """Lines of ``if TYPE_CHECKING:`` bodies: imports there are never run."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for stmt in node.body:
+                lines.update(range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1))
+    return lines
+
+
+def import_graph(package: str, root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the modules of ``package`` it imports when run (lazy imports included; those under
+    ``if TYPE_CHECKING:`` and of its own enclosing packages, which are loaded first, left out)."""
+    files = {module_name(p, root): p for p in sorted((root / package.replace(".", "/")).rglob("*.py"))}
+    graph = {}
+    for mod, path in files.items():
+        parents = {".".join(mod.split(".")[:i]) for i in range(1, mod.count(".") + 1)}
+        skip = _type_checking_lines(ast.parse(path.read_text(encoding="utf-8")))
+        graph[mod] = {m for line, m in imports(path, root=root)
+                      if m in files and m != mod and m not in parents and line not in skip}
+    return graph
+
+
+def import_cycles(package: str, root: Path = ROOT) -> list[list[str]]:
+    """The groups of modules of ``package`` that import one another in a circle (Tarjan's strongly
+    connected components of more than one module)."""
+    graph = import_graph(package, root)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_core_modules_import_one_another_one_way():
+    """No circle inside ``mtad/core`` (the runner imports the stack checks; the stack's probe gets
+    the runner class as an argument)."""
+    assert import_cycles("mtad.core") == []
+
+
+def test_the_cycle_check_catches_a_lazy_circle(tmp_path):
+    core = tmp_path / "mtad" / "core"
+    core.mkdir(parents=True)
+    (tmp_path / "mtad" / "__init__.py").write_text("")
+    (core / "__init__.py").write_text("")
+    (core / "a.py").write_text("from mtad.core import b\n")
+    (core / "b.py").write_text("def f():\n    from mtad.core.c import g\n")
+    (core / "c.py").write_text("import mtad.core.a\n")
+    (core / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from mtad.core.e import E\n")
+    (core / "e.py").write_text("from mtad.core.d import D\n")  # a circle only for the type checker
+    assert import_cycles("mtad.core", tmp_path) == [["mtad.core.a", "mtad.core.b", "mtad.core.c"]]
+
+
+def test_no_code_under_results():
+    """results/ holds records; the scripts that made them live in bench/ (or are named, with the
+    commit to ``git show`` them from, in the record)."""
+    code = [p.relative_to(ROOT) for p in (ROOT / "results").rglob("*")
+            if p.suffix in (".py", ".sh", ".ipynb") and p.is_file()]
+    assert not code, f"code under results/: {code}"

@@ -135,7 +135,7 @@ def test_the_probe_passes_on_every_architecture_and_kernel(arch, impl, monkeypat
     monkeypatch.setattr(stack, "_probes", {})
     model = tiny_causal_lm(arch, attn_implementation=impl)
     state = torch.random.get_rng_state()
-    res = stack.probe(model)
+    res = stack.probe(model, ModelRunner)
     assert res["passed"] and res["max_abs_diff"] <= stack.PROBE_ATOL
     assert torch.equal(torch.random.get_rng_state(), state), "the probe leaves the global RNG as it was"
 

@@ -9,7 +9,7 @@ logits, warped rows, a beam's scores) reuse pages already mapped or take fresh o
 faulted in and zeroed by the kernel, depends on the order earlier blocks happened to be
 freed in. On the tiny pair at 151,936 tokens the same tree-MTAD runs took 46 to 4,887 page
 faults a step from one fresh process to the next, and 26-40 with the thresholds fixed
-(``bench/page_faults.py``, ``docs/speed.md``).
+(``results/bench/page_faults_cpu.txt``, ``docs/speed.md``).
 
 ``tune()`` fixes both thresholds once per process (``mallopt``; fixing them also turns the
 dynamic adjustment off): blocks up to 32 MiB (glibc's largest dynamic value) come from the

@@ -165,7 +165,7 @@ class ModelRunner:
     def __init__(self, model, vocab_size: int | None = None, name: str = "model"):
         check_model_supported(model)
         # the keyword this transformers takes the cache by; range check and cache probe (mtad.core.stack)
-        self._cache_kw = checked_cache_keyword(model)
+        self._cache_kw = checked_cache_keyword(model, ModelRunner)
         self.model = model
         self.name = name
         self.devices = model_devices(model)  # every device it spans (device_map="auto": several)

@@ -464,7 +464,7 @@ def device_multinomial(
       float64. For float64 masses that is the host's arithmetic where the device sums in
       order (the CPU: every test; a GPU's parallel sum moves a boundary only by rounding).
       For float32 masses the host's float32 running sum drifts by more than an entry's mass
-      over a long vector, so most draws differ from the host's (``bench/cdf_float32.py``):
+      over a long vector, so most draws differ from the host's (``results/bench/cdf_float32.txt``):
       the same stream and distribution, not the same entries.
     """
     from mtad.core.devices import to_device

@@ -10,13 +10,15 @@ and the start-up probe that proves the runner's cache is honoured.
   from its signature: ``cache`` (transformers 5.24) or ``past_key_values`` (5.17). A model
   whose ``forward`` has ``**kwargs`` silently drops a keyword it does not know, so the
   keyword is never guessed: a forward naming neither is refused.
-* ``probe(model)``: builds a tiny random model of the same class and attention kernel
-  (float64 on the CPU, a few ms) and checks, through ``ModelRunner``, that logits after
+* ``probe(model, runner_class)``: builds a tiny random model of the same class and attention
+  kernel (float64 on the CPU, a few ms) and checks, through the runner class it is given
+  (``mtad.core.runner.ModelRunner``, which passes itself), that logits after
   cached steps equal full forward passes over the same tokens: a prefill, a chain, a tree
   (branches, a node under a node), and a step after the cache kept a non-prefix path. An
   ignored cache, a mask the kernel drops or a position the model does not take shows up
   there. It runs once per (class, kernel) in a process.
-* ``checked_cache_keyword(model)``: all three, for ``ModelRunner``'s constructor.
+* ``checked_cache_keyword(model, runner_class)``: all three, for ``ModelRunner``'s constructor.
+  This module does not import the runner (the runner imports it): imports go one way.
 * ``record()``: what ran in this process (versions, range, which checks passed, the keyword
   and every probe's largest difference), for a run's provenance.
 
@@ -158,12 +160,13 @@ def _full(model, ids: list[int]):
         return model(input_ids=torch.tensor([ids]), use_cache=False).logits[0].double()
 
 
-def run_probe(tiny) -> float:
+def run_probe(tiny, runner_class) -> float:
     """Largest |runner logit - full-pass logit| over the probe's steps on ``tiny`` (see the
-    module docstring): a prefill, a chain, a tree, and a step after a non-prefix path was kept."""
-    from mtad.core.runner import ROOT, ModelRunner
+    module docstring): a prefill, a chain, a tree, and a step after a non-prefix path was kept.
+    ``runner_class(tiny)`` builds the runner (``mtad.core.runner.ModelRunner``)."""
+    from mtad.core.protocols import ROOT
 
-    runner = ModelRunner(tiny)
+    runner = runner_class(tiny)
     prompt = [3, 7, 11, 5, 2, 9]
     worst = 0.0
 
@@ -200,8 +203,9 @@ def run_probe(tiny) -> float:
     return worst
 
 
-def probe(model) -> dict[str, Any]:
-    """Run (once per class and kernel in this process) the probe; refuse in one line on failure."""
+def probe(model, runner_class) -> dict[str, Any]:
+    """Run (once per class and kernel in this process) the probe through ``runner_class``
+    (``mtad.core.runner.ModelRunner``); refuse in one line on failure."""
     key = _probe_key(model)
     if key in _probes:
         return _probes[key]
@@ -212,7 +216,7 @@ def probe(model) -> dict[str, Any]:
     torch.set_num_threads(1)  # tiny passes: more threads only wait on each other (seconds on a busy CPU)
     try:
         tiny = tiny_like(model)
-        worst = run_probe(tiny)
+        worst = run_probe(tiny, runner_class)
     except StackError:
         raise
     except Exception as e:  # noqa: BLE001  (any failure of the runner on this stack refuses it)
@@ -234,14 +238,14 @@ def probe(model) -> dict[str, Any]:
     return _probes[key]
 
 
-def checked_cache_keyword(model) -> str:
+def checked_cache_keyword(model, runner_class) -> str:
     """For ``ModelRunner``: the range check, the cache keyword, and the probe for ``model``'s
-    class and kernel (the probe's own runner skips its probe)."""
+    class and kernel through ``runner_class`` (the probe's own runner skips its probe)."""
     if _versions_checked is None:
         check_versions()
     kw = cache_keyword(model)
     if _probe_key(model) not in _probing:
-        probe(model)
+        probe(model, runner_class)
     return kw
 
 

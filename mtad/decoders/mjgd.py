@@ -147,7 +147,7 @@ class JointDecoder(Decoder):
         depths and steps: the same kernel (its ``out=`` form) on the same float64 copy, so the same
         values, without two fresh ``n x V`` float64 tensors per depth (19 MB each at 16 x 151,936:
         fresh ones may fault their pages in on every call, depending on the allocator's state:
-        ``bench/depth_parts.py``). The result is valid until the next call."""
+        ``results/bench/depth_parts_cpu.txt``). The result is valid until the next call."""
         if logits.device.type != "cpu" or logits.dim() != 2:
             return logits.double().log_softmax(-1)
         n, vocab = logits.shape
