@@ -145,3 +145,14 @@ def test_run_command(command, cpu, tmp_path):
         assert len(summaries) == _jobs(knobs)
     for summary in summaries:
         assert summary["metrics"]["examples"] >= 1 and summary["metrics"]["new_tokens"] >= 1
+
+
+#: The README is the entrance: what the project is, the two commands, where to read on. Detail
+#: belongs in docs/.
+README_MAX_CHARS = 10_000
+
+
+def test_readme_stays_within_its_length():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text) <= README_MAX_CHARS, (
+        f"README.md has {len(text):,} characters (at most {README_MAX_CHARS:,}): move detail into docs/")
