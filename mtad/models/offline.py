@@ -7,10 +7,11 @@ installs them). This module
 1. finds the chunks through :mod:`importlib` (no hub access, no download),
 2. concatenates them into one ``.gguf`` file in :func:`cache_dir` and checks its
    size and sha256 (:func:`assemble_gguf`),
-3. once per dtype, loads the GGUF with ``transformers`` (dequantizing every weight)
-   and saves a safetensors copy plus the tokenizer next to it
-   (:func:`ensure_converted`), because a GGUF load takes minutes and a safetensors
-   load seconds,
+3. once per dtype, dequantizes the GGUF one tensor at a time into a safetensors copy
+   (:mod:`mtad.models.gguf_convert`: the bytes ``transformers``' load-and-save would write,
+   with one tensor in memory instead of a state dict and a model) plus the tokenizer next to
+   it (:func:`ensure_converted`), because a GGUF load takes minutes and a safetensors load
+   seconds,
 4. loads that copy (:func:`load_offline`).
 
 Command line::
@@ -368,9 +369,9 @@ def _package_versions(model: OfflineModel) -> dict[str, str | None]:
 def ensure_converted(name: str | OfflineModel, dtype="float32", verbose: bool = False) -> Path:
     """A directory with a safetensors copy of ``name`` in ``dtype`` and its tokenizer.
 
-    Built once from the GGUF (assembled first if needed), loaded directly in
-    ``dtype`` — casting an already loaded float32 model to bfloat16 needs far more
-    memory. Written to a temporary directory and renamed into place.
+    Built once from the GGUF (assembled first if needed), streamed tensor by tensor in
+    ``dtype`` (:func:`mtad.models.gguf_convert.convert_gguf`). Written to a temporary
+    directory and renamed into place.
     """
     model_spec = get_model(name)
     dtype = _dtype_name(dtype)
