@@ -138,14 +138,15 @@ def iter_dequantized(gguf_file: Path, model) -> Iterable[tuple[str, Any]]:
         TensorProcessor,
         get_gguf_hf_weights_map,
         load_gguf_checkpoint,
+        read_field,
     )
 
     parsed = load_gguf_checkpoint(str(gguf_file), return_tensors=False)
-    architecture = parsed["config"]["model_type"]
+    reader = GGUFReader(str(gguf_file))
+    architecture = read_field(reader, "general.architecture")[0]  # the GGUF's name, as transformers looks it up
     processor = TENSOR_PROCESSORS.get(architecture, TensorProcessor)(config=parsed.get("config", {}))
     key_map = get_gguf_hf_weights_map(model, processor)
     parsed["tensors"] = {}
-    reader = GGUFReader(str(gguf_file))
     for tensor in reader.tensors:
         result = processor.process(weights=dequantize(tensor.data, tensor.tensor_type), name=tensor.name,
                                    tensor_key_mapping=key_map, parsed_parameters=parsed)
@@ -180,18 +181,20 @@ def convert_gguf(gguf_file: Path, out: Path, dtype: str, edit_config: Callable[[
         for i, (name, weights) in enumerate(iter_dequantized(gguf_file, model)):
             if name not in specs:  # a tied alias: saved under its other name
                 continue
+            # as transformers' GGUF loader: a copy of the dequantized array, cast to the dtype
             tensor = torch.from_numpy(np.copy(weights)).to(torch_dtype)
             del weights
             writer.write(name, tensor)
             del tensor
             if progress and i % 50 == 0:
                 progress(f"{len(writer.written)}/{len(specs)} tensors")
-    finally:
         missing = sorted(set(specs) - writer.written)
-        writer.close() if not missing else writer.f.close()
-    if missing:
-        raise ConversionError(f"{gguf_file.name}: the GGUF holds no tensor for {len(missing)} of the model's "
-                              f"parameters (e.g. {missing[:3]}); converting it would save random weights")
+        if missing:
+            raise ConversionError(f"{gguf_file.name}: the GGUF holds no tensor for {len(missing)} of the model's "
+                                  f"parameters (e.g. {missing[:3]}); converting it would save random weights")
+    finally:
+        writer.f.close()
+    writer.close()
     model.config.name_or_path = str(gguf_file.parent)
     if edit_config is not None:
         edit_config(model.config)
