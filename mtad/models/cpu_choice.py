@@ -20,7 +20,10 @@ The choice rests on two detections, so that the machine's load at the moment can
   two dtypes interleaved round by round, the ratio the median of the rounds' ratios. Wall time
   measured load: a process preempted by others waits, and with two threads the slower one sets
   the pace (on an AMD EPYC with ``avx512_bf16`` the earlier wall-clock probe read 0.88 under load
-  and 0.31 quiet). CPU time counts the work, which other processes do not change.
+  and 0.31 quiet). CPU time counts the work, which other processes change far less (not at
+  all would be too strong: caches and memory are shared; on a busy AVX2 machine the ratio
+  moved between 1.07 and 1.61, where the wall-clock probe moved between 0.57 and 1.80), hence
+  the hardware first and the probe as its check.
 
 :func:`decide`: an undecided CPU takes bfloat16 when the ratio is at most ``BF16_MAX_RATIO``; a
 ``native`` one takes bfloat16 unless bfloat16 measures slower than float32 (ratio above
