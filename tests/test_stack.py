@@ -152,6 +152,22 @@ def test_the_probe_fails_when_the_model_ignores_the_cache(arch, monkeypatch):
     assert "\n" not in msg and "differ from full forward passes" in msg and "tested range" in msg
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_probe_tolerance_is_far_below_what_a_lost_token_moves(arch):
+    """PROBE_ATOL's margin, measured: on the probe's own tiny model (eager kernel: float32 attention
+    probabilities), deleting any one token of the probe's sequences moves the last logits by far
+    more than the tolerance, which stays above the eager kernels' float32 rounding."""
+    tiny = stack.tiny_like(tiny_causal_lm(arch, attn_implementation="eager"))
+    ids = [3, 7, 11, 5, 2, 9, 4, 8, 6, 12, 13, 15]
+    moved = []
+    for n in range(6, len(ids) + 1):
+        ref = stack._full(tiny, ids[:n])[-1]
+        for j in range(n - 1):
+            lost = ids[:j] + ids[j + 1:n]
+            moved.append(float((stack._full(tiny, lost)[-1] - ref).abs().max()))
+    assert min(moved) > 1000 * stack.PROBE_ATOL, min(moved)
+
+
 # ------------------------------------------------------- decoders against transformers
 def _pair(arch):
     kw = dict(vocab_size=40, dtype=torch.float64, logit_scale=4.0, attn_implementation="sdpa")
