@@ -80,7 +80,7 @@ def write_csv(rows: Sequence[Row], path: Path) -> None:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
         for r in rows:
-            w.writerow({k: _fmt(v) if k in AUTHORED else csv_cell(_fmt(v))
+            w.writerow({k: _fmt(v) if k in AUTHORED else csv_cell(_fmt(v), numbers=not isinstance(v, str))
                         for k, v in asdict(r).items() if k in FIELDS})
 
 

@@ -454,8 +454,8 @@ def _index_points(sweep_dir: Path) -> tuple[str, dict[Path, IndexEntry]]:
     return index.get("examples") or "all", out
 
 
-def variant_labels(df: pd.DataFrame) -> pd.Series:
-    """Row labels: the decoder, plus the settings that vary among its points of one (pair, task)."""
+def _varying_keys(df: pd.DataFrame) -> list[str]:
+    """Identity keys that vary among the points of one (pair, task, decoder), knobs first."""
     varying: set[str] = set()
     for _, g in df.groupby(["pair", "task", "decoder"], dropna=False):
         if len(g) < 2:
@@ -468,7 +468,12 @@ def variant_labels(df: pd.DataFrame) -> pd.Series:
     varying = {
         k for k in varying if not (k.startswith("decoder.") and k.split(".", 1)[1] in varying)
     }
-    keys = sorted(varying, key=lambda k: (k not in KNOBS, KNOBS.index(k) if k in KNOBS else 0, k))
+    return sorted(varying, key=lambda k: (k not in KNOBS, KNOBS.index(k) if k in KNOBS else 0, k))
+
+
+def variant_labels(df: pd.DataFrame) -> pd.Series:
+    """Row labels: the decoder, plus the settings that vary among its points of one (pair, task)."""
+    keys = _varying_keys(df)
 
     def label(row) -> str:
         parts = [f"{k}={row['_identity'].get(k)}" for k in keys if k in row["_identity"]]
@@ -480,17 +485,15 @@ def variant_labels(df: pd.DataFrame) -> pd.Series:
 def varying_knobs(df: pd.DataFrame) -> list[str]:
     """Identity keys that vary among the points of one (pair, task, decoder) and are knobs of
     the decoder (not ``figures.NOT_KNOBS``: a point at another number of examples): the
-    ablation axes."""
+    ablation axes, in the order the rows' labels name them. From the identities, never parsed
+    back from the labels (a decoder named ``x (a=1)`` names no knob)."""
     from mtad.analysis.figures import NOT_KNOBS
 
-    labels = df["label"].str.extract(r"\((.*)\)$")[0].dropna()
-    keys: list[str] = []
-    for s in labels:
-        for part in s.split(", "):
-            k = part.split("=", 1)[0]
-            if k not in keys and k not in NOT_KNOBS:
-                keys.append(k)
-    return keys
+    keys = [k for k in _varying_keys(df) if k not in NOT_KNOBS]
+    out: list[str] = []
+    for ident in df["_identity"]:
+        out += [k for k in keys if k in ident and k not in out]
+    return out
 
 
 def add_speedups(df: pd.DataFrame) -> pd.DataFrame:
@@ -583,7 +586,9 @@ def render(
     for fname, content in (("table2.md", "\n".join(md)), ("table2.tex", "\n".join(tex))):
         (out_dir / fname).write_text(content)
         written[fname] = out_dir / fname
-    csv_frame(pd.concat(csv_parts, ignore_index=True)).to_csv(out_dir / "table2.csv", index=False)
+    table_csv = pd.concat(csv_parts, ignore_index=True)
+    numbers = [c for c in table_csv.columns if c not in ("pair", "decoder")]  # formatted cells
+    csv_frame(table_csv, numbers).to_csv(out_dir / "table2.csv", index=False)
     written["table2.csv"] = out_dir / "table2.csv"
     cols = [
         "hash",

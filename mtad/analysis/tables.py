@@ -177,10 +177,13 @@ def csv_table(sub: pd.DataFrame, text: pd.DataFrame, cols: Sequence = COLUMNS) -
     return out.reset_index()
 
 
-def csv_frame(frame: pd.DataFrame) -> pd.DataFrame:
+def csv_frame(frame: pd.DataFrame, numbers: Sequence[str] = ()) -> pd.DataFrame:
     """``frame`` ready for ``to_csv``: every string cell and header through
-    ``mtad.core.escape.csv_cell`` (a spreadsheet evaluates none)."""
-    out = frame.map(csv_cell)
+    ``mtad.core.escape.csv_cell`` (a spreadsheet evaluates none); the columns ``numbers`` hold
+    formatted numbers ("-0.05" stays a number there)."""
+    out = frame.copy()
+    for col in frame.columns:
+        out[col] = frame[col].map(lambda v, n=col in numbers: csv_cell(v, numbers=n))
     out.columns = [csv_cell(c) for c in frame.columns]
     return out
 

@@ -5,8 +5,9 @@ and every output that shows it escapes it for the program that reads that output
 function per format:
 
 - ``csv_cell``: a spreadsheet evaluates a cell that starts with ``=``, ``+``, ``-``, ``@``, a
-  tab or a line break (formula injection); such a cell gets a leading ``'`` unless it is a
-  plain number (``-0.5`` stays a number). The CSV writer quotes the rest.
+  tab or a line break (formula injection); such a cell gets a leading ``'`` (a name ``+1``
+  stays the text ``+1``), except, with ``numbers=True``, a plain number (a formatted table
+  cell such as ``-0.5``). The CSV writer quotes the rest.
 - ``md_cell`` / ``md_text``: a Markdown table cell / a line of Markdown (heading, list item).
   Line breaks become spaces (no forged rows or lines), ``|`` is escaped in cells (no forged
   columns), a ``<`` that would open HTML (a tag, comment or autolink) becomes ``&lt;``.
@@ -60,13 +61,14 @@ def one_line(value) -> str:
     return _CONTROL.sub(" ", _LINE_BREAK.sub(" ", _text(value).replace("\t", " ")))
 
 
-def csv_cell(value):
+def csv_cell(value, numbers: bool = False):
     """A CSV cell a spreadsheet shows as text, never evaluates; anything but a string (a
-    number, None) passes through as the CSV writer would write it."""
+    number, None) passes through as the CSV writer would write it. ``numbers``: the cell is a
+    formatted number where one is found (``-0.5`` is left to read as a number)."""
     if not isinstance(value, str):
         return value
     text = _text(value).replace("\x00", "")
-    if text.startswith(_FORMULA_START) and not _NUMBER.fullmatch(text):
+    if text.startswith(_FORMULA_START) and not (numbers and _NUMBER.fullmatch(text)):
         return "'" + text
     return text
 
