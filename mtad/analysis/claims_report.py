@@ -223,6 +223,11 @@ def plot_perplexity(rows: Sequence[Row], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    with matplotlib.rc_context({"text.usetex": False}):  # labels are plain text (plot_text)
+        _draw_perplexity(rows, path, plt)
+
+
+def _draw_perplexity(rows: Sequence[Row], path: Path, plt) -> None:
     ppl = [r for r in rows if r.metric.startswith("perplexity")]
     comparisons = list(dict.fromkeys(r.comparison for r in ppl))
     fig, ax = plt.subplots(figsize=(12, 5.2))

@@ -67,7 +67,7 @@ from mtad.analysis.tables import (  # noqa: F401  (the public names of the table
     to_latex,
     to_markdown,
 )
-from mtad.core.escape import latex, md_cell, md_text, unique_file_parts
+from mtad.core.escape import file_part, latex, md_cell, md_text, unique_file_parts
 from mtad.core.io import shown_path
 from mtad.core.metrics import DEFINITIONS, cell_statistics
 from mtad.run.results.segments import describe_segments
@@ -688,7 +688,7 @@ def log_to_tracker(
     for pair, (_, nums) in tables.items():
         flat = nums.copy()
         flat.columns = [f"{t}/{h}" for t, h in nums.columns]
-        logger.log_table(f"table2/{pair}", flat.reset_index())
+        logger.log_table(f"table2/{file_part(pair)}", flat.reset_index())  # a key, a file name
     points = df.reindex(columns=cols)
     logger.log_table("points", points.astype(object).where(points.notna(), None))
     done = df[df["status"] == "done"].dropna(subset=["tokens_per_s", "perplexity"])
