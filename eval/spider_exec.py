@@ -45,19 +45,10 @@ Version 1 (``version="1"``, kept to compare old numbers) compares the *sets* of 
 each row the sorted tuple of its values as strings, and cuts the answer at its first
 ``;`` wherever it is.
 
-Predicted SQL is untrusted. It runs on a connection that
-
-* opens the database read-only (``file:...?mode=ro`` URI);
-* has an authorizer that allows only reading (SELECT, table reads, functions,
-  recursive CTEs) and denies everything else (writes, DDL, ATTACH, PRAGMA,
-  transactions, VACUUM, ...);
-* allows no attached databases and limits string/blob length (``MAX_VALUE_BYTES``) and the
-  number of columns (``MAX_COLUMNS``);
-* is interrupted by a progress handler after ``timeout_s`` seconds;
-* keeps its temporary tables and sorts in memory, under SQLite's heap limit
-  (``SQLITE_HEAP_LIMIT``, for the whole process), so it writes no temporary files;
-* reads at most ``max_rows`` rows and ``MAX_RESULT_BYTES`` bytes of values, counted
-  row by row as they arrive (more counts as a failure).
+Predicted SQL is untrusted. It runs through ``eval.sql_exec``: in a child process killed when
+a query outlives its timeout (plus ``GRACE_S``), on a read-only, authorized connection with
+SQLite's length, column, attachment and heap limits, reading a bounded number of rows and
+bytes (that module's docstring lists the bounds).
 
 Any error, denial, timeout or overflow scores 0 and changes nothing on disk.
 """
@@ -66,12 +57,20 @@ from __future__ import annotations
 
 import re
 import sqlite3
-import time
-import urllib.parse
 from collections import Counter
-from pathlib import Path
 
 from eval.base import Scorer
+from eval.sql_exec import (  # noqa: F401  (the bounds and the query runner, named here too)
+    GRACE_S,
+    MAX_COLUMNS,
+    MAX_RESULT_BYTES,
+    MAX_VALUE_BYTES,
+    NO_SETLIMIT,
+    SQLITE_HEAP_LIMIT,
+    SQLExecutionError,
+    connect_readonly,
+    execute_readonly,
+)
 
 _FENCE = re.compile(r"```[ \t]*(?:sql|sqlite|SQL)?[ \t]*\n?(.*?)(?:```|\Z)", re.S)
 
@@ -86,45 +85,6 @@ _TOKEN = re.compile(
 )
 
 MAX_PERMUTATION_CHECKS = 10_000
-# Bounds of a query, which runs in the scorer's own process (next to the loaded models).
-#
-# Time. The progress handler stops a query at its deadline, but SQLite calls it only between
-# virtual-machine instructions, never inside one: a single function call (``instr`` or
-# ``replace`` of a long string by a long pattern is quadratic in the length) or a single sort
-# runs to its end. So the inputs of every instruction are kept small: strings and blobs are at
-# most ``MAX_VALUE_BYTES`` (``SQLITE_LIMIT_LENGTH``), where the worst known call, ``instr`` of
-# 10,000 bytes by 5,000, takes about 1.4 ms; the handler runs every
-# ``PROGRESS_INSTRUCTIONS`` instructions, so a deadline is missed by at most about a hundred
-# such calls; a sort holds at most what fits in the heap (below). The Spider databases' longest
-# stored value has 60 bytes; the 972 dev gold queries' longest result value 50.
-#
-# Memory. SQLite's heap limit is one value for the whole process (``sqlite3_hard_heap_limit64``;
-# the pragma only ever lowers it); temporary tables and sorts are kept in that heap instead of
-# temporary files. The 972 dev gold queries whose database is shipped (wta_1's 62 are not) give
-# the same results under an 8 MiB limit. A row holds at most ``MAX_COLUMNS`` values of at most
-# ``MAX_VALUE_BYTES`` (1 MB; the widest Spider table has 26 columns, the widest gold result
-# 19), and result values are counted as rows arrive up to ``MAX_RESULT_BYTES`` (the largest gold
-# result holds 15,676 bytes of values, 1,860 rows of world_1). So a query grows the process by
-# at most the heap limit plus about two of those bounds.
-SQLITE_HEAP_LIMIT = 32 * 1024 * 1024
-MAX_VALUE_BYTES = 10_000
-MAX_COLUMNS = 100
-MAX_RESULT_BYTES = 1024 * 1024
-PROGRESS_INSTRUCTIONS = 100
-NO_SETLIMIT = ("the Spider scorer bounds every query with SQLite's limits, which Python sets from 3.11 "
-               "(sqlite3.Connection.setlimit); run it with Python >= 3.11")
-
-_ALLOWED_ACTIONS = {
-    sqlite3.SQLITE_SELECT,
-    sqlite3.SQLITE_READ,
-    sqlite3.SQLITE_FUNCTION,
-    getattr(sqlite3, "SQLITE_RECURSIVE", 33),
-}
-_DENIED_FUNCTIONS = {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer"}
-
-
-class SQLExecutionError(RuntimeError):
-    pass
 
 
 class ComparisonTooLarge(RuntimeError):
@@ -202,76 +162,6 @@ def has_order_by(sql: str) -> bool:
     """Whether ``sql`` has an ``ORDER BY`` clause anywhere (subqueries included)."""
     words = [p.lower() for k, p in sql_tokens(sql) if k not in ("space", "comment")]
     return any(a == "order" and b == "by" for a, b in zip(words, words[1:]))
-
-
-# ------------------------------------------------------------------ execution
-def _authorizer(action, arg1, arg2, dbname, source):
-    if action not in _ALLOWED_ACTIONS:
-        return sqlite3.SQLITE_DENY
-    if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _DENIED_FUNCTIONS:
-        return sqlite3.SQLITE_DENY
-    return sqlite3.SQLITE_OK
-
-
-def connect_readonly(db_path: str | Path) -> sqlite3.Connection:
-    path = Path(db_path).resolve()
-    if not path.is_file():
-        raise FileNotFoundError(f"no SQLite database at {path}")
-    uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
-    conn = sqlite3.connect(uri, uri=True, timeout=1.0, check_same_thread=False)
-    conn.text_factory = lambda b: b.decode("utf-8", errors="replace")
-    conn.execute(f"PRAGMA hard_heap_limit = {SQLITE_HEAP_LIMIT}")
-    conn.execute("PRAGMA temp_store = MEMORY")
-    if not hasattr(conn, "setlimit"):
-        conn.close()
-        raise RuntimeError(NO_SETLIMIT)
-    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
-    conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, 100_000)
-    conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, MAX_COLUMNS)
-    conn.set_authorizer(_authorizer)
-    return conn
-
-
-def _value_bytes(v) -> int:
-    return len(v) if isinstance(v, (str, bytes)) else 8
-
-
-def execute_readonly(
-    db_path: str | Path, sql: str, timeout_s: float = 5.0, max_rows: int = 10_000,
-    max_bytes: int = MAX_RESULT_BYTES,
-) -> list[tuple]:
-    """Rows of one read-only query; raises SQLExecutionError on any failure or limit.
-
-    Limits: ``timeout_s`` seconds, ``max_rows`` rows, ``max_bytes`` bytes of values (text
-    and blobs by length, other values 8 each), ``SQLITE_HEAP_LIMIT`` bytes of SQLite memory.
-    """
-    if not sql or not sql.strip():
-        raise SQLExecutionError("empty query")
-    conn = connect_readonly(db_path)
-    deadline = time.monotonic() + float(timeout_s)
-    conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, PROGRESS_INSTRUCTIONS)
-    try:
-        rows: list[tuple] = []
-        size = 0
-        for row in conn.execute(sql):  # one row at a time: a row can be large
-            rows.append(row)
-            size += sum(map(_value_bytes, row))
-            if len(rows) > max_rows:
-                raise SQLExecutionError(f"more than {max_rows} rows")
-            if size > max_bytes:
-                raise SQLExecutionError(f"result larger than {max_bytes} bytes")
-        return rows
-    except SQLExecutionError:
-        raise
-    except MemoryError as e:
-        raise SQLExecutionError(f"out of memory: SQLite's heap limit is {SQLITE_HEAP_LIMIT} bytes") from e
-    except (sqlite3.Error, ValueError, OverflowError, UnicodeError) as e:
-        if time.monotonic() > deadline:
-            raise SQLExecutionError(f"timed out after {timeout_s}s") from e
-        raise SQLExecutionError(f"{type(e).__name__}: {e}") from e
-    finally:
-        conn.close()
 
 
 # ------------------------------------------------------------------ comparison

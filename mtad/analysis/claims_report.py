@@ -2,7 +2,9 @@
 
 Writes the rows ``mtad.analysis.claims`` computed; knows how to show them (the headline table, one
 table per claim, the sample-size sections, the task data, the multiplicity summary) and
-nothing about records or statistics.
+nothing about records or statistics. Text that can come from records (task names, data
+sources, details, the notes on the points read) is escaped for each format
+(``mtad.core.escape``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from mtad.analysis.claims import (
     _nan,
 )
 from mtad.core import stats
+from mtad.core.escape import csv_cell, md_cell, md_text, plot_text
 
 NAMES = {
     1: "MTAD / tree-MTAD perplexity lower than multinomial and SpD",
@@ -67,12 +70,18 @@ def _ci(r: Row) -> str:
     return f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]" if not _nan(r.ci_low, r.ci_high) else ""
 
 
+#: Fields written as this module states them, not from records: the paper's figures
+#: ("-21.2% (ratio 0.788)"), which ``csv_cell`` would mark as text.
+AUTHORED = ("paper",)
+
+
 def write_csv(rows: Sequence[Row], path: Path) -> None:
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
         for r in rows:
-            w.writerow({k: _fmt(v) for k, v in asdict(r).items() if k in FIELDS})
+            w.writerow({k: _fmt(v) if k in AUTHORED else csv_cell(_fmt(v), numbers=not isinstance(v, str))
+                        for k, v in asdict(r).items() if k in FIELDS})
 
 
 def verdict_counts(rows: Sequence[Row], key: str = "verdict") -> dict[str, int]:
@@ -98,11 +107,14 @@ def _headline(rows: Sequence[Row]) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in (r for r in rows if r.headline):
-        out.append(
-            f"| {r.claim} | {r.task} | {r.comparison} | {r.metric} | {r.paper} | {_fmt(r.estimate)} "
-            f"| {_ci(r)} | {r.n} | {r.verdict} | {r.size} | {r.holm_verdict} |"
-        )
+        out.append(_row(r.claim, r.task, r.comparison, r.metric, r.paper, _fmt(r.estimate), _ci(r),
+                        r.n, r.verdict, r.size, r.holm_verdict))
     return out + [""]
+
+
+def _row(*cells) -> str:
+    """A Markdown table row, every cell escaped (``md_cell``)."""
+    return "| " + " | ".join(md_cell(c) for c in cells) + " |"
 
 
 def _multiplicity(rows: Sequence[Row]) -> list[str]:
@@ -132,7 +144,7 @@ def _task_data(data: dict[str, list[tuple[str, bool | None]]]) -> list[str]:
            "| task | data | stand-in |", "|---|---|---|"]
     for task, sources in data.items():
         for source, sub in sources:
-            out.append(f"| {task} | {source} | {'yes' if sub else 'no' if sub is False else '?'} |")
+            out.append(_row(task, source, "yes" if sub else "no" if sub is False else "?"))
     return out + [""]
 
 
@@ -166,10 +178,8 @@ def write_markdown(rows: Sequence[Row], notes: Sequence[str], path: Path, extra:
         ]
         for r in (r for r in rows if r.claim == claim):
             p = f"{r.p_value:.2g}" if not _nan(r.p_value) else ""
-            out.append(
-                f"| {r.task} | {r.comparison} | {r.metric} | {r.paper} | {_fmt(r.estimate)} "
-                f"| {_ci(r)} | {r.n} | {r.verdict} | {r.size} | {p} | {r.holm_verdict} | {r.detail} |"
-            )
+            out.append(_row(r.task, r.comparison, r.metric, r.paper, _fmt(r.estimate), _ci(r), r.n,
+                            r.verdict, r.size, p, r.holm_verdict, r.detail))
         out.append("")
     out += _multiplicity(rows)
     out += [
@@ -183,10 +193,8 @@ def write_markdown(rows: Sequence[Row], notes: Sequence[str], path: Path, extra:
     ]
     for r in (r for r in rows if r.claim == 1):
         need = needed_n(r)
-        out.append(
-            f"| {r.task} | {r.comparison} | {r.n} | {_fmt(r.ci_high - r.ci_low)} "
-            f"| {need if need is not None else ''} |"
-        )
+        out.append(_row(r.task, r.comparison, r.n, _fmt(r.ci_high - r.ci_low),
+                        need if need is not None else ""))
     out += [
         "",
         "## Sample size for claim 5",
@@ -201,11 +209,9 @@ def write_markdown(rows: Sequence[Row], notes: Sequence[str], path: Path, extra:
     for r in (r for r in rows if r.claim == 5):
         band = equivalence_band_width(r.metric)
         need = needed_n(r, band)
-        out.append(
-            f"| {r.task} | {r.metric} | {r.n} | {_fmt(r.ci_high - r.ci_low)} | {band:g} "
-            f"| {need if need is not None else ''} |"
-        )
-    out += ["", "## Points read", ""] + ([f"- {n}" for n in notes] or ["- none"])
+        out.append(_row(r.task, r.metric, r.n, _fmt(r.ci_high - r.ci_low), f"{band:g}",
+                        need if need is not None else ""))
+    out += ["", "## Points read", ""] + ([f"- {md_text(n)}" for n in notes] or ["- none"])
     if extra:
         out += ["", "## Notes", "", extra.strip()]
     path.write_text("\n".join(out) + "\n")
@@ -217,6 +223,11 @@ def plot_perplexity(rows: Sequence[Row], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    with matplotlib.rc_context({"text.usetex": False}):  # labels are plain text (plot_text)
+        _draw_perplexity(rows, path, plt)
+
+
+def _draw_perplexity(rows: Sequence[Row], path: Path, plt) -> None:
     ppl = [r for r in rows if r.metric.startswith("perplexity")]
     comparisons = list(dict.fromkeys(r.comparison for r in ppl))
     fig, ax = plt.subplots(figsize=(12, 5.2))
@@ -240,13 +251,13 @@ def plot_perplexity(rows: Sequence[Row], path: Path) -> None:
             ys.append(r.estimate)
             lo.append(r.estimate - r.ci_low if not _nan(r.ci_low) else 0)
             hi.append(r.ci_high - r.estimate if not _nan(r.ci_high) else 0)
-        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=3, label=comp)
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=3, label=plot_text(comp))
 
     def label(task: str) -> str:
         ns = sorted({r.n for r in ppl if r.task == task})
         lo, hi = (ns[0], ns[-1]) if ns else (0, 0)
         n = f"n={lo}" if lo == hi else f"n={lo}-{hi}"
-        name = "all tasks, equal weights" if task == ALL else task
+        name = "all tasks, equal weights" if task == ALL else plot_text(task)
         return f"{name}\n({n}{f'; < {MIN_PAIRS} not drawn' if lo < MIN_PAIRS else ''})"
 
     ax.axvline(len(TASKS) - 0.5, color="0.6", lw=0.8)

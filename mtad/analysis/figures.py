@@ -6,7 +6,8 @@ intervals (marginal: each point's own; the paired comparisons are the claims rep
 ablation's ratio panel); lossless decoders are filled markers (solid lines), lossy ones hollow
 (dashed); axes name their statistic (``mtad.core.metrics.AXIS_LABELS``);
 point labels are moved apart (adjustText); gamma and width are drawn on log2 axes with a tick
-at each value swept. It knows nothing about files.
+at each value swept. Every name from the records is drawn as plain text
+(``mtad.core.escape.plot_text``: no mathtext). It knows nothing about files.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from mtad.analysis.tables import INTERVALS, _num, settings_line
+from mtad.core.escape import plot_text
 from mtad.core.metrics import AXIS_LABELS
 
 #: Knobs drawn on a log2 axis in ablation plots (powers of two in the sweeps).
@@ -62,7 +64,7 @@ def _label_points(ax, texts, xs: Sequence[float] = (), ys: Sequence[float] = ())
 def _title(df: pd.DataFrame, head: str) -> str:
     pairs = ", ".join(str(p) for p in dict.fromkeys(df["pair"]))
     fixed = settings_line(df)
-    return f"{head} — {pairs}" + (f"\n{fixed}" if fixed else "")
+    return plot_text(f"{head} — {pairs}", 400) + (f"\n{plot_text(fixed, 400)}" if fixed else "")
 
 
 #: x axes of the perplexity-vs-speed figure: column -> (axis label, title word).
@@ -112,15 +114,15 @@ def plot_pareto(df: pd.DataFrame, task: str, ax=None, x: str = "tokens_per_s"):
                 markersize=7,
                 capsize=2,
                 elinewidth=0.8,
-                label=(f"{pair}: " if sub["pair"].nunique() > 1 else "")
-                + ("lossless (filled)" if lossless else "lossy (hollow)"),
+                label=plot_text((f"{pair}: " if sub["pair"].nunique() > 1 else "")
+                                + ("lossless (filled)" if lossless else "lossy (hollow)")),
             )
         # points at the same place (e.g. MTAD and tree-MTAD at width 1: one algorithm, the same
         # records) get one joined label instead of two labels drawn over each other
         at: dict[tuple[float, float], list[str]] = {}
         for _, r in g.iterrows():
             at.setdefault((float(r[x]), float(r["perplexity"])), []).append(str(r["label"]))
-        texts += [ax.text(px, py, " = ".join(labels), fontsize=7)
+        texts += [ax.text(px, py, plot_text(" = ".join(labels)), fontsize=7)
                   for (px, py), labels in at.items()]
         points_x += [px for px, _ in at]
         points_y += [py for _, py in at]
@@ -128,16 +130,16 @@ def plot_pareto(df: pd.DataFrame, task: str, ax=None, x: str = "tokens_per_s"):
         if len(front) > 1:
             xs, ys = zip(*front)
             ax.step(xs, ys, where="post", linestyle="--", linewidth=1.0, alpha=0.7, color=f"C{i}",
-                    label=(f"{pair}: " if sub["pair"].nunique() > 1 else "") + "Pareto front")
+                    label=plot_text((f"{pair}: " if sub["pair"].nunique() > 1 else "") + "Pareto front"))
     ax.set_xlabel(PARETO_X[x][0])
     ax.set_ylabel(f"{AXIS_LABELS['perplexity']}, 95% CI")
     n_text = _n_text(sub)
-    head = f"perplexity vs {PARETO_X[x][1]}: {task}" + (f" ({n_text})" if n_text else "")
+    head = f"perplexity vs {PARETO_X[x][1]}: {task}" + (f" ({n_text})" if n_text else "")  # _title escapes
     ax.set_title(_title(sub if len(sub) else df, head) + (f"\n{PARETO_CAPTION}" if len(sub) else ""),
                  fontsize=8)
     if sub.empty:
         states = sorted(set(df.loc[df["task"] == task, "status"].dropna()))
-        why = f"\n({', '.join(states)}: see the table's notes)" if states else ""
+        why = f"\n({plot_text(', '.join(map(str, states)))}: see the table's notes)" if states else ""
         ax.text(0.5, 0.5, f"no finished runs{why}", ha="center", va="center",
                 transform=ax.transAxes)
     else:
@@ -216,7 +218,7 @@ def plot_ablation(df: pd.DataFrame, knob: str, paired: pd.DataFrame | None = Non
         for k, ((pair, dec), g) in enumerate(lines):
             g = g.sort_values("_x")
             lossless = bool(g["lossless"].eq(True).all())
-            name = f"{dec}" + (f" / {pair}" if many_pairs else "")
+            name = plot_text(f"{dec}" + (f" / {pair}" if many_pairs else ""))
             color = colors.setdefault(name, f"C{len(colors)}")
             xs = _dodge(knob, list(g["_x"]), k, len(lines), grid)
             for ax, (col, _) in zip(axes[r], ABLATION_PANELS):
@@ -234,12 +236,12 @@ def plot_ablation(df: pd.DataFrame, knob: str, paired: pd.DataFrame | None = Non
                                      linestyle="-" if lossless else "--", label=name)
         labels = [label for _, label in ABLATION_PANELS]
         if has_paired:
-            labels.append(f"PPL ÷ PPL at {knob}={default}\n(paired over examples)")
+            labels.append(f"PPL ÷ PPL at {plot_text(f'{knob}={default}')}\n(paired over examples)")
             axes[r][-1].axhline(1.0, color="0.5", lw=0.8, zorder=0)
         for c, (ax, label) in enumerate(zip(axes[r], labels)):
-            ax.set_xlabel(knob)
+            ax.set_xlabel(plot_text(knob))
             ax.set_ylabel(label)
-            ax.set_title(str(task), fontsize=9)
+            ax.set_title(plot_text(task), fontsize=9)
             ax.grid(alpha=0.3)
             _knob_axis(ax, knob, grid)
             if c == 0 and lines:

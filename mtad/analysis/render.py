@@ -56,6 +56,7 @@ from mtad.analysis.tables import (  # noqa: F401  (the public names of the table
     _num,
     _task_order,
     columns,
+    csv_frame,
     csv_table,
     format_cell,
     notes,
@@ -66,6 +67,7 @@ from mtad.analysis.tables import (  # noqa: F401  (the public names of the table
     to_latex,
     to_markdown,
 )
+from mtad.core.escape import file_part, latex, md_cell, md_text, unique_file_parts
 from mtad.core.io import shown_path
 from mtad.core.metrics import DEFINITIONS, cell_statistics
 from mtad.run.results.segments import describe_segments
@@ -217,27 +219,27 @@ def paired_markdown(paired: pd.DataFrame, knob: str, default: Any) -> list[str]:
     """Markdown lines of ``paired_vs_default``: a table per task."""
     if paired.empty:
         return []
-    lines = [f"## Paired: perplexity ÷ perplexity at the default {knob}={default}", "",
+    lines = [md_text(f"## Paired: perplexity ÷ perplexity at the default {knob}={default}"), "",
              "Ratio of geometric-mean perplexities over the examples both points have (n pairs), "
              "95% bootstrap interval resampling examples; below 1 = lower perplexity than at the "
              "default. Cost, from the records (load does not change it): draft depth per token "
              "emitted (the draft's sequential passes, each over the tree's width) and tree nodes "
              "the target verifies per step.", ""]
     for task, g in paired.groupby("task", sort=False):
-        lines += [f"### {task}", "",
-                  f"| decoder | {knob} | n pairs | PPL ratio [95% CI] | draft passes / token | nodes / step |",
+        lines += [f"### {md_text(task)}", "",
+                  f"| decoder | {md_cell(knob)} | n pairs | PPL ratio [95% CI] | draft passes / token | nodes / step |",
                   "|:--|--:|--:|--:|--:|--:|"]
         for r in g.itertuples():
             value = f"{getattr(r, knob):g}"
             if value == f"{_num(default):g}":
                 cell = "1 (the default)"
             elif math.isnan(r.low):
-                cell = f"{r.ratio:.3f} ({r.detail})"
+                cell = md_cell(f"{r.ratio:.3f} ({r.detail})")
             else:
                 cell = f"{r.ratio:.3f} [{r.low:.3f}, {r.high:.3f}]"
             cost = " | ".join("–" if math.isnan(v) else f"{v:.2f}"
                               for v in (r.drafted_per_token, r.nodes_per_step))
-            lines.append(f"| {r.decoder} | {value} | {r.n} | {cell} | {cost} |")
+            lines.append(f"| {md_cell(r.decoder)} | {value} | {r.n} | {cell} | {cost} |")
         lines.append("")
     return lines
 
@@ -452,8 +454,8 @@ def _index_points(sweep_dir: Path) -> tuple[str, dict[Path, IndexEntry]]:
     return index.get("examples") or "all", out
 
 
-def variant_labels(df: pd.DataFrame) -> pd.Series:
-    """Row labels: the decoder, plus the settings that vary among its points of one (pair, task)."""
+def _varying_keys(df: pd.DataFrame) -> list[str]:
+    """Identity keys that vary among the points of one (pair, task, decoder), knobs first."""
     varying: set[str] = set()
     for _, g in df.groupby(["pair", "task", "decoder"], dropna=False):
         if len(g) < 2:
@@ -466,7 +468,12 @@ def variant_labels(df: pd.DataFrame) -> pd.Series:
     varying = {
         k for k in varying if not (k.startswith("decoder.") and k.split(".", 1)[1] in varying)
     }
-    keys = sorted(varying, key=lambda k: (k not in KNOBS, KNOBS.index(k) if k in KNOBS else 0, k))
+    return sorted(varying, key=lambda k: (k not in KNOBS, KNOBS.index(k) if k in KNOBS else 0, k))
+
+
+def variant_labels(df: pd.DataFrame) -> pd.Series:
+    """Row labels: the decoder, plus the settings that vary among its points of one (pair, task)."""
+    keys = _varying_keys(df)
 
     def label(row) -> str:
         parts = [f"{k}={row['_identity'].get(k)}" for k in keys if k in row["_identity"]]
@@ -478,17 +485,15 @@ def variant_labels(df: pd.DataFrame) -> pd.Series:
 def varying_knobs(df: pd.DataFrame) -> list[str]:
     """Identity keys that vary among the points of one (pair, task, decoder) and are knobs of
     the decoder (not ``figures.NOT_KNOBS``: a point at another number of examples): the
-    ablation axes."""
+    ablation axes, in the order the rows' labels name them. From the identities, never parsed
+    back from the labels (a decoder named ``x (a=1)`` names no knob)."""
     from mtad.analysis.figures import NOT_KNOBS
 
-    labels = df["label"].str.extract(r"\((.*)\)$")[0].dropna()
-    keys: list[str] = []
-    for s in labels:
-        for part in s.split(", "):
-            k = part.split("=", 1)[0]
-            if k not in keys and k not in NOT_KNOBS:
-                keys.append(k)
-    return keys
+    keys = [k for k in _varying_keys(df) if k not in NOT_KNOBS]
+    out: list[str] = []
+    for ident in df["_identity"]:
+        out += [k for k in keys if k in ident and k not in out]
+    return out
 
 
 def add_speedups(df: pd.DataFrame) -> pd.DataFrame:
@@ -530,11 +535,6 @@ def render(
 
     ``notes_file``: Markdown appended to ``table2.md`` under "About this table" (what the
     records cannot say: why a column is n/a, how the speed was measured)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     sweep_dir, out_dir = Path(sweep_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     df = load_points(sweep_dir, only_current)
@@ -553,7 +553,7 @@ def render(
     metrics = {t: m for t, m in zip(df["task"], df.get("score_metric", [])) if isinstance(m, str)}
     shared = settings_line(df[df["status"] == "done"] if (df["status"] == "done").any() else df)
     md = [
-        f"# {name}: {what}",
+        md_text(f"# {name}: {what}"),
         "",
         f"Rendered by `python -m mtad.analysis.render {shown_path(sweep_dir)} --out {shown_path(out_dir)}`.",
         "n = examples (a multi-turn example counts once, its turns pooled); "
@@ -567,26 +567,28 @@ def render(
         "",
     ]
     if shared:
-        md += [f"Settings of every point: {shared}.", ""]
+        md += [md_text(f"Settings of every point: {shared}."), ""]
     tex, csv_parts = [], []
     for pair, (text, _) in tables.items():
         md.append(
             to_markdown(text, title=f"{pair}" if not knobs else f"{pair}: {what}", metrics=metrics)
         )
-        tex.append(to_latex(text, caption=f"{name} ({what}): {pair}".replace("_", r"\_")))
+        tex.append(to_latex(text, caption=latex(f"{name} ({what}): {pair}")))
         csv_parts.append(csv_table(df[df["pair"] == pair], text, cols_shown))
     defaults = knob_defaults() if knobs else {}
     paired = {k: paired_vs_default(df, k, defaults[k]) for k in knobs if k in defaults}
     for k, frame in paired.items():
         md += paired_markdown(frame, k, defaults[k])
     if footnotes:
-        md += ["Notes:", "", *[f"- {n}" for n in footnotes], ""]
+        md += ["Notes:", "", *[f"- {md_text(n)}" for n in footnotes], ""]
     if notes_file is not None:
         md += ["## About this table", "", Path(notes_file).read_text().strip(), ""]
     for fname, content in (("table2.md", "\n".join(md)), ("table2.tex", "\n".join(tex))):
         (out_dir / fname).write_text(content)
         written[fname] = out_dir / fname
-    pd.concat(csv_parts, ignore_index=True).to_csv(out_dir / "table2.csv", index=False)
+    table_csv = pd.concat(csv_parts, ignore_index=True)
+    numbers = [c for c in table_csv.columns if c not in ("pair", "decoder")]  # formatted cells
+    csv_frame(table_csv, numbers).to_csv(out_dir / "table2.csv", index=False)
     written["table2.csv"] = out_dir / "table2.csv"
     cols = [
         "hash",
@@ -616,39 +618,58 @@ def render(
         "data_source",
         "data_substitute",
     ]
-    df.reindex(columns=cols).to_csv(out_dir / "points.csv", index=False)
+    csv_frame(df.reindex(columns=cols)).to_csv(out_dir / "points.csv", index=False)
     written["points.csv"] = out_dir / "points.csv"
 
-    tasks = _task_order(list(df["task"]))
-    pareto_x = options.get("pareto_x", "tokens_per_s")
-    for task in tasks:
-        ax = plot_pareto(df, task, x=pareto_x)
-        path = out_dir / f"pareto_{task}.png"
-        ax.figure.tight_layout()
-        ax.figure.savefig(path, dpi=120)
-        plt.close(ax.figure)
-        written[path.name] = path
-    if len(tasks) > 1:  # one task: pareto_<task>.png is that figure already
-        ncol = min(3, len(tasks))
-        nrow = math.ceil(len(tasks) / ncol)
-        fig, axes = plt.subplots(nrow, ncol, figsize=(6 * ncol, 4.8 * nrow), squeeze=False)
-        for ax, task in zip(axes.flat, tasks):
-            plot_pareto(df, task, ax=ax, x=pareto_x)
-        for ax in list(axes.flat)[len(tasks) :]:
-            ax.axis("off")
-        fig.tight_layout()
-        fig.savefig(out_dir / "pareto.png", dpi=120)
-        plt.close(fig)
-        written["pareto.png"] = out_dir / "pareto.png"
-    for knob in knobs:
-        fig = plot_ablation(df, knob, paired.get(knob), defaults.get(knob))
-        path = out_dir / f"ablation_{knob}.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        written[path.name] = path
+    written.update(write_figures(df, out_dir, options.get("pareto_x", "tokens_per_s"), knobs,
+                                 paired, defaults))
 
     if logger is not None:
         log_to_tracker(logger, name, df, tables, cols, out_dir, written)
+    return written
+
+
+def write_figures(df: pd.DataFrame, out_dir: Path, pareto_x: str, knobs: Sequence[str],
+                  paired: dict, defaults: dict) -> dict[str, Path]:
+    """``pareto_<task>.png`` per task (``pareto.png`` with every task when several) and
+    ``ablation_<knob>.png`` per varying knob; returns them by file name. Labels are plain text
+    (``mtad.analysis.figures``; no TeX here whatever the matplotlib settings say); file names
+    from names go through ``mtad.core.escape.unique_file_parts``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written: dict[str, Path] = {}
+    tasks = _task_order(list(df["task"]))
+    with matplotlib.rc_context({"text.usetex": False}):
+        files = unique_file_parts(tasks)  # a name is no path: never '/', '..' or a clash
+        for task in tasks:
+            ax = plot_pareto(df, task, x=pareto_x)
+            path = out_dir / f"pareto_{files[task]}.png"
+            ax.figure.tight_layout()
+            ax.figure.savefig(path, dpi=120)
+            plt.close(ax.figure)
+            written[path.name] = path
+        if len(tasks) > 1:  # one task: pareto_<task>.png is that figure already
+            ncol = min(3, len(tasks))
+            nrow = math.ceil(len(tasks) / ncol)
+            fig, axes = plt.subplots(nrow, ncol, figsize=(6 * ncol, 4.8 * nrow), squeeze=False)
+            for ax, task in zip(axes.flat, tasks):
+                plot_pareto(df, task, ax=ax, x=pareto_x)
+            for ax in list(axes.flat)[len(tasks) :]:
+                ax.axis("off")
+            fig.tight_layout()
+            fig.savefig(out_dir / "pareto.png", dpi=120)
+            plt.close(fig)
+            written["pareto.png"] = out_dir / "pareto.png"
+        files = unique_file_parts(knobs)
+        for knob in knobs:
+            fig = plot_ablation(df, knob, paired.get(knob), defaults.get(knob))
+            path = out_dir / f"ablation_{files[knob]}.png"
+            fig.savefig(path, dpi=120)
+            plt.close(fig)
+            written[path.name] = path
     return written
 
 
@@ -667,7 +688,7 @@ def log_to_tracker(
     for pair, (_, nums) in tables.items():
         flat = nums.copy()
         flat.columns = [f"{t}/{h}" for t, h in nums.columns]
-        logger.log_table(f"table2/{pair}", flat.reset_index())
+        logger.log_table(f"table2/{file_part(pair)}", flat.reset_index())  # a key, a file name
     points = df.reindex(columns=cols)
     logger.log_table("points", points.astype(object).where(points.notna(), None))
     done = df[df["status"] == "done"].dropna(subset=["tokens_per_s", "perplexity"])

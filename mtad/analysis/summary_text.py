@@ -17,6 +17,8 @@ import re
 import sys
 from pathlib import Path
 
+from mtad.core.escape import md_text
+
 BEGIN, END = "<!-- claims-summary:begin -->", "<!-- claims-summary:end -->"
 CSV = Path("results/claims/claims.csv")
 
@@ -64,7 +66,7 @@ def _sizes(rows: list[dict], comparison: str) -> str:
     for r in rows:
         if int(r["claim"]) == 1 and r["comparison"] == comparison and r["task"] != "all" and r["size"]:
             by.setdefault(r["size"], []).append(r["task"])
-    return "; ".join(f"{k} on {', '.join(v)}" for k, v in sorted(by.items()))
+    return "; ".join(md_text(f"{k} on {', '.join(v)}") for k, v in sorted(by.items()))
 
 
 def summary(path: Path = CSV) -> str:
@@ -80,7 +82,8 @@ def summary(path: Path = CSV) -> str:
     g_l = next(r for r in rows if int(r["claim"]) == 6 and r["task"] == "all" and r["comparison"].startswith("tree_mtad vs lossless"))
     be = {b: _get(rows, 2, "all", f"tree_mtad vs {b}") for b in ("spd", "specinfer", "mcss")}
     be_tasks = [r for r in rows if int(r["claim"]) == 2 and r["task"] != "all"]
-    be_not = [f"{r['task']} vs {r['comparison'].split(' vs ')[1]}" for r in be_tasks if r["holm_verdict"] != "holds"]
+    be_not = [md_text(f"{r['task']} vs {r['comparison'].split(' vs ')[1]}") for r in be_tasks
+              if r["holm_verdict"] != "holds"]
     s_spd, s_mcss = _get(rows, 4, "all", "tree_mtad vs spd"), _get(rows, 4, "all", "tree_mtad vs mcss")
     eq = _get(rows, 5, "spider", "spd vs multinomial", ppl)
     eq_all = [r for r in rows if int(r["claim"]) == 5]

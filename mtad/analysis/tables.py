@@ -6,7 +6,8 @@ n, score, perplexity and tokens/s with their 95% bootstrap intervals, J/token, b
 efficiency and the speedups over multinomial and SpD. A value that is missing (point not run,
 skipped, failed, metric absent) shows as "–", never 0; J/token shows "n/a" when the run's
 energy meter was unavailable. Notes give one line per distinct reason and no absolute paths.
-Markdown comes from ``DataFrame.to_markdown``, LaTeX from ``Styler.to_latex``. It knows
+Markdown comes from ``DataFrame.to_markdown``, LaTeX from ``Styler.to_latex``, each name and
+cell escaped for its format (``mtad.core.escape``; ``csv_frame`` for CSV). It knows
 nothing about results folders (``mtad.analysis.render``) or figures (``mtad.analysis.figures``).
 """
 
@@ -18,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
+
+from mtad.core.escape import csv_cell, latex, md_cell, md_text
 
 MISSING = "–"
 NOT_AVAILABLE = "n/a"
@@ -174,6 +177,17 @@ def csv_table(sub: pd.DataFrame, text: pd.DataFrame, cols: Sequence = COLUMNS) -
     return out.reset_index()
 
 
+def csv_frame(frame: pd.DataFrame, numbers: Sequence[str] = ()) -> pd.DataFrame:
+    """``frame`` ready for ``to_csv``: every string cell and header through
+    ``mtad.core.escape.csv_cell`` (a spreadsheet evaluates none); the columns ``numbers`` hold
+    formatted numbers ("-0.05" stays a number there)."""
+    out = frame.copy()
+    for col in frame.columns:
+        out[col] = frame[col].map(lambda v, n=col in numbers: csv_cell(v, numbers=n))
+    out.columns = [csv_cell(c) for c in frame.columns]
+    return out
+
+
 def scrub_paths(text: str) -> str:
     """``text`` without absolute paths: the working directory and home are dropped / ``~``,
     any other absolute path keeps its last two parts."""
@@ -323,11 +337,13 @@ def _task_block(text: pd.DataFrame, task: str) -> pd.DataFrame:
 
 def to_markdown(text: pd.DataFrame, title: str | None = None, metrics: dict | None = None) -> str:
     """One block per task (decoders as rows), as in the paper; ``metrics``: task -> score name."""
-    lines = [f"## {title}", ""] if title else []
+    lines = [f"## {md_text(title)}", ""] if title else []
     for task in dict.fromkeys(text.columns.get_level_values(0)):
         metric = (metrics or {}).get(task)
-        lines += [f"### {task}" + (f" (score: {metric})" if metric else ""), ""]
-        block = _task_block(text, task)
+        lines += [f"### {md_text(task)}" + (f" (score: {md_text(metric)})" if metric else ""), ""]
+        block = _task_block(text, task).map(md_cell)
+        block.index = pd.Index([md_cell(v) for v in block.index], name=block.index.name)
+        block.columns = [md_cell(c) for c in block.columns]
         lines += [
             block.to_markdown(
                 colalign=("left",) + ("right",) * block.shape[1], disable_numparse=True
@@ -338,15 +354,14 @@ def to_markdown(text: pd.DataFrame, title: str | None = None, metrics: dict | No
 
 
 def to_latex(text: pd.DataFrame, caption: str | None = None) -> str:
-    """The same blocks as one LaTeX table (booktabs), rows = (task, decoder)."""
+    """The same blocks as one LaTeX table (booktabs), rows = (task, decoder); cells, labels and
+    headers escaped (``mtad.core.escape.latex``), ``caption`` taken as LaTeX (escape it)."""
     blocks = {t: _task_block(text, t) for t in dict.fromkeys(text.columns.get_level_values(0))}
-    frame = pd.concat(blocks, names=["task", "decoder"])
-    styler = (
-        frame.style.format(escape="latex")
-        .format_index(escape="latex", axis=0)
-        .format_index(escape="latex", axis=1)
-        .hide(axis="index", names=True)
-    )
+    frame = pd.concat(blocks, names=["task", "decoder"]).map(latex)
+    frame.index = pd.MultiIndex.from_tuples([tuple(map(latex, i)) for i in frame.index],
+                                            names=frame.index.names)
+    frame.columns = [latex(c) for c in frame.columns]
+    styler = frame.style.hide(axis="index", names=True)
     tex = styler.to_latex(
         hrules=True,
         clines="skip-last;data",

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mtad.core.escape import md_cell
 from mtad.core.io import append_jsonl, read_json, read_jsonl, shown_path
 from mtad.run.results import PointFolder, identity_hash, record_key
 from mtad.run.results.segments import describe_provenance, segment_of
@@ -163,7 +164,8 @@ def _kind(described: str) -> str:
 
 def render_table(rows: list[dict], points: list[str] | None = None, command: str | None = None,
                  notes: str | None = None) -> str:
-    """The Markdown table of audited records, grouped by point, and the points not audited."""
+    """The Markdown table of audited records, grouped by point, and the points not audited;
+    every value from the records and folders escaped for Markdown (``mtad.core.escape.md_cell``)."""
     lines = ["# Audit: committed records regenerated with today's code", ""]
     if command:
         lines += [f"Made by `{command}` (`mtad.run.audit`).", ""]
@@ -180,7 +182,7 @@ def render_table(rows: list[dict], points: list[str] | None = None, command: str
     ]
     machines = sorted({r["audited_on"] for r in rows})
     if machines:
-        lines += ["Audited on: " + "; ".join(f"`{m}`" for m in machines), ""]
+        lines += ["Audited on: " + "; ".join(f"`{md_cell(m)}`" for m in machines), ""]
     by_point: dict[str, list[dict]] = {}
     for r in rows:
         by_point.setdefault(r["point"], []).append(r)
@@ -191,8 +193,9 @@ def render_table(rows: list[dict], points: list[str] | None = None, command: str
     for point in sorted(by_point):
         for r in sorted(by_point[point], key=lambda r: (r["index"], r["turn"])):
             threads = f"{r.get('threads', '2?')} / {r.get('recorded_threads') or '?'}"
-            lines.append(f"| `{point}` | {r['decoder']} | {r['task']} | {r['index']}/{r['turn']} | "
-                         f"{r['result']} | {threads} | {r['made_by']} | {r['point_last_run']} |")
+            cells = [f"`{point}`", r["decoder"], r["task"], f"{r['index']}/{r['turn']}", r["result"],
+                     threads, r["made_by"], r["point_last_run"]]
+            lines.append("| " + " | ".join(map(md_cell, cells)) + " |")
     lines.append("")
     if by_point:
         lines += ["", "Per point: the point's last run (commit, machine) and whether that machine is the "
@@ -203,20 +206,20 @@ def render_table(rows: list[dict], points: list[str] | None = None, command: str
             rs = by_point[point]
             ks = [r["diverged_at"] for r in rs if r.get("diverged_at") is not None]
             same = {_kind(r["point_last_run"]) == _kind(r["audited_on"]) for r in rs}
-            lines.append(f"| `{point}` | {len(rs)} | {sum(r['result'] == 'identical' for r in rs)} | "
-                         f"{('token ' + str(min(ks))) if ks else '–'} | {rs[0]['point_last_run']} | "
+            lines.append(f"| `{md_cell(point)}` | {len(rs)} | {sum(r['result'] == 'identical' for r in rs)} | "
+                         f"{('token ' + str(min(ks))) if ks else '–'} | {md_cell(rs[0]['point_last_run'])} | "
                          f"{'unknown' if 'machine not recorded' in rs[0]['point_last_run'] else ('yes' if same == {True} else 'no')} |")
         lines.append("")
     identical = sum(1 for r in rows if r["result"] == "identical")
     lines.append(f"{identical} of {len(rows)} audited records identical, over {len(by_point)} points.")
     not_repro = sorted(p for p, rs in by_point.items() if any(r["result"] != "identical" for r in rs))
     if not_repro:
-        lines += ["", "Points with a record not reproduced: " + ", ".join(f"`{p}`" for p in not_repro) + "."]
+        lines += ["", "Points with a record not reproduced: " + ", ".join(f"`{md_cell(p)}`" for p in not_repro) + "."]
     if points is not None:
         missing = [p for p in points if p not in by_point]
         if missing:
             lines += ["", f"Not audited yet ({len(missing)} of {len(points)} points): "
-                      + ", ".join(f"`{p}`" for p in missing) + "."]
+                      + ", ".join(f"`{md_cell(p)}`" for p in missing) + "."]
     if notes:
         lines += ["", "## About this audit", "", notes.strip()]
     return "\n".join(lines) + "\n"

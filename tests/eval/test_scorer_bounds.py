@@ -20,13 +20,14 @@ import pytest
 
 from eval import sandbox, wire
 from eval.sandbox import SandboxGone, Session, isolation
+from eval.sql_exec import MAX_COLUMNS, SQLITE_HEAP_LIMIT
 from mtad.tasks.common import data_root
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_SECONDS, GROWTH_MB = 5.0, 400  # bounds generous enough not to flake on a busy 2-core machine
 
 _MEASURE = """
-import json, resource, sys, types
+import json, resource, sys, time, types
 {setup}
 def vm_bytes():
     for line in open("/proc/self/status"):
@@ -39,19 +40,22 @@ def usage():
     return u.ru_utime + u.ru_stime, u.ru_maxrss / 1024
 legit = score(LEGIT)
 (cpu, peak) = usage()
+start = time.monotonic()
 hostile = score(sys.argv[1])
+wall = time.monotonic() - start
 print(json.dumps({{"legit": legit, "hostile": hostile, "cpu_seconds": usage()[0] - cpu,
-                  "growth_mb": usage()[1] - peak, "detail": detail()}}))
+                  "growth_mb": usage()[1] - peak, "wall_seconds": wall, "detail": detail(),
+                  **globals().get("extra", dict)()}}))
 """
 
 
-def _measure(setup: str, answer: str) -> dict:
+def _measure(setup: str, answer: str, limit: float = 120) -> dict:
     cmd = [sys.executable, "-c", _MEASURE.format(setup=setup), answer]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO,
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, cwd=REPO,
                              env={**os.environ, "PYTHONPATH": str(REPO)})
     except subprocess.TimeoutExpired:
-        pytest.fail("the scorer took more than 120 s on one answer")
+        pytest.fail(f"the scorer took more than {limit:g} s on one answer")
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -124,16 +128,30 @@ def test_wire_bounds_and_deadline():
 
 # ---------------------------------------------------------------- Spider SQL
 SPIDER_DB = data_root() / "spider" / "database" / "concert_singer" / "concert_singer.sqlite"
-SPIDER = f"""
+SPIDER_SETUP = """
+from eval import sql_exec
 from eval.spider_exec import SpiderExecutionScorer
-scorer = SpiderExecutionScorer(timeout_s=5.0)
+scorer = SpiderExecutionScorer(timeout_s={timeout})
 LEGIT = "SELECT name FROM singer WHERE age > 30"
-example = types.SimpleNamespace(reference={{"query": LEGIT, "db_path": {str(SPIDER_DB)!r}}})
+example = types.SimpleNamespace(reference={{"query": LEGIT, "db_path": {db!r}}})
+children = []  # the query child's pid after each answer
 def score(sql):
-    return scorer.score(example, sql)
+    out = scorer.score(example, sql)
+    children.append(sql_exec._PROCESS._proc.pid)
+    return out
 def detail():
     return scorer.last_error
+def peak_mb(pid):
+    for line in open(f"/proc/{{pid}}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+def extra():  # after the hostile answer: a legitimate one, the child replaced or its peak memory
+    legit_after = score(LEGIT)
+    replaced = children[1] != children[0]
+    return {{"legit_after": legit_after, "child_replaced": replaced,
+            "child_peak_mb": None if replaced else peak_mb(children[1])}}
 """
+SPIDER = SPIDER_SETUP.format(timeout=5.0, db=str(SPIDER_DB))
 # the largest quadratic call the length limit lets through (not a constant: evaluated on every row)
 _INSTR = "instr(printf('%.*c', 9990 - i % 2, 'a'), printf('%.*c', 4990, 'a') || 'b')"
 HOSTILE_SQL = {
@@ -163,9 +181,10 @@ HOSTILE_SQL = {
     "random_blob_row": ("SELECT " + ", ".join(["randomblob(9000000)"] * 27), "too big"),
     "wide_random_row": ("SELECT " + ", ".join(["randomblob(9999)"] * 2000), "too many columns"),
 }
-#: What a query may cost: its scorer's timeout plus a second of the scorer process's CPU time (a
-#: resource bound: CPU seconds, which a busy machine does not inflate as it does wall time), 64 MB
-#: above the scorer's memory.
+#: What a query may cost: its scorer's timeout plus a second, of the scorer process's CPU time
+#: (a resource bound, which a busy machine does not inflate) and of wall time (the query runs in
+#: a child process, killed past its deadline); 64 MB above the scorer's memory, and a peak of
+#: the query's child (when it is kept) within SQLite's heap limit plus 64 MB.
 SQL_SECONDS, SQL_GROWTH_MB = 5.0 + 1.0, 64
 
 
@@ -175,6 +194,50 @@ def test_hostile_sql_fails_fast_without_growing_the_scorer(label):
         pytest.fail(f"Spider database missing at {SPIDER_DB}: the repository ships it under data/spider")
     sql, reason = HOSTILE_SQL[label]
     m = _measure(SPIDER, sql)
-    assert m["legit"] == 1.0 and m["hostile"] == 0.0
+    assert m["legit"] == 1.0 and m["hostile"] == 0.0 and m["legit_after"] == 1.0
     assert m["cpu_seconds"] < SQL_SECONDS and m["growth_mb"] < SQL_GROWTH_MB, m
+    assert m["wall_seconds"] < SQL_SECONDS, m
+    assert m["child_replaced"] or m["child_peak_mb"] < SQLITE_HEAP_LIMIT / 2**20 + SQL_GROWTH_MB, m
     assert reason in (m["detail"] or ""), m
+
+
+#: One ``printf`` call loops over its width inside one SQLite instruction, where the progress
+#: handler never runs, though the length limit refuses the string it builds: 15 s a call.
+LONG_CALL = "printf('%.*c', 2147483647, 'x')"
+
+
+@pytest.mark.parametrize("columns", [3, MAX_COLUMNS])
+def test_a_query_ends_within_its_timeout_plus_a_second_whatever_it_calls(columns):
+    """Three such calls ran 40 s against a 5 s timeout; a row may hold ``MAX_COLUMNS``."""
+    timeout = 2.0
+    sql = "SELECT " + ", ".join([LONG_CALL] * columns)
+    m = _measure(SPIDER_SETUP.format(timeout=timeout, db=str(SPIDER_DB)), sql, limit=30)
+    assert m["legit"] == 1.0 and m["hostile"] == 0.0, m
+    assert m["wall_seconds"] < timeout + 1.0, m
+    assert m["detail"] == f"timed out after {timeout}s", m
+    assert m["child_replaced"] and m["legit_after"] == 1.0, m  # a fresh child answers next
+
+
+def test_values_cross_from_the_query_child_exactly():
+    """Rows come back from the child as SQLite gave them: types, floats to the last bit, text
+    with any character, blobs, NULL (compared with the same query run in this process)."""
+    from eval import sql_exec
+
+    sql = ("SELECT 1, -9223372036854775808, 0.1 + 0.2, 1e308 * 10, -0.0, 6.0, NULL, "
+           "'a\"b''\n\t' || char(0, 233, 128512), x'00ff10', name FROM singer ORDER BY name")
+    rows = sql_exec.execute_readonly(SPIDER_DB, sql)
+    here = sql_exec.run_query(SPIDER_DB, sql, 5.0, 10_000, sql_exec.MAX_RESULT_BYTES)
+    assert rows == here and [list(map(type, r)) for r in rows] == [list(map(type, r)) for r in here]
+    assert rows[0][4] == 0.0 and str(rows[0][4]) == "-0.0" and rows[0][8] == b"\x00\xff\x10"
+
+
+def test_a_query_child_that_died_between_queries_is_replaced():
+    from eval import sql_exec
+
+    sql = "SELECT count(*) FROM singer"
+    first = sql_exec.execute_readonly(SPIDER_DB, sql)
+    old = sql_exec._PROCESS._proc
+    old.kill()
+    old.wait()
+    assert sql_exec.execute_readonly(SPIDER_DB, sql) == first
+    assert sql_exec._PROCESS._proc.pid != old.pid
