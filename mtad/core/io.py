@@ -132,7 +132,7 @@ _SAFE = _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | 
 #: errors of ``open`` that mean "not a regular file here" (a link under O_NOFOLLOW, a FIFO without
 #: a reader, a socket, a folder opened for writing)
 _NOT_A_FILE = {errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EOPNOTSUPP, errno.ENODEV,
-               getattr(errno, "EMLINK", errno.ELOOP)}
+               errno.EMLINK}  # EMLINK: O_NOFOLLOW on a link, on the BSDs
 
 
 def _kind(mode: int) -> str:
