@@ -132,7 +132,8 @@ def test_rescore_refuses_a_summary_linked_to_a_device_or_a_huge_sparse_file(swee
 # ------------------------------------------------------------------ audit
 
 
-@pytest.mark.parametrize("name", ["samples.jsonl", pytest.param("point.json", marks=pytest.mark.slow)])
+@pytest.mark.slow  # about 10 s each: audit's imports (the same reader refuses rescore's FIFO by default)
+@pytest.mark.parametrize("name", ["samples.jsonl", "point.json"])
 def test_audit_refuses_a_fifo_at_once(sweep, name):
     path = _point(sweep) / name
     _fifo(path)
