@@ -239,3 +239,18 @@ def test_sweep_search_refuses_to_adopt_a_folder_holding_a_link(tmp_path):
     _refused(res, found / "segments.jsonl", "symbolic link", one_line=False)
     assert _state(target) == before
     assert not (found / "samples.jsonl").exists()
+
+
+def test_adopt_refuses_a_linked_point_folder_under_the_sweep(tmp_path, sweep):
+    """``mtad-sweep-adopt`` would rewrite an adopted folder's files: a linked one is refused."""
+    from mtad.run import sweep as sw
+    from mtad.run.results import BadResultsFile
+    from mtad.run.sweep.adopt import adopt
+
+    s = sw.load(CODE / "experiments" / "table2.yaml", SWEEP[2:], profile="smoke", root=tmp_path / "root")
+    s.dir.mkdir(parents=True)
+    (s.dir / "linked").symlink_to(_point(sweep), target_is_directory=True)
+    before = _state(_point(sweep))
+    with pytest.raises(BadResultsFile, match="linked is a symbolic link"):
+        adopt(s)
+    assert _state(_point(sweep)) == before
