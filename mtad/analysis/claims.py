@@ -57,7 +57,6 @@ This module knows the claims and the verdict rules; ``mtad.run.results`` owns th
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -67,6 +66,7 @@ from pathlib import Path
 import numpy as np
 
 from mtad.core import stats
+from mtad.core.io import read_json
 from mtad.core.metrics import example_block_efficiency, example_log_perplexity, example_score
 from mtad.run.results.identity import _canonical  # one canonical form for identities and settings
 
@@ -636,7 +636,7 @@ def speed_rows(path: Path, seed: int) -> list[Row]:
     """Claim 4 from the interleaved speed benchmark: tree-MTAD vs SpD and vs MCSS, per task (per
     prompt: tokens / wall summed over repeats) and pooled like every pooled row."""
     metric = "tokens/s ratio (geometric means)"
-    data = json.loads(path.read_text()) if path.is_file() else None
+    data = read_json(path, cap=64 * 1024 * 1024)  # None when missing; a link or FIFO is refused
     rows = []
     for b, speedup in PAPER_SPEEDUP.items():
         comparison = f"{TREE_MTAD} vs {b}"
@@ -749,7 +749,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cli() -> None:
     """The console script (``[project.scripts]`` in pyproject.toml)."""
-    raise SystemExit(main())
+    from mtad.run.results import exit_on_bad_results
+
+    exit_on_bad_results(main)
 
 
 if __name__ == "__main__":

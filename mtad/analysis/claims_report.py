@@ -33,6 +33,7 @@ from mtad.analysis.claims import (
 )
 from mtad.core import stats
 from mtad.core.escape import csv_cell, md_cell, md_text, plot_text
+from mtad.core.io import replacing, save_figure, write_text_atomic
 
 NAMES = {
     1: "MTAD / tree-MTAD perplexity lower than multinomial and SpD",
@@ -76,7 +77,7 @@ AUTHORED = ("paper",)
 
 
 def write_csv(rows: Sequence[Row], path: Path) -> None:
-    with open(path, "w", newline="") as f:
+    with replacing(path, newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
         for r in rows:
@@ -214,7 +215,7 @@ def write_markdown(rows: Sequence[Row], notes: Sequence[str], path: Path, extra:
     out += ["", "## Points read", ""] + ([f"- {md_text(n)}" for n in notes] or ["- none"])
     if extra:
         out += ["", "## Notes", "", extra.strip()]
-    path.write_text("\n".join(out) + "\n")
+    write_text_atomic(path, "\n".join(out) + "\n")
 
 
 def plot_perplexity(rows: Sequence[Row], path: Path) -> None:
@@ -267,5 +268,5 @@ def _draw_perplexity(rows: Sequence[Row], path: Path, plt) -> None:
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)

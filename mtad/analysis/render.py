@@ -68,7 +68,7 @@ from mtad.analysis.tables import (  # noqa: F401  (the public names of the table
     to_markdown,
 )
 from mtad.core.escape import file_part, latex, md_cell, md_text, unique_file_parts
-from mtad.core.io import shown_path
+from mtad.core.io import save_figure, shown_path, write_text_atomic
 from mtad.core.metrics import DEFINITIONS, cell_statistics
 from mtad.run.results.segments import describe_segments
 
@@ -113,7 +113,7 @@ def _samples(point_dir: Path) -> list[dict] | None:
     from mtad.core.io import read_jsonl
 
     path = Path(point_dir) / "samples.jsonl"
-    return list(read_jsonl(path)) if path.is_file() else None
+    return list(read_jsonl(path)) if path.exists() or path.is_symlink() else None
 
 
 def score_interval(point_dir: Path, records: list[dict] | None = None) -> tuple[float, float] | None:
@@ -540,7 +540,7 @@ def render(
     df = load_points(sweep_dir, only_current)
     written: dict[str, Path] = {}
     if df.empty:
-        (out_dir / "table2.md").write_text(f"No points under {sweep_dir}.\n")
+        write_text_atomic(out_dir / "table2.md", f"No points under {sweep_dir}.\n")
         return {"table2.md": out_dir / "table2.md"}
     name = sweep_dir.name
     options = render_options(sweep_dir)
@@ -584,11 +584,11 @@ def render(
     if notes_file is not None:
         md += ["## About this table", "", Path(notes_file).read_text().strip(), ""]
     for fname, content in (("table2.md", "\n".join(md)), ("table2.tex", "\n".join(tex))):
-        (out_dir / fname).write_text(content)
+        write_text_atomic(out_dir / fname, content)
         written[fname] = out_dir / fname
     table_csv = pd.concat(csv_parts, ignore_index=True)
     numbers = [c for c in table_csv.columns if c not in ("pair", "decoder")]  # formatted cells
-    csv_frame(table_csv, numbers).to_csv(out_dir / "table2.csv", index=False)
+    write_text_atomic(out_dir / "table2.csv", csv_frame(table_csv, numbers).to_csv(index=False))
     written["table2.csv"] = out_dir / "table2.csv"
     cols = [
         "hash",
@@ -618,7 +618,7 @@ def render(
         "data_source",
         "data_substitute",
     ]
-    csv_frame(df.reindex(columns=cols)).to_csv(out_dir / "points.csv", index=False)
+    write_text_atomic(out_dir / "points.csv", csv_frame(df.reindex(columns=cols)).to_csv(index=False))
     written["points.csv"] = out_dir / "points.csv"
 
     written.update(write_figures(df, out_dir, options.get("pareto_x", "tokens_per_s"), knobs,
@@ -648,7 +648,7 @@ def write_figures(df: pd.DataFrame, out_dir: Path, pareto_x: str, knobs: Sequenc
             ax = plot_pareto(df, task, x=pareto_x)
             path = out_dir / f"pareto_{files[task]}.png"
             ax.figure.tight_layout()
-            ax.figure.savefig(path, dpi=120)
+            save_figure(ax.figure, path, dpi=120)
             plt.close(ax.figure)
             written[path.name] = path
         if len(tasks) > 1:  # one task: pareto_<task>.png is that figure already
@@ -660,14 +660,14 @@ def write_figures(df: pd.DataFrame, out_dir: Path, pareto_x: str, knobs: Sequenc
             for ax in list(axes.flat)[len(tasks) :]:
                 ax.axis("off")
             fig.tight_layout()
-            fig.savefig(out_dir / "pareto.png", dpi=120)
+            save_figure(fig, out_dir / "pareto.png", dpi=120)
             plt.close(fig)
             written["pareto.png"] = out_dir / "pareto.png"
         files = unique_file_parts(knobs)
         for knob in knobs:
             fig = plot_ablation(df, knob, paired.get(knob), defaults.get(knob))
             path = out_dir / f"ablation_{files[knob]}.png"
-            fig.savefig(path, dpi=120)
+            save_figure(fig, path, dpi=120)
             plt.close(fig)
             written[path.name] = path
     return written

@@ -3,17 +3,41 @@ JSON-lines tail is found (``scan_jsonl``) and cut off (``rewrite_jsonl``) instea
 glued to the next record. And where the project keeps what it downloads or builds outside the
 checkout (``cache_dir``: converted models, the CPU kernel choice, task data fetched on demand).
 
+Results folders travel (shared sweeps, downloaded records), so their files are opened the way
+tar and rsync extract untrusted input:
+
+- **Reading**: a file is opened without following a link in its last component and without
+  blocking (``O_NOFOLLOW | O_NONBLOCK``), then ``fstat`` of the opened descriptor must say
+  *regular file*; a link, FIFO, device, socket or folder where a file belongs is refused at
+  once (``UnsafeResultsFile``, one line naming the path and what it is). JSON files are read
+  only up to their cap (``JSON_CAPS`` by file name, else ``MAX_JSON_BYTES``), checked on the
+  size before any byte is read; JSON-lines files are streamed line by line with
+  ``MAX_LINE_BYTES`` per line, so a huge or sparse file is never held whole.
+- **Writing**: whole files are written into a new temp file beside the target (``mkstemp``:
+  ``O_CREAT | O_EXCL``, never an existing name) and renamed over it: a link in the target's
+  place is replaced, never written through. Appends (``append_jsonl``, ``open_append``) open
+  with ``O_NOFOLLOW`` and refuse anything but a regular file.
+- **Folders**: the folder a user names (a run folder, a sweep, ``--out``) may be reached
+  through links: that is the user's own choice. Below it nothing is followed: a folder found
+  by walking a results tree (a sweep's point folders, ``.hydra/``) is used only when it is a
+  real folder (``refuse_link``, ``real_folder``), so no link inside a results folder leads a
+  reader or a writer out of it.
+
 This module knows nothing about what the records mean (``mtad.core.records`` does).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,6 +80,25 @@ def write_json_atomic(path: str | Path, obj: Any) -> None:
     _replace_atomically(Path(path), dump, mkdir=True)
 
 
+def write_text_atomic(path: str | Path, text: str, encoding: str = "utf-8") -> None:
+    """Write ``text`` to a temp file beside ``path``, then rename: a link at ``path`` is replaced,
+    never written through (every output file the project writes goes through one of these)."""
+    _replace_atomically(Path(path), lambda f: f.write(text), encoding=encoding)
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """``write_text_atomic`` for bytes."""
+    _replace_atomically(Path(path), lambda f: f.write(data), binary=True)
+
+
+def save_figure(fig: Any, path: str | Path, **kwargs: Any) -> None:
+    """``fig.savefig(path, **kwargs)`` through a temp file renamed over ``path`` (format from the
+    suffix): a link at ``path`` is replaced, never written through."""
+    path = Path(path)
+    _replace_atomically(path, lambda f: fig.savefig(f, format=path.suffix[1:] or "png", **kwargs),
+                        binary=True)
+
+
 #: The longest line ``scan_jsonl`` parses; a longer one is unreadable (``append_jsonl`` refuses to
 #: write one). A record is one generation (its text, token ids and per-step counts): far below.
 MAX_LINE_BYTES = 16 * 1024 * 1024
@@ -64,6 +107,139 @@ _CHUNK = 1024 * 1024
 
 class BadResultsFile(ValueError):
     """A results file parses but holds the wrong types; the message names the file and field."""
+
+
+class UnsafeResultsFile(BadResultsFile):
+    """A results path is a link, FIFO, device, socket or folder where a file belongs (or a link
+    where a folder belongs), or a file larger than its cap; the message names it and what it is."""
+
+
+#: The most bytes of a results-folder JSON file that are read, by file name; any other JSON file
+#: read here: ``MAX_JSON_BYTES``. A point file or a resolved config is a few KB, a summary some
+#: 10 KB, a sweep's index some 1 KB per point: the caps are hundreds of times what is written.
+MAX_JSON_BYTES = 4 * 1024 * 1024
+JSON_CAPS = {
+    "point.json": 1024 * 1024,
+    "config.json": 1024 * 1024,
+    "summary.json": 4 * 1024 * 1024,
+    "skipped.json": 1024 * 1024,
+    "error.json": 4 * 1024 * 1024,  # holds a traceback
+    "sweep.json": 64 * 1024 * 1024,
+}
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_SAFE = _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+#: errors of ``open`` that mean "not a regular file here" (a link under O_NOFOLLOW, a FIFO without
+#: a reader, a socket, a folder opened for writing)
+_NOT_A_FILE = {errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EOPNOTSUPP, errno.ENODEV,
+               errno.EMLINK}  # EMLINK: O_NOFOLLOW on a link, on the BSDs
+
+
+def _kind(mode: int) -> str:
+    for test, what in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def _refused(path: str | Path, what: str, want: str = "a regular file") -> UnsafeResultsFile:
+    return UnsafeResultsFile(
+        f"{path} is {what}, not {want}: results folders are read and written without following "
+        "links and only as regular files and folders; replace it with the real one or move it away")
+
+
+def _what(path: str | Path) -> str:
+    try:
+        return _kind(os.lstat(path).st_mode)
+    except OSError:
+        return "not a regular file"
+
+
+def _open_regular(path: str | Path, flags: int, mode: int = 0o644) -> int:
+    """A descriptor of ``path`` opened with ``flags`` plus O_NOFOLLOW / O_NONBLOCK / O_NOCTTY,
+    when it is a regular file; UnsafeResultsFile otherwise (at once: nothing blocks).
+    FileNotFoundError when it is missing and ``flags`` do not create it."""
+    try:
+        fd = os.open(path, flags | _SAFE, mode)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        if e.errno in _NOT_A_FILE:
+            raise _refused(path, _what(path)) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _refused(path, _kind(st.st_mode))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_file(path: str | Path) -> IO[bytes]:
+    """``path`` opened for binary reading when it is a regular file (not a link to one);
+    UnsafeResultsFile otherwise, FileNotFoundError when missing."""
+    return os.fdopen(_open_regular(path, os.O_RDONLY), "rb", buffering=_CHUNK)
+
+
+def open_append(path: str | Path, encoding: str = "utf-8") -> IO[str]:
+    """``path`` opened for appending text (made when missing), when it is a regular file and not
+    a link; UnsafeResultsFile otherwise. For log files kept in a results folder."""
+    return os.fdopen(_open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a", encoding=encoding)
+
+
+def read_capped(path: str | Path, cap: int) -> bytes:
+    """The bytes of regular file ``path`` (``open_file``); UnsafeResultsFile, before anything
+    is read, when it holds more than ``cap`` bytes."""
+    with open_file(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(cap + 1) if size <= cap else b""
+        if size > cap or len(data) > cap:
+            raise UnsafeResultsFile(
+                f"{path} holds {max(size, len(data))} bytes, more than a {Path(path).name} may "
+                f"({cap}, mtad.core.io.JSON_CAPS); move it away")
+    return data
+
+
+def json_cap(path: str | Path) -> int:
+    """The most bytes read of JSON file ``path`` (``JSON_CAPS`` by its name)."""
+    return JSON_CAPS.get(Path(path).name, MAX_JSON_BYTES)
+
+
+def refuse_link(path: str | Path) -> None:
+    """UnsafeResultsFile when ``path`` is a link (a folder found inside a results folder is used
+    only as itself, never as the way to another place)."""
+    if os.path.islink(path):
+        raise _refused(path, "a symbolic link", "a real folder or file")
+
+
+def real_folder(path: str | Path) -> Path:
+    """``path`` made when missing; UnsafeResultsFile when it is a link or anything but a folder.
+    For folders inside a results folder (``.hydra/``)."""
+    path = Path(path)
+    try:
+        path.mkdir(exist_ok=False)
+    except FileExistsError:
+        pass
+    mode = os.lstat(path).st_mode
+    if not stat.S_ISDIR(mode):
+        raise _refused(path, _kind(mode), "a real folder")
+    return path
+
+
+def check_entry(path: str | Path, folder: bool = False) -> None:
+    """Nothing when ``path`` is missing or is a regular file (with ``folder``: a real folder);
+    UnsafeResultsFile naming what it is otherwise (a link is never accepted)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not (stat.S_ISDIR(mode) if folder else stat.S_ISREG(mode)):
+        raise _refused(path, _kind(mode), "a real folder" if folder else "a regular file")
 
 
 def loads(raw: str | bytes) -> Any:
@@ -78,12 +254,20 @@ def loads(raw: str | bytes) -> Any:
         raise ValueError(f"{type(e).__name__}: {str(e)[:200]}") from None
 
 
-def read_json(path: str | Path) -> dict | None:
+def read_json(path: str | Path, cap: int | None = None) -> dict | None:
     """The JSON object in ``path``; None when the file is missing, unreadable (however it fails
-    to parse: ``loads``) or not an object."""
+    to parse: ``loads``) or not an object. UnsafeResultsFile, before anything is read, when it is
+    not a regular file (a link, a FIFO, a device, ...) or holds more than ``cap`` bytes
+    (default ``json_cap``)."""
     try:
-        data = loads(Path(path).read_bytes())
-    except (OSError, ValueError):
+        raw = read_capped(path, cap if cap is not None else json_cap(path))
+    except UnsafeResultsFile:
+        raise
+    except OSError:
+        return None
+    try:
+        data = loads(raw)
+    except ValueError:
         return None
     return data if isinstance(data, dict) else None
 
@@ -93,21 +277,25 @@ def append_jsonl(path: str | Path, record: dict) -> None:
 
     A file that does not end with a newline (a torn last line) is refused: appending would
     glue the record to the torn one and lose both. ``rewrite_jsonl`` repairs such a file.
+    A link, FIFO, device or folder at ``path`` is refused (UnsafeResultsFile), never written through.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(record, default=str) + "\n"
+    line = (json.dumps(record, default=str) + "\n").encode()
     if len(line) > MAX_LINE_BYTES:
         raise ValueError(f"a record of {len(line)} bytes is longer than a {path.name} line may be "
                          f"({MAX_LINE_BYTES}, mtad.core.io.MAX_LINE_BYTES)")
-    with open(path, "ab+") as f:
-        if f.tell() > 0:
-            f.seek(-1, os.SEEK_END)
-            if f.read(1) != b"\n":
-                raise ValueError(f"{path} ends with a torn line; repair it before appending")
-        f.write(line.encode())
-        f.flush()
-        os.fsync(f.fileno())
+    fd = _open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+    try:
+        size = os.fstat(fd).st_size
+        if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
+            raise ValueError(f"{path} ends with a torn line; repair it before appending")
+        view = memoryview(line)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @dataclass
@@ -154,13 +342,16 @@ def scan_jsonl(path: str | Path) -> Scan:
 
     A last line without a newline is a torn write even when it happens to parse. The file is
     read line by line and each line's bytes are let go before it is parsed: memory grows with
-    about twice the longest line, not with the file.
+    about twice the longest line, not with the file. A link, FIFO, device or folder at ``path``
+    is refused at once (UnsafeResultsFile); a missing file has no lines.
     """
     path = Path(path)
     scan = Scan()
-    if not path.exists():
+    try:
+        f = open_file(path)
+    except FileNotFoundError:
         return scan
-    with open(path, "rb") as f:
+    with f:
         number = 0
         while True:
             raw, newline, ended = _read_line(f)
@@ -205,15 +396,39 @@ def rewrite_jsonl(path: str | Path, records: list[dict]) -> None:
     _replace_atomically(Path(path), dump)
 
 
-def _replace_atomically(path: Path, write, mkdir: bool = False) -> None:
-    """Write through ``write(file)`` into a temp file beside ``path``, fsync, rename over it."""
+def _replace_atomically(path: Path, write: Callable[[Any], Any], mkdir: bool = False,
+                        binary: bool = False, encoding: str | None = None) -> None:
+    """Write through ``write(file)`` into a temp file beside ``path``, fsync, rename over it
+    (``replacing``)."""
     if mkdir:
         path.parent.mkdir(parents=True, exist_ok=True)
+    with replacing(path, binary=binary, encoding=encoding) as f:
+        write(f)
+
+
+@contextmanager
+def replacing(path: str | Path, binary: bool = False, encoding: str | None = "utf-8",
+              newline: str | None = None) -> Iterator[IO]:
+    """A new temp file beside ``path`` to write into (``open``'s ``encoding`` and ``newline``);
+    fsynced and renamed over ``path`` when the block ends without an error, removed otherwise.
+
+    The temp file is new (``mkstemp``: O_CREAT | O_EXCL, never an existing name or link), and a
+    rename replaces whatever entry ``path`` is (a link is replaced, its target untouched); a
+    folder at ``path`` is refused."""
+    path = Path(path)
+    if os.path.isdir(path) and not os.path.islink(path):
+        raise _refused(path, "a folder")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be shared
     try:
-        with os.fdopen(fd, "w") as f:
-            write(f)
+        f = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding=encoding, newline=newline)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    try:
+        with f:
+            os.fchmod(f.fileno(), 0o644)  # mkstemp makes 0600; results are meant to be shared
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from mtad.core.escape import md_cell
-from mtad.core.io import append_jsonl, read_json, read_jsonl, shown_path
-from mtad.run.results import PointFolder, identity_hash, record_key
+from mtad.core.io import append_jsonl, read_json, read_jsonl, shown_path, write_text_atomic
+from mtad.run.results import PointFolder, exit_on_bad_results, identity_hash, record_key
 from mtad.run.results.segments import describe_provenance, segment_of
 
 log = logging.getLogger(__name__)
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.table is not None:
             args.table.parent.mkdir(parents=True, exist_ok=True)
             notes = args.notes.read_text() if args.notes is not None and args.notes.exists() else None
-            args.table.write_text(render_table([r for r in rows if r["point"] in shown], shown, command, notes))
+            write_text_atomic(args.table, render_table([r for r in rows if r["point"] in shown], shown, command, notes))
 
     if args.render_only:
         write_table()
@@ -285,7 +285,7 @@ def cli() -> None:
     from mtad.core import allocator
 
     allocator.tune()  # as the audited run's own entry point did (mtad.core.allocator)
-    sys.exit(main())
+    exit_on_bad_results(main)
 
 
 if __name__ == "__main__":

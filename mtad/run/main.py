@@ -7,7 +7,10 @@ first runs; Hydra then composes the job it runs).
 
 A refused run (a folder holding another point, busy or not writable) leaves the folder as it
 was: Hydra writes nothing into it (``hydra.output_subdir: null``, no log file), and
-``.hydra/`` and ``run.log`` are written here once the folder is claimed.
+``.hydra/`` and ``run.log`` are written here once the folder is claimed: never through a link
+(a folder whose ``.hydra/`` or ``run.log`` is one is refused before anything is written,
+``PointFolder.check_entries``; the files are replaced by rename, the log opened without
+following links).
 """
 
 from __future__ import annotations
@@ -25,17 +28,27 @@ from mtad.core.stack import StackError, require_supported_stack  # noqa: E402
 from mtad.run.cli import CONF_DIR, check_overrides  # noqa: E402  (also registers the config schema)
 
 
+class _RunLog(logging.FileHandler):
+    """A log file opened without following a link (``mtad.core.io.open_append``)."""
+
+    def _open(self):
+        from mtad.core.io import open_append
+
+        return open_append(self.baseFilename, encoding=self.encoding or "utf-8")
+
+
 def keep_run_files(folder, cfg: DictConfig, hydra_cfg: DictConfig) -> logging.Handler:
     """What Hydra would have written into the run folder: ``.hydra/{config,hydra,overrides}.yaml``
     and ``run.log`` (the file handler of ``hydra.job_logging``, attached to the root logger and
-    returned). Called once the folder is claimed."""
-    out = folder.path / ".hydra"
-    out.mkdir(exist_ok=True)
+    returned). Called once the folder is claimed; nothing is written through a link."""
+    from mtad.core.io import real_folder, write_text_atomic
+
+    out = real_folder(folder.path / ".hydra")
     for name, node in (("config.yaml", cfg), ("hydra.yaml", OmegaConf.create({"hydra": hydra_cfg})),
                        ("overrides.yaml", hydra_cfg.overrides.task)):
-        (out / name).write_text(OmegaConf.to_yaml(node), encoding="utf-8")
+        write_text_atomic(out / name, OmegaConf.to_yaml(node))
     logging_cfg = hydra_cfg.job_logging
-    handler = logging.FileHandler(str(logging_cfg.handlers.file.filename))
+    handler = _RunLog(str(logging_cfg.handlers.file.filename))
     handler.setFormatter(logging.Formatter(logging_cfg.formatters.simple.format))
     logging.getLogger().addHandler(handler)
     return handler

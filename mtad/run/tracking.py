@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mtad.core.io import read_json
 from mtad.run.config import KNOBS
 
 #: Short names of knobs in run names (``g6 t0.3``); other knobs appear as ``key=value``.
@@ -95,11 +96,11 @@ def _sweep_varying(output_dir: Path) -> dict[str, str] | None:
     if not (point.is_file() and index.is_file()):
         return None
     values: dict[str, set[str]] = {}
-    for row in json.loads(index.read_text()).get("points", []):
+    for row in (read_json(index) or {}).get("points", []):
         for o in row.get("overrides", []):
             k, v = _parse_override(o)
             values.setdefault(k, set()).add(v)
-    mine = dict(_parse_override(o) for o in json.loads(point.read_text()).get("overrides", []))
+    mine = dict(_parse_override(o) for o in (read_json(point) or {}).get("overrides", []))
     return {k: v for k, v in mine.items() if len(values.get(k, ())) > 1}
 
 

@@ -138,13 +138,14 @@ def regenerate(folder, n: int = 1) -> list[tuple[list[int], list[int]]]:
 
     from omegaconf import OmegaConf
 
+    from mtad.core.io import json_cap, read_capped, read_jsonl
     from mtad.run.evaluate import build
     from mtad.run.results.targets import trusted_config
 
     folder = Path(folder)
-    cfg = OmegaConf.create(trusted_config(json.loads((folder / "config.json").read_text()), folder,
+    cfg = OmegaConf.create(trusted_config(json.loads(read_capped(folder / "config.json", json_cap("config.json"))), folder,
                                                 resolve=True))
-    records = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines() if line]
+    records = read_jsonl(folder / "samples.jsonl")
     records = sorted((r for r in records if r.get("turn", 0) == 0), key=lambda r: r["index"])[:n]
     pair, _, task, _, engine, _ = build(cfg)
     examples = task.load()

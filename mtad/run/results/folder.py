@@ -3,7 +3,12 @@
 Files (see docs/results.md): ``point.json`` (format, identity and its hash, how it was
 asked for), ``config.json`` (the resolved config of the last run), ``samples.jsonl`` (one
 record per (example, turn)), ``summary.json`` (aggregates over the requested examples),
-``skipped.json`` / ``error.json`` (why a point has no results), ``.lock``.
+``skipped.json`` / ``error.json`` (why a point has no results), ``.lock``; a run also keeps
+``segments.jsonl``, ``run.log`` and ``.hydra/``. Each of these is a regular file (``.hydra`` a
+real folder) or absent: a folder holding a link, FIFO, device or socket under one of these
+names is refused in one line before anything is read or written there (``check_entries``, run
+by ``lock`` and ``refuse_another``), and every file is read and written through
+``mtad.core.io``, which never follows a link.
 
 Folders written before the format had a version (``point.json`` without ``format``: the old
 sweep layout) are read too: their identity is computed from the stored resolved config with
@@ -30,6 +35,7 @@ from typing import Any
 from mtad.core.io import (
     BadResultsFile,
     append_jsonl,
+    check_entry,
     portable_text,
     read_json,
     rewrite_jsonl,
@@ -52,6 +58,7 @@ from mtad.run.results.identity import (
     identity_hash,
     requested_limit,
 )
+from mtad.run.results.segments import SEGMENTS_FILE
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +70,11 @@ POINT_FILE, CONFIG_FILE, SAMPLES_FILE, SUMMARY_FILE = (
     "summary.json",
 )
 SKIPPED_FILE, ERROR_FILE, LOCK_FILE, INDEX_FILE = "skipped.json", "error.json", ".lock", "sweep.json"
+RUN_LOG, HYDRA_DIR = "run.log", ".hydra"
+HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
+#: Every name the project reads or writes in a point folder (``HYDRA_DIR``: a folder).
+FOLDER_FILES = (POINT_FILE, CONFIG_FILE, SAMPLES_FILE, SUMMARY_FILE, SKIPPED_FILE, ERROR_FILE,
+                LOCK_FILE, SEGMENTS_FILE, RUN_LOG)
 
 # Point statuses.
 DONE, CACHED, PARTIAL, PENDING = "done", "cached", "partial", "pending"
@@ -177,6 +189,16 @@ class PointFolder:
     def file(self, name: str) -> Path:
         return self.path / name
 
+    def check_entries(self) -> None:
+        """UnsafeResultsFile (one line naming it) when one of the names this project reads or
+        writes here (``FOLDER_FILES``, ``.hydra/`` and its files) is a link, FIFO, device,
+        socket or folder where a regular file belongs (``.hydra``: anything but a real folder)."""
+        for name in FOLDER_FILES:
+            check_entry(self.file(name))
+        check_entry(self.file(HYDRA_DIR), folder=True)
+        for name in HYDRA_FILES:
+            check_entry(self.file(HYDRA_DIR) / name)
+
     # ------------------------------------------------------------------ lock
 
     @contextmanager
@@ -199,6 +221,7 @@ class PointFolder:
                 fallback_to_soft=False,  # a soft lock would outlive a killed process
                 preserve_lock_file=True,  # unlinking a flock file races with a waiting process
             )
+            self.check_entries()  # before the lock file is opened: no link is written through
             lock.acquire(timeout=-1 if wait else 0)
         except Timeout:
             raise FolderBusy(
@@ -304,7 +327,9 @@ class PointFolder:
     def refuse_another(self, ident: Mapping[str, Any]) -> tuple[dict | None, str | None]:
         """Raise IdentityMismatch when this folder holds another point than ``ident`` (or
         records of an unknown one, or a ``point.json`` that is not a point file); reads only.
-        Returns ``stored()``."""
+        Returns ``stored()``. UnsafeResultsFile when the folder holds a link or special file
+        (``check_entries``)."""
+        self.check_entries()
         stored, kind = self.stored()
         h = identity_hash(ident)
         if stored is None and self.file(SAMPLES_FILE).exists():

@@ -9,6 +9,10 @@ sweep's, a study's), so a store asked for a point that another folder already ho
 that folder, read in place when it covers the requested examples and resumed in place (under
 its own lock) when it does not. Records are never copied or merged across folders.
 ``sweep.json`` lists the points of the current sweep definition, with their folders.
+
+No link is followed below a folder the user names (``mtad.core.io``): a point folder found by
+walking a store, a catalog root or a sweep's index that is a link is refused in one line
+(``UnsafeResultsFile``), so neither a reader nor a writer is led out of the results tree.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mtad.core.io import read_json, scan_jsonl
+from mtad.core.io import UnsafeResultsFile, read_json, refuse_link, scan_jsonl
 from mtad.run.results.folder import (
     CONFIG_FILE,
     INDEX_FILE,
@@ -47,7 +51,11 @@ class Store:
             self._by_hash = {}
             if self.root.is_dir():
                 for d in sorted(self.root.iterdir()):
-                    if d.is_dir() and not d.name.startswith(".") and is_point_folder(d):
+                    if d.name.startswith("."):
+                        continue
+                    if d.is_dir():
+                        refuse_link(d)
+                    if d.is_dir() and is_point_folder(d):
                         h = PointFolder(d).identity_hash()
                         if h is not None:
                             self._by_hash.setdefault(h, []).append(d)
@@ -57,6 +65,7 @@ class Store:
         """The folder under ``root`` holding the point: ``<root>/<hash>``, else a legacy folder
         with that identity (the one with most records); None when there is none."""
         own = self.root / ident_hash
+        refuse_link(own)
         if own.is_dir() and is_point_folder(own):
             return PointFolder(own)
         found = self._scan().get(ident_hash, [])
@@ -112,6 +121,8 @@ class Catalog:
                     seen.add(d.resolve())
                     try:
                         h = PointFolder(d).identity_hash()
+                    except UnsafeResultsFile:
+                        raise
                     except (IdentityMismatch, OSError, ValueError):
                         h = None
                     if h is not None:
@@ -131,15 +142,21 @@ def point_dirs(root: str | Path, only_current: bool = True) -> list[Path]:
         return [root]
     index = read_json(root / INDEX_FILE)
     if only_current and index is not None:
-        return [root / (p.get("dir") or p["hash"]) for p in index.get("points", [])
-                if p.get("dir") or p.get("hash")]
+        listed = [root / str(p.get("dir") or p["hash"]) for p in index.get("points", [])
+                  if p.get("dir") or p.get("hash")]
+        for d in listed:
+            refuse_link(d)
+        return listed
     return sorted(_walk(root, depth=2))
 
 
 def _walk(root: Path, depth: int) -> Iterator[Path]:
+    """Point folders under ``root`` up to ``depth`` levels down; UnsafeResultsFile at a linked
+    folder (never followed)."""
     for d in root.iterdir() if root.is_dir() else ():
-        if not d.is_dir() or d.name.startswith("."):
+        if d.name.startswith(".") or not d.is_dir():
             continue
+        refuse_link(d)
         if is_point_folder(d):
             yield d
         elif depth > 1:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from mtad.core.io import refuse_link
 from mtad.core.stopping import Stopping, StopSequences
 from mtad.run.results import (
     CONFIG_FILE,
@@ -95,6 +96,7 @@ def _earlier(sweep: Sweep, ident: dict, new_hash: str) -> list[PointFolder]:
     for d in sorted(sweep.dir.iterdir()) if sweep.dir.is_dir() else ():
         if not d.is_dir() or d.name.startswith(".") or not is_point_folder(d):
             continue
+        refuse_link(d)  # a linked folder would lead the adoption's writes out of the sweep
         stored, kind = PointFolder(d).stored()
         if kind == "current" and identity_hash(stored) != new_hash and without_stop(stored) == want:
             out.append(PointFolder(d))
@@ -205,7 +207,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cli() -> None:
     """The console script (``[project.scripts]`` in pyproject.toml)."""
-    raise SystemExit(main())
+    from mtad.run.results import exit_on_bad_results
+
+    exit_on_bad_results(main)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from mtad.core.io import UnsafeResultsFile
 from mtad.run.results import (
     BUSY,
     CACHED,
@@ -181,6 +182,8 @@ def run(
             try:
                 folder = sweep.folder(p)
                 status = run_point(p.cfg, folder, p.overrides, p.choices, evaluate=evaluate, wait=wait)
+            except UnsafeResultsFile:
+                raise  # a link or special file in a results folder: the sweep is refused in one line
             except Exception as e:
                 status = FAILED
                 log.error("point %s (%s) failed: %s", p.hash, p.label, e)

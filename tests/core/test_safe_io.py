@@ -1,0 +1,166 @@
+"""Results-folder files are opened without following links and only as regular files: a FIFO,
+device, socket, folder or link where a file belongs is refused at once in one line naming it;
+JSON files are capped before they are read; no writer writes through a link it did not make."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from mtad.core import io
+
+SPARSE_BYTES = 10 * 1024**3
+
+
+@contextlib.contextmanager
+def deadline(seconds: int):
+    """TimeoutError when the block runs longer than ``seconds`` (a blocking ``open`` of a FIFO
+    is interrupted): a hang fails the test instead of hanging the suite."""
+    def expire(*_):
+        raise TimeoutError(f"still blocked after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture
+def specials(tmp_path):
+    """name -> a path that is not a regular file, with the words its refusal must hold."""
+    target = tmp_path / "target.json"
+    target.write_text('{"a": 1}\n')
+    sparse = tmp_path / "sparse"
+    with open(sparse, "wb") as f:
+        f.truncate(SPARSE_BYTES)
+    out = {"fifo": (tmp_path / "fifo", "FIFO"), "folder": (tmp_path / "folder", "a folder"),
+           "link": (tmp_path / "link", "symbolic link"), "zero": (tmp_path / "zero", "symbolic link"),
+           "sparse_link": (tmp_path / "sparse_link", "symbolic link"),
+           "dangling": (tmp_path / "dangling", "symbolic link"),
+           "device": (Path("/dev/null"), "character device")}
+    os.mkfifo(out["fifo"][0])
+    out["folder"][0].mkdir()
+    out["link"][0].symlink_to(target)
+    out["zero"][0].symlink_to("/dev/zero")
+    out["sparse_link"][0].symlink_to(sparse)
+    out["dangling"][0].symlink_to(tmp_path / "nowhere")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock"))
+    out["socket"] = (tmp_path / "sock", "socket")
+    yield out
+    sock.close()
+
+
+@pytest.mark.parametrize("reader", ["read_json", "scan_jsonl"])
+@pytest.mark.parametrize("name", ["fifo", "folder", "link", "zero", "sparse_link", "dangling", "device", "socket"])
+def test_a_reader_refuses_anything_but_a_regular_file_at_once(specials, reader, name):
+    path, what = specials[name]
+    if name == "dangling" and reader == "read_json":
+        what = "symbolic link"
+    t0 = time.perf_counter()
+    with deadline(5), pytest.raises(io.UnsafeResultsFile) as e:
+        getattr(io, reader)(path)
+    assert time.perf_counter() - t0 < 1.0
+    message = str(e.value)
+    assert "\n" not in message and str(path) in message and what in message
+
+
+def test_a_json_file_over_its_cap_is_refused_before_it_is_read(tmp_path):
+    """A 10 GB sparse summary.json: refused on its size, nothing read (no memory growth)."""
+    import tracemalloc
+
+    path = tmp_path / "summary.json"
+    with open(path, "wb") as f:
+        f.truncate(SPARSE_BYTES)
+    tracemalloc.start()
+    try:
+        with deadline(5), pytest.raises(io.UnsafeResultsFile, match="summary.json holds 10737418240 bytes"):
+            io.read_json(path)
+        assert tracemalloc.get_traced_memory()[1] < 8 * 1024 * 1024  # the read buffer, not the file
+    finally:
+        tracemalloc.stop()
+    assert io.json_cap(path) == io.JSON_CAPS["summary.json"]
+    small = tmp_path / "point.json"
+    small.write_text('{"x": "' + "a" * io.JSON_CAPS["point.json"] + '"}')
+    with pytest.raises(io.UnsafeResultsFile, match="more than a point.json may"):
+        io.read_json(small)
+    small.write_text('{"x": 1}')
+    assert io.read_json(small) == {"x": 1} and io.read_json(tmp_path / "missing.json") is None
+
+
+@pytest.mark.parametrize("name", ["fifo", "link", "dangling", "zero", "folder"])
+def test_an_append_never_writes_through_a_link_or_into_a_special_file(specials, tmp_path, name):
+    path, what = specials[name]
+    before = (tmp_path / "target.json").read_bytes()
+    with deadline(5), pytest.raises(io.UnsafeResultsFile) as e:
+        io.append_jsonl(path, {"x": 1})
+    assert what in str(e.value) or "FIFO" in str(e.value)
+    with deadline(5), pytest.raises(io.UnsafeResultsFile):
+        io.open_append(path)
+    assert (tmp_path / "target.json").read_bytes() == before
+    assert not (tmp_path / "nowhere").exists()
+    io.append_jsonl(tmp_path / "new.jsonl", {"x": 1})
+    io.append_jsonl(tmp_path / "new.jsonl", {"x": 2})
+    assert io.read_jsonl(tmp_path / "new.jsonl") == [{"x": 1}, {"x": 2}]
+
+
+@pytest.mark.parametrize("writer", ["write_json_atomic", "write_text_atomic", "write_bytes_atomic",
+                                    "save_figure", "rewrite_jsonl", "replacing"])
+def test_a_whole_file_write_replaces_a_link_and_leaves_its_target_untouched(tmp_path, writer):
+    target = tmp_path / "elsewhere" / "precious.txt"
+    target.parent.mkdir()
+    target.write_text("precious\n")
+    stat = target.stat()
+    path = tmp_path / "out.png"
+    path.symlink_to(target)
+
+    class Figure:
+        def savefig(self, f, format, dpi):
+            assert format == "png"
+            f.write(b"PNG")
+
+    write = {
+        "write_json_atomic": lambda: io.write_json_atomic(path, {"a": 1}),
+        "write_text_atomic": lambda: io.write_text_atomic(path, "text"),
+        "write_bytes_atomic": lambda: io.write_bytes_atomic(path, b"bytes"),
+        "save_figure": lambda: io.save_figure(Figure(), path, dpi=120),
+        "rewrite_jsonl": lambda: io.rewrite_jsonl(path, [{"a": 1}]),
+        "replacing": lambda: _write_replacing(path),
+    }[writer]
+    write()
+    assert not path.is_symlink() and path.is_file() and path.stat().st_mode & 0o777 == 0o644
+    assert target.read_text() == "precious\n" and target.stat().st_mtime_ns == stat.st_mtime_ns
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere", "out.png"]  # no temp file left
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(io.UnsafeResultsFile, match="is a folder"):
+        io.write_text_atomic(tmp_path / "folder", "x")
+
+
+def _write_replacing(path):
+    with io.replacing(path, newline="") as f:
+        f.write("a,b\r\n")
+
+
+def test_real_folder_and_check_entry_refuse_links(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / ".hydra").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(io.UnsafeResultsFile, match=r"\.hydra is a symbolic link, not a real folder"):
+        io.real_folder(tmp_path / ".hydra")
+    with pytest.raises(io.UnsafeResultsFile, match="symbolic link"):
+        io.check_entry(tmp_path / ".hydra", folder=True)
+    assert io.real_folder(tmp_path / "made").is_dir() and io.real_folder(tmp_path / "made").is_dir()
+    io.check_entry(tmp_path / "missing")
+    with pytest.raises(io.UnsafeResultsFile, match="a folder, not a regular file"):
+        io.check_entry(tmp_path / "made")
+    with pytest.raises(io.UnsafeResultsFile, match="symbolic link"):
+        io.refuse_link(tmp_path / ".hydra")
+    io.refuse_link(tmp_path / "made")
