@@ -417,6 +417,35 @@ def render_table(rows: list[dict], points: list[str] | None = None, command: str
     return "\n".join(lines) + "\n"
 
 
+def made_before_draw_changes(folders: list[Path]) -> list[str]:
+    """Markdown: for every point folder, how many of its records were made before each commit of
+    ``DRAW_CHANGES`` (by their segments, ``code_group``) and how many by runs whose commit
+    nothing recorded: the points to regenerate with today's code so that every record of a
+    point comes from one stream."""
+    cache: dict = {}
+    lines = []
+    for change, what in DRAW_CHANGES:
+        lines += [f"Records made before `{change}` ({what}), by point: *before* counts records whose "
+                  "segment's run was on a commit before it, or that were added to the repository "
+                  "before it; *not recorded*, records whose run's commit nothing recorded (added after "
+                  "it: made before or after).", "",
+                  "| point | records | before | not recorded |", "|:--|--:|--:|--:|"]
+        totals = [0, 0, 0, 0]
+        for f in folders:
+            point = shown_path(f)
+            record_origin(point, 0, 0, cache)
+            groups = [code_group(seg, change) for seg in cache[point].values()]
+            before = sum(g.startswith(("run on a commit before", "added before")) for g in groups)
+            unknown = sum(g == "run's commit not recorded" for g in groups)
+            if before or unknown:
+                lines.append(f"| `{point}` | {len(groups)} | {before} | {unknown} |")
+                totals = [totals[0] + 1, totals[1] + len(groups), totals[2] + before, totals[3] + unknown]
+        lines += ["", f"{totals[0]} of {len(folders)} points hold such records: {totals[2]} records made "
+                  f"before `{change}`, {totals[3]} whose run's commit is not recorded, of {totals[1]} records "
+                  "in those points.", ""]
+    return lines
+
+
 def committed_points(root: Path) -> list[Path]:
     """Every point folder (one holding ``samples.jsonl``) under ``root``, sorted."""
     return sorted(p.parent for p in root.rglob("samples.jsonl") if p.is_file())
@@ -432,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="JSON lines of audited records (appended; resumes)")
     p.add_argument("--table", type=Path, default=None, help="Markdown table rewritten after every record")
     p.add_argument("--render-only", action="store_true", help="only (re)write --table from --out")
+    p.add_argument("--made-before", type=Path, default=None, metavar="FILE.md",
+                   help="write which points hold records made before a draw change (DRAW_CHANGES), then stop")
     p.add_argument("--records", default=None, metavar="I,J,...",
                    help="audit these example indices (every turn) instead of a random draw of --n")
     p.add_argument("--notes", type=Path, default=None, help="Markdown appended to --table (About this audit)")
@@ -470,6 +501,15 @@ def main(argv: list[str] | None = None) -> int:
             notes = args.notes.read_text() if args.notes is not None and args.notes.exists() else None
             args.table.write_text(render_table([r for r in rows if r["point"] in shown], shown, command, notes))
 
+    if args.made_before is not None:
+        args.made_before.parent.mkdir(parents=True, exist_ok=True)
+        args.made_before.write_text("\n".join([
+            "# Points to regenerate: records made before a change of draws", "",
+            f"Made by `mtad-audit {' '.join(args.points) if len(args.points) < 4 else f'POINT x{len(args.points)}'}"
+            f"{' --all ' + args.all if args.all else ''} --made-before {shown_path(args.made_before)}` "
+            "from the records' segments (`docs/results.md`).", "",
+            *made_before_draw_changes(folders)]))
+        return 0
     if args.render_only:
         write_table()
         return 0
