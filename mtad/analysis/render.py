@@ -42,8 +42,21 @@ from typing import Any
 
 import pandas as pd
 
-from mtad.analysis.figures import LOG2_KNOBS, pareto_front, plot_ablation, plot_pareto  # noqa: F401
+from mtad.analysis.figures import (  # noqa: F401
+    LOG2_KNOBS,
+    PARETO_CAPTION,
+    pareto_front,
+    plot_ablation,
+    plot_pareto,
+)
 from mtad.analysis.names import decoder_name, pair_name, task_name
+from mtad.analysis.provenance_marks import (
+    MARKS,
+    audit_folder,
+    diverging_points,
+    mark_cells,
+    marks_footnote,
+)
 from mtad.analysis.tables import (  # noqa: F401  (the public names of the tables, used by the notebook)
     BASELINE_KEYS,
     COLUMNS,
@@ -308,6 +321,7 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
         summary, ident, choices = pt["summary"], pt["config"], pt["choices"]
         row: dict[str, Any] = {
             "hash": pt["dir"].name,
+            "_dir": pt["dir"],  # the point folder (provenance marks)
             "pair": pair_name(choices, ident, summary),
             "task": task_name(choices, ident, summary),
             "decoder": decoder_name(choices, ident, summary) or "?",
@@ -350,13 +364,15 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
             )
             if records:  # every shown statistic from the records, one definition each
                 row.update(_cell(cell_statistics(records)))
+                # records that name their segment (a run's own or derived: docs/results.md)
+                row["segments_known"] = row["segments_known"] or all(r.get("segment") for r in records)
                 row["examples_recorded"] = row["examples"]
             else:  # a summary without records: its own numbers (their definitions may differ)
                 cis = sample_intervals(pt["dir"], records)
                 row.update(
                     score=_num(score.get("value")),
                     score_ci=_interval(score.get("ci")) or score_interval(pt["dir"], records),
-                    perplexity=_num(m.get("perplexity")),
+                    perplexity=_num(m.get("perplexity_geomean", m.get("perplexity"))),
                     perplexity_ci=_interval(m.get("perplexity_ci")),
                     tokens_per_s=_num(m.get("tokens_per_s")),
                     tokens_per_s_ci=cis.get("tokens_per_s_ci") or _interval(m.get("tokens_per_s_ci")),
@@ -450,6 +466,21 @@ def _index_points(sweep_dir: Path) -> tuple[str, dict[Path, IndexEntry]]:
         out[(sweep_dir / (p.get("dir") or p["hash"])).resolve()] = IndexEntry(
             p.get("choices") or {}, knobs, p.get("status"), int(limit) if limit is not None else None)
     return index.get("examples") or "all", out
+
+
+#: What the LaTeX tables' statistics are (``mtad.core.metrics``: one definition each).
+LATEX_STATISTICS = ("score: mean over examples; PPL: geometric mean over examples of per-example perplexity; "
+                    "tok/s: total new tokens / total decoding time; BE: mean over examples of per-example "
+                    "block efficiency; [95% CI]: bootstrap over examples")
+
+
+def latex_caption(title: str, marks: list[str]) -> str:
+    """A LaTeX table's caption: its title, the statistics its columns hold, and its provenance
+    marks (``mtad.analysis.provenance_marks``), escaped for LaTeX."""
+    text = f"{title}. {LATEX_STATISTICS}." + (f" {marks_footnote(marks)}" if marks else "")
+    for ch in ("_", "%", "&", "#"):
+        text = text.replace(ch, "\\" + ch)
+    return text
 
 
 def variant_labels(df: pd.DataFrame) -> pd.Series:
@@ -568,17 +599,21 @@ def render(
     ]
     if shared:
         md += [f"Settings of every point: {shared}.", ""]
-    tex, csv_parts = [], []
+    tex, csv_parts, marks_used = [], [], []
+    diverging = diverging_points(audit_folder(sweep_dir))
     for pair, (text, _) in tables.items():
+        shown, used = mark_cells(text, df[df["pair"] == pair], diverging)
+        marks_used += [m for m in used if m not in marks_used]
         md.append(
-            to_markdown(text, title=f"{pair}" if not knobs else f"{pair}: {what}", metrics=metrics)
+            to_markdown(shown, title=f"{pair}" if not knobs else f"{pair}: {what}", metrics=metrics)
         )
-        tex.append(to_latex(text, caption=f"{name} ({what}): {pair}".replace("_", r"\_")))
+        tex.append(to_latex(shown, caption=latex_caption(f"{name} ({what}): {pair}", used)))
         csv_parts.append(csv_table(df[df["pair"] == pair], text, cols_shown))
     defaults = knob_defaults() if knobs else {}
     paired = {k: paired_vs_default(df, k, defaults[k]) for k in knobs if k in defaults}
     for k, frame in paired.items():
         md += paired_markdown(frame, k, defaults[k])
+    footnotes = [*footnotes, *filter(None, [marks_footnote(m for m in MARKS if m in marks_used)])]
     if footnotes:
         md += ["Notes:", "", *[f"- {n}" for n in footnotes], ""]
     if notes_file is not None:
@@ -619,10 +654,15 @@ def render(
     df.reindex(columns=cols).to_csv(out_dir / "points.csv", index=False)
     written["points.csv"] = out_dir / "points.csv"
 
-    tasks = _task_order(list(df["task"]))
     pareto_x = options.get("pareto_x", "tokens_per_s")
+    # a task without a finished point with both axes would be an empty figure or panel
+    drawable = df[df["status"] == "done"].dropna(subset=[pareto_x, "perplexity"])
+    tasks = [t for t in _task_order(list(df["task"])) if (drawable["task"] == t).any()]
+    # where paired comparisons of these points are: the claims report (Table 2), or this
+    # table's own paired section (an ablation)
+    caption = PARETO_CAPTION if not knobs else "bars: each point's marginal 95% CI; paired comparisons: table2.md"
     for task in tasks:
-        ax = plot_pareto(df, task, x=pareto_x)
+        ax = plot_pareto(df, task, x=pareto_x, caption=caption)
         path = out_dir / f"pareto_{task}.png"
         ax.figure.tight_layout()
         ax.figure.savefig(path, dpi=120)
@@ -633,7 +673,7 @@ def render(
         nrow = math.ceil(len(tasks) / ncol)
         fig, axes = plt.subplots(nrow, ncol, figsize=(6 * ncol, 4.8 * nrow), squeeze=False)
         for ax, task in zip(axes.flat, tasks):
-            plot_pareto(df, task, ax=ax, x=pareto_x)
+            plot_pareto(df, task, ax=ax, x=pareto_x, caption=caption)
         for ax in list(axes.flat)[len(tasks) :]:
             ax.axis("off")
         fig.tight_layout()
