@@ -85,10 +85,11 @@ def _n_text(sub: pd.DataFrame) -> str:
     return f"n = {ns[0]} examples per point" if len(ns) == 1 else f"n = {ns[0]}–{ns[-1]} examples per point"
 
 
-def plot_pareto(df: pd.DataFrame, task: str, ax=None, x: str = "tokens_per_s"):
+def plot_pareto(df: pd.DataFrame, task: str, ax=None, x: str = "tokens_per_s", caption: str = PARETO_CAPTION):
     """Perplexity vs ``x`` (``PARETO_X``: tokens/s, or block efficiency) for one task: a point
     per run with its bootstrap intervals, filled = lossless decoder, hollow = lossy; marker per
-    pair; the Pareto front (higher x, lower perplexity) as a step."""
+    pair; the Pareto front (higher x, lower perplexity) as a step; ``caption`` under the title
+    (where the paired comparisons of these points are)."""
     import matplotlib.pyplot as plt
 
     if x not in PARETO_X:
@@ -135,7 +136,7 @@ def plot_pareto(df: pd.DataFrame, task: str, ax=None, x: str = "tokens_per_s"):
     ax.set_ylabel(f"{AXIS_LABELS['perplexity']}, 95% CI")
     n_text = _n_text(sub)
     head = f"perplexity vs {PARETO_X[x][1]}: {task}" + (f" ({n_text})" if n_text else "")  # _title escapes
-    ax.set_title(_title(sub if len(sub) else df, head) + (f"\n{PARETO_CAPTION}" if len(sub) else ""),
+    ax.set_title(_title(sub if len(sub) else df, head) + (f"\n{caption}" if len(sub) else ""),
                  fontsize=8)
     if sub.empty:
         states = sorted(set(df.loc[df["task"] == task, "status"].dropna()))

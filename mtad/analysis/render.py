@@ -42,8 +42,21 @@ from typing import Any
 
 import pandas as pd
 
-from mtad.analysis.figures import LOG2_KNOBS, pareto_front, plot_ablation, plot_pareto  # noqa: F401
+from mtad.analysis.figures import (  # noqa: F401
+    LOG2_KNOBS,
+    PARETO_CAPTION,
+    pareto_front,
+    plot_ablation,
+    plot_pareto,
+)
 from mtad.analysis.names import decoder_name, pair_name, task_name
+from mtad.analysis.provenance_marks import (
+    MARKS,
+    audit_folder,
+    diverging_points,
+    mark_cells,
+    marks_footnote,
+)
 from mtad.analysis.tables import (  # noqa: F401  (the public names of the tables, used by the notebook)
     BASELINE_KEYS,
     COLUMNS,
@@ -310,6 +323,7 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
         summary, ident, choices = pt["summary"], pt["config"], pt["choices"]
         row: dict[str, Any] = {
             "hash": pt["dir"].name,
+            "_dir": pt["dir"],  # the point folder (provenance marks)
             "pair": pair_name(choices, ident, summary),
             "task": task_name(choices, ident, summary),
             "decoder": decoder_name(choices, ident, summary) or "?",
@@ -352,13 +366,15 @@ def load_points(sweep_dir: str | Path, only_current: bool = True) -> pd.DataFram
             )
             if records:  # every shown statistic from the records, one definition each
                 row.update(_cell(cell_statistics(records)))
+                # records that name their segment (a run's own or derived: docs/results.md)
+                row["segments_known"] = row["segments_known"] or all(r.get("segment") for r in records)
                 row["examples_recorded"] = row["examples"]
             else:  # a summary without records: its own numbers (their definitions may differ)
                 cis = sample_intervals(pt["dir"], records)
                 row.update(
                     score=_num(score.get("value")),
                     score_ci=_interval(score.get("ci")) or score_interval(pt["dir"], records),
-                    perplexity=_num(m.get("perplexity")),
+                    perplexity=_num(m.get("perplexity_geomean", m.get("perplexity"))),
                     perplexity_ci=_interval(m.get("perplexity_ci")),
                     tokens_per_s=_num(m.get("tokens_per_s")),
                     tokens_per_s_ci=cis.get("tokens_per_s_ci") or _interval(m.get("tokens_per_s_ci")),
@@ -452,6 +468,18 @@ def _index_points(sweep_dir: Path) -> tuple[str, dict[Path, IndexEntry]]:
         out[(sweep_dir / (p.get("dir") or p["hash"])).resolve()] = IndexEntry(
             p.get("choices") or {}, knobs, p.get("status"), int(limit) if limit is not None else None)
     return index.get("examples") or "all", out
+
+
+#: What the LaTeX tables' statistics are (``mtad.core.metrics``: one definition each).
+LATEX_STATISTICS = ("score: mean over examples; PPL: geometric mean over examples of per-example perplexity; "
+                    "tok/s: total new tokens / total decoding time; BE: mean over examples of per-example "
+                    "block efficiency; [95% CI]: bootstrap over examples")
+
+
+def latex_caption(title: str, marks: list[str]) -> str:
+    """A LaTeX table's caption: its title, the statistics its columns hold, and its provenance
+    marks (``mtad.analysis.provenance_marks``), escaped for LaTeX."""
+    return latex(f"{title}. {LATEX_STATISTICS}." + (f" {marks_footnote(marks)}" if marks else ""))
 
 
 def _varying_keys(df: pd.DataFrame) -> list[str]:
@@ -568,17 +596,21 @@ def render(
     ]
     if shared:
         md += [md_text(f"Settings of every point: {shared}."), ""]
-    tex, csv_parts = [], []
+    tex, csv_parts, marks_used = [], [], []
+    diverging = diverging_points(audit_folder(sweep_dir))
     for pair, (text, _) in tables.items():
+        shown, used = mark_cells(text, df[df["pair"] == pair], diverging)
+        marks_used += [m for m in used if m not in marks_used]
         md.append(
-            to_markdown(text, title=f"{pair}" if not knobs else f"{pair}: {what}", metrics=metrics)
+            to_markdown(shown, title=f"{pair}" if not knobs else f"{pair}: {what}", metrics=metrics)
         )
-        tex.append(to_latex(text, caption=latex(f"{name} ({what}): {pair}")))
+        tex.append(to_latex(shown, caption=latex_caption(f"{name} ({what}): {pair}", used)))
         csv_parts.append(csv_table(df[df["pair"] == pair], text, cols_shown))
     defaults = knob_defaults() if knobs else {}
     paired = {k: paired_vs_default(df, k, defaults[k]) for k in knobs if k in defaults}
     for k, frame in paired.items():
         md += paired_markdown(frame, k, defaults[k])
+    footnotes = [*footnotes, *filter(None, [marks_footnote(m for m in MARKS if m in marks_used)])]
     if footnotes:
         md += ["Notes:", "", *[f"- {md_text(n)}" for n in footnotes], ""]
     if notes_file is not None:
@@ -641,11 +673,16 @@ def write_figures(df: pd.DataFrame, out_dir: Path, pareto_x: str, knobs: Sequenc
     import matplotlib.pyplot as plt
 
     written: dict[str, Path] = {}
-    tasks = _task_order(list(df["task"]))
+    # a task without a finished point with both axes would be an empty figure or panel
+    drawable = df[df["status"] == "done"].dropna(subset=[pareto_x, "perplexity"])
+    tasks = [t for t in _task_order(list(df["task"])) if (drawable["task"] == t).any()]
+    # where paired comparisons of these points are: the claims report (Table 2), or this
+    # table's own paired section (an ablation)
+    caption = PARETO_CAPTION if not knobs else "bars: each point's marginal 95% CI; paired comparisons: table2.md"
     with matplotlib.rc_context({"text.usetex": False}):
         files = unique_file_parts(tasks)  # a name is no path: never '/', '..' or a clash
         for task in tasks:
-            ax = plot_pareto(df, task, x=pareto_x)
+            ax = plot_pareto(df, task, x=pareto_x, caption=caption)
             path = out_dir / f"pareto_{files[task]}.png"
             ax.figure.tight_layout()
             save_figure(ax.figure, path, dpi=120)
@@ -656,7 +693,7 @@ def write_figures(df: pd.DataFrame, out_dir: Path, pareto_x: str, knobs: Sequenc
             nrow = math.ceil(len(tasks) / ncol)
             fig, axes = plt.subplots(nrow, ncol, figsize=(6 * ncol, 4.8 * nrow), squeeze=False)
             for ax, task in zip(axes.flat, tasks):
-                plot_pareto(df, task, ax=ax, x=pareto_x)
+                plot_pareto(df, task, ax=ax, x=pareto_x, caption=caption)
             for ax in list(axes.flat)[len(tasks) :]:
                 ax.axis("off")
             fig.tight_layout()

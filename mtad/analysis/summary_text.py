@@ -46,10 +46,15 @@ def _num(x: float, digits: int = 3) -> str:
     return f"{x:.{digits}f}"
 
 
+def _pct(x: float) -> str:
+    """``x`` as a percentage with the significant digits claims.csv holds, never rounded twice."""
+    return f"{x * 100:+.4g}%"
+
+
 def _iv(r: dict, digits: int = 3, pct: bool = False) -> str:
     e, lo, hi = _f(r["estimate"]), _f(r["ci_low"]), _f(r["ci_high"])
-    if pct:
-        return f"{e:+.1%} [{lo:+.1%}, {hi:+.1%}]"
+    if pct:  # at claims.csv's own precision (4 significant digits): rounding again could move a digit
+        return f"{_pct(e)} [{_pct(lo)}, {_pct(hi)}]"
     return f"{_num(e, digits)} [{_num(lo, digits)}, {_num(hi, digits)}]"
 
 

@@ -19,8 +19,9 @@
 - per-depth acceptance: share of steps whose accepted length is >= d, for d = 1..max.
 - perplexity: exp(-mean log p_target(generated token | context)) under the unwarped
   target, per example, computed after generation outside the timed window; the
-  summary reports the mean of per-example perplexities and the token-weighted
-  (pooled) perplexity.
+  summary reports the arithmetic mean of per-record perplexities (``perplexity_mean``, also
+  under its old key ``perplexity``), the geometric mean over examples that tables show
+  (``perplexity_geomean``) and the token-weighted (pooled) perplexity (``perplexity_pooled``).
 - speedup: tokens/s of a run / tokens/s of the baseline run in the same sweep.
 
 What tables, figures and the claims report show (``example_values``, ``cell_statistics``): one
@@ -28,8 +29,9 @@ value per example (a multi-turn example pools its turns), then
 - perplexity: the geometric mean over examples of the per-example perplexity, an example's
   log-perplexity being its turns' summed NLL / summed tokens (``example_log_perplexity``). The
   ratio of two such cells over the same examples is the claims report's paired ratio of
-  geometric means; the arithmetic mean of per-example perplexities (``summarize``'s
-  ``perplexity``) is kept in summaries only;
+  geometric means; the arithmetic mean of per-record perplexities (``summarize``'s
+  ``perplexity_mean``, and ``perplexity`` in summaries written before the key said so) is kept
+  in summaries only;
 - block efficiency: the mean over examples of the per-example block efficiency (emitted tokens /
   steps over its turns, ``example_block_efficiency``), so every example weighs the same, as in
   the report's paired differences; ``summarize``'s pools tokens and steps over the examples;
@@ -235,8 +237,13 @@ def summarize(records: list[dict]) -> dict:
     out["block_efficiency_ci"] = block_efficiency_interval(records)
     ppl = [r.get("perplexity") for r in records if r.get("perplexity") is not None]
     if ppl:
-        out["perplexity"] = float(np.mean(ppl))
-        out["perplexity_ci"] = stats.bootstrap_ci(stats.present(ppl))
+        # ``perplexity`` (kept for readers of older summaries) and ``perplexity_mean``: the
+        # arithmetic mean of per-record perplexities; ``perplexity_geomean``: what tables show
+        # (``cell_statistics``: geometric mean over examples, an example's turns pooled)
+        out["perplexity"] = out["perplexity_mean"] = float(np.mean(ppl))
+        out["perplexity_ci"] = out["perplexity_mean_ci"] = stats.bootstrap_ci(stats.present(ppl))
+        logs = stats.present([example_log_perplexity(t) for t in by_example(records).values()])
+        out["perplexity_geomean"] = math.exp(float(np.mean(logs))) if logs else float("nan")
         nll = sum(r["nll_sum"] for r in records if r.get("nll_sum") is not None)
         ntok = sum(r["new_tokens"] for r in records if r.get("nll_sum") is not None)
         out["perplexity_pooled"] = math.exp(nll / ntok) if ntok else float("nan")

@@ -1,12 +1,14 @@
 """``mtad-audit``: does today's code still make a point's records?
 
 ``mtad-audit POINT [POINT ...] [--n 5] [--seed S] [--out audit.jsonl] [--table audit.md]``
+(``--all [ROOT]``: every committed point folder under ``ROOT``, ``results`` by default)
 draws ``n`` records of each point folder at random (``--seed``: the same draw on every run),
 regenerates each one with today's code (the point's stored ``config.json``, the record's seed
 ``seed + 1000 * index + turn``, a later turn conditioned on the recorded earlier answers, as the
-run did) and reports, per record, ``identical`` or ``diverged at token k`` (the first position
-where the regenerated ``output_ids`` differ from the recorded ones) together with the
-provenance of the segment that made the record (``mtad.run.results.segments``; records written
+run did) and compares the whole record (``compare_records``): tokens, steps, accepted tokens per
+step, the target's NLL and perplexity (``NUMBER_TOLERANCE``) and the score, in that order, and
+reports ``identical`` or the first field that differs (``diverged at token k`` for the tokens),
+together with the provenance of the segment that made the record (``mtad.run.results.segments``; records written
 before segments were kept say so) and the machine the audit ran on.
 
 Results are appended to ``--out`` one line per record as each finishes, and a rerun skips the
@@ -31,7 +33,7 @@ from typing import Any
 from mtad.core.escape import md_cell
 from mtad.core.io import append_jsonl, read_json, read_jsonl, shown_path, write_text_atomic
 from mtad.run.results import PointFolder, exit_on_bad_results, identity_hash, record_key
-from mtad.run.results.segments import describe_provenance, segment_of
+from mtad.run.results.segments import SEGMENT_FIELD, describe_provenance, segment_of
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,51 @@ def first_difference(recorded: list[int], now: list[int]) -> int | None:
         if a != b:
             return k
     return None if len(recorded) == len(now) else min(len(recorded), len(now))
+
+
+#: The fields an audit compares, in the order a difference is reported: the first one that
+#: differs is the record's result. Numbers are compared with ``NUMBER_TOLERANCE``.
+COMPARED = ("tokens", "steps", "accepted_per_step", "nll_sum", "perplexity", "score")
+#: Relative tolerance for NLL and perplexity: the target pass that computes them is one batched
+#: forward, whose float reductions may round differently with another thread count.
+NUMBER_TOLERANCE = 1e-6
+
+
+def _same_number(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return abs(float(a) - float(b)) <= NUMBER_TOLERANCE * max(1.0, abs(float(a)))
+
+
+def compare_records(recorded: dict, regenerated: dict) -> dict[str, Any]:
+    """Field by field (``COMPARED``): ``same``, ``differs``, or ``not compared`` (the record
+    holds no such field, or the audit did not compute it); ``first_field``: the first that
+    differs (None when none does); ``diverged_at``: the first token that differs."""
+    fields: dict[str, str] = {}
+    k = first_difference(list(recorded["output_ids"]), list(regenerated["output_ids"]))
+    fields["tokens"] = "same" if k is None else "differs"
+    for name in ("steps", "accepted_per_step"):
+        fields[name] = "same" if recorded.get(name) == regenerated.get(name) else "differs"
+    for name in ("nll_sum", "perplexity", "score"):
+        if name not in recorded or name not in regenerated:
+            fields[name] = "not compared"
+        elif name == "score":
+            fields[name] = "same" if recorded[name] == regenerated[name] or _same_number(
+                recorded[name], regenerated[name]) else "differs"
+        else:
+            fields[name] = "same" if _same_number(recorded[name], regenerated[name]) else "differs"
+    first = next((f for f in COMPARED if fields[f] == "differs"), None)
+    return {"fields": fields, "first_field": first, "diverged_at": k}
+
+
+def result_line(compared: dict[str, Any]) -> str:
+    """``identical``, ``diverged at token k``, or ``FIELD differs`` (tokens the same)."""
+    first = compared["first_field"]
+    if first is None:
+        return "identical"
+    if first == "tokens":
+        return f"diverged at token {compared['diverged_at']}"
+    return f"{first} differs"
 
 
 def sample_records(records: list[dict], n: int, seed: int, point: str) -> list[dict]:
@@ -90,6 +137,34 @@ class _Builder:
         return pair, task, engine
 
 
+def _scorer(cfg, task):
+    """The point's scorer (its stored ``task.scorer``, else the task's own), or None."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    scorer_cfg = OmegaConf.to_container(cfg.task, resolve=True).get("scorer")
+    return instantiate(scorer_cfg) if scorer_cfg else getattr(task, "scorer", None)
+
+
+def regenerated_record(pair, task, scorer, ex, ids, res, recorded: dict, turn: int, previous: list[str]) -> dict:
+    """The fields ``compare_records`` compares, as the run computes them (``mtad.run.evaluate``):
+    the engine's, the target's NLL and perplexity when the record holds them, the score when
+    the record holds one."""
+    from mtad.core.metrics import perplexity, token_logprobs
+
+    now: dict[str, Any] = dict(res.to_record())
+    if "perplexity" in recorded or "nll_sum" in recorded:
+        lp = token_logprobs(pair.target, ids, res.output_ids, pair.vocab_size)
+        now["perplexity"], now["nll_sum"] = perplexity(lp), float(-lp.sum())
+    if "score" in recorded and scorer is not None:
+        text = pair.tokenizer.decode(res.output_ids, skip_special_tokens=True)
+        n_turns = task.num_turns(ex)
+        value = scorer.score(ex, [*previous, text] if n_turns > 1 else text)
+        fields = dict(scorer.record_fields(value)) if hasattr(scorer, "record_fields") else {"score": value}
+        now["score"] = fields.get("score")
+    return now
+
+
 def audit_point(folder: Path, n: int, seed: int, builder: _Builder, done: set, out: Path | None,
                 machine: dict, indices: set[int] | None = None) -> list[dict]:
     """Audit ``n`` sampled records of ``folder`` (those not in ``done``); append each row to
@@ -131,6 +206,7 @@ def audit_point(folder: Path, n: int, seed: int, builder: _Builder, done: set, o
             "task": summary.get("task") or cfg.task.get("name"), "index": index, "turn": turn,
             "example_id": r["example_id"], "seed": seed,
             "made_by": describe_provenance(segment_of(pf, r)), "point_last_run": last_run,
+            "segment": r.get(SEGMENT_FIELD),
             "audited_on": describe_provenance(machine),
             "threads": torch.get_num_threads(), "recorded_threads": recorded_threads,
         }
@@ -142,9 +218,10 @@ def audit_point(folder: Path, n: int, seed: int, builder: _Builder, done: set, o
             previous = [by_key[(ex.id, t)]["text"] for t in range(turn)]
             ids = task.render(ex, pair.tokenizer, turn, previous)
             res = engine.generate(ids, int(cfg.max_new_tokens), seed=int(cfg.seed) + 1000 * index + turn)
-            k = first_difference(list(r["output_ids"]), res.output_ids)
-            row.update(result="identical" if k is None else f"diverged at token {k}",
-                       diverged_at=k, recorded_tokens=len(r["output_ids"]), regenerated_tokens=len(res.output_ids))
+            now = regenerated_record(pair, task, _scorer(cfg, task), ex, ids, res, r, turn, previous)
+            compared = compare_records(r, now)
+            row.update(result=result_line(compared), **compared, recorded_tokens=len(r["output_ids"]),
+                       regenerated_tokens=len(res.output_ids))
         except Exception as e:  # noqa: BLE001  (a record that cannot be regenerated is a finding)
             row.update(result=f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200],
                        diverged_at=None)
@@ -162,6 +239,117 @@ def _kind(described: str) -> str:
     return described.split(" on ", 1)[-1].split(", torch")[0]
 
 
+#: Commits that changed what decoders draw for a seed without changing the points' identities
+#: (no decoder ``version`` bumped), oldest first: the records a point holds from before such a
+#: commit are not what today's code makes of that point. Found in the history: b32eec4 moved
+#: sampling and verification onto the distributions' supports (``git show b32eec4``); the
+#: committed audit regenerates records made before it diverging at their first tokens on the
+#: machine kind that made them. From 308b998 on, ``tests/decoders/test_draw_fingerprints.py``
+#: refuses a change of a decoder's draws that bumps no version, and its fingerprints have only
+#: been extended since (0d9b98c, 0f7b0b0: new decoders and cases). Decoder version bumps (BiLD's
+#: 206271d) change the identity instead: records of the old version are another point.
+DRAW_CHANGES = (("b32eec4", "draws on the distributions' supports; no decoder version bumped"),)
+
+
+def _is_ancestor(older: str, commit: str) -> bool | None:
+    """Whether ``older`` is ``commit`` or one of its ancestors (None: not in this history)."""
+    import subprocess
+
+    from mtad.core.io import REPO_ROOT
+
+    try:
+        out = subprocess.run(["git", "-C", str(REPO_ROOT), "merge-base", "--is-ancestor", older, commit],
+                             capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {0: True, 1: False}.get(out.returncode)
+
+
+def record_origin(point: str, index: int, turn: int, cache: dict) -> dict | None:
+    """The segment (recorded or derived) of the committed record (index, turn) of ``point``."""
+    from mtad.run.results.segments import segments
+
+    if point not in cache:
+        pf = PointFolder(Path(point))
+        known = segments(pf) if pf.file("samples.jsonl").exists() else {}
+        recs = read_jsonl(pf.file("samples.jsonl")) if pf.file("samples.jsonl").exists() else []
+        cache[point] = {(int(r["index"]), int(r["turn"])): known.get(str(r.get(SEGMENT_FIELD))) for r in recs}
+    return cache[point].get((int(index), int(turn)))
+
+
+def code_group(seg: dict | None, change: str) -> str:
+    """Whether the code that made a record included ``change``: by the commit its run was on
+    (the segment's ``git.commit``), else by the commit that added it (before the change: made
+    before it); a dirty tree is said, as it may hold uncommitted code either way."""
+    git = (seg or {}).get("git")
+    commit = git.get("commit") if isinstance(git, dict) else None
+    dirty = " (dirty tree)" if isinstance(git, dict) and git.get("dirty") else ""
+    if commit:
+        inside = _is_ancestor(change, commit)
+        if inside is None:
+            return "commit not in this history"
+        return (f"run on a commit after {change}" if inside else f"run on a commit before {change}") + dirty
+    added = ((seg or {}).get("derived") or {}).get("added_in")
+    if added and added != "unknown" and _is_ancestor(change, added) is False:
+        return f"added before {change} (run's commit not recorded)"
+    return "run's commit not recorded"
+
+
+def machine_group(seg: dict | None, audited_on: str) -> str:
+    """The record's machine against the audit's: same kind, another kind, or not recorded."""
+    from mtad.run.results.segments import machine
+
+    made = machine(seg)
+    if made == "machine not recorded":
+        return "machine not recorded"
+    return "same machine kind as the audit" if made == _kind(audited_on) else f"another machine kind ({made})"
+
+
+def grouping(rows: list[dict]) -> list[str]:
+    """Markdown: audited records grouped by what made them (the code, against each commit of
+    ``DRAW_CHANGES``, and the machine kind against the audit's), with how many are identical and
+    which field differs first in the others."""
+    cache: dict = {}
+    out = []
+    for change, what in DRAW_CHANGES:
+        groups: dict[tuple[str, str], list[dict]] = {}
+        for r in rows:
+            seg = record_origin(r["point"], r["index"], r["turn"], cache)
+            groups.setdefault((code_group(seg, change), machine_group(seg, r["audited_on"])), []).append(r)
+        out += [f"By what made the records: the code against `{change}` ({what}), by the commit of the "
+                "record's segment (derived segments: the run's commit the summary of the time recorded), "
+                "and the machine kind against the audit's.", "",
+                "| code | machine | audited | identical | first differing field |", "|:--|:--|--:|--:|:--|"]
+        for (code, mach), rs in sorted(groups.items()):
+            firsts: dict[str, int] = {}
+            for r in rs:
+                if r["result"] != "identical":
+                    key = r.get("first_field") or ("tokens" if r.get("diverged_at") is not None else "error")
+                    firsts[key] = firsts.get(key, 0) + 1
+            shown = ", ".join(f"{k} {v}" for k, v in sorted(firsts.items())) or "–"
+            out.append(f"| {code} | {mach} | {len(rs)} | {sum(r['result'] == 'identical' for r in rs)} | {shown} |")
+        out.append("")
+    return out
+
+
+def field_counts(rows: list[dict]) -> list[str]:
+    """Markdown: per compared field, how many audited records have it the same / different / not
+    compared (rows of token-only audits count under tokens alone)."""
+    counts = {f: {"same": 0, "differs": 0, "not compared": 0} for f in COMPARED}
+    for r in rows:
+        fields = r.get("fields")
+        if fields is None:  # a token-only row
+            fields = {f: "not compared" for f in COMPARED}
+            if r.get("result") == "identical" or r.get("diverged_at") is not None:
+                fields["tokens"] = "same" if r["result"] == "identical" else "differs"
+        for f in COMPARED:
+            counts[f][fields.get(f, "not compared")] += 1
+    lines = ["Per field (the first differing one decides a record's result; NLL and perplexity within a "
+             f"relative {NUMBER_TOLERANCE:g}):", "", "| field | same | differs | not compared |", "|:--|--:|--:|--:|"]
+    lines += [f"| {f} | {c['same']} | {c['differs']} | {c['not compared']} |" for f, c in counts.items()]
+    return lines + [""]
+
+
 def render_table(rows: list[dict], points: list[str] | None = None, command: str | None = None,
                  notes: str | None = None) -> str:
     """The Markdown table of audited records, grouped by point, and the points not audited;
@@ -171,11 +359,13 @@ def render_table(rows: list[dict], points: list[str] | None = None, command: str
         lines += [f"Made by `{command}` (`mtad.run.audit`).", ""]
     lines += [
         "Each row regenerates one randomly drawn record of a point (its stored config, its seed, "
-        "earlier turns as recorded) and compares the token ids: `identical`, or `diverged at token k` "
-        "(the first position that differs, 0-based). *made by* is the provenance of the record's "
-        "segment (commit, dirty flag, machine); records written before segments were kept say "
-        "`unknown (before segment provenance)` and *point's last run* gives the summary's provenance "
-        "(the last run that touched the point, not necessarily the one that made the record). "
+        "earlier turns as recorded) and compares the record: tokens, steps, accepted tokens per step, "
+        "NLL and perplexity, score, in that order (rows audited before whole records were compared "
+        "compared the tokens only: their *fields* say `tokens`). The result is `identical`, "
+        "`diverged at token k` (the first position that differs, 0-based), or the first other field "
+        "that differs. *made by* is the provenance of the record's segment (commit, dirty flag, "
+        "machine; `derived:` when derived from the repository's history, `docs/results.md`) and "
+        "*point's last run* gives the summary's provenance (the last run that touched the point). "
         "Bit-identical regeneration of bfloat16 records needs the same float kernels: a divergence "
         "on another kind of machine is not by itself a code change.",
         "",
@@ -188,13 +378,16 @@ def render_table(rows: list[dict], points: list[str] | None = None, command: str
         by_point.setdefault(r["point"], []).append(r)
     lines += ["*threads*: torch threads of the audit / of the point's last run (rows without the "
               "first were audited at torch's default on this 2-core machine, 2).", "",
-              "| point | decoder | task | record (index/turn) | result | threads | made by | point's last run |",
-              "|:--|:--|:--|:--|:--|:--|:--|:--|"]
+              "| point | decoder | task | record (index/turn) | result | fields | threads | made by | point's last run |",
+              "|:--|:--|:--|:--|:--|:--|:--|:--|:--|"]
+    origins: dict = {}
     for point in sorted(by_point):
         for r in sorted(by_point[point], key=lambda r: (r["index"], r["turn"])):
             threads = f"{r.get('threads', '2?')} / {r.get('recorded_threads') or '?'}"
+            made_by = describe_provenance(record_origin(point, r["index"], r["turn"], origins))
+            compared = ", ".join(f for f, v in (r.get("fields") or {"tokens": "same"}).items() if v != "not compared")
             cells = [f"`{point}`", r["decoder"], r["task"], f"{r['index']}/{r['turn']}", r["result"],
-                     threads, r["made_by"], r["point_last_run"]]
+                     compared, threads, made_by, r["point_last_run"]]
             lines.append("| " + " | ".join(map(md_cell, cells)) + " |")
     lines.append("")
     if by_point:
@@ -212,6 +405,8 @@ def render_table(rows: list[dict], points: list[str] | None = None, command: str
         lines.append("")
     identical = sum(1 for r in rows if r["result"] == "identical")
     lines.append(f"{identical} of {len(rows)} audited records identical, over {len(by_point)} points.")
+    if rows:
+        lines += ["", *field_counts(rows), *grouping(rows)]
     not_repro = sorted(p for p, rs in by_point.items() if any(r["result"] != "identical" for r in rs))
     if not_repro:
         lines += ["", "Points with a record not reproduced: " + ", ".join(f"`{md_cell(p)}`" for p in not_repro) + "."]
@@ -225,14 +420,52 @@ def render_table(rows: list[dict], points: list[str] | None = None, command: str
     return "\n".join(lines) + "\n"
 
 
+def made_before_draw_changes(folders: list[Path]) -> list[str]:
+    """Markdown: for every point folder, how many of its records were made before each commit of
+    ``DRAW_CHANGES`` (by their segments, ``code_group``) and how many by runs whose commit
+    nothing recorded: the points to regenerate with today's code so that every record of a
+    point comes from one stream."""
+    cache: dict = {}
+    lines = []
+    for change, what in DRAW_CHANGES:
+        lines += [f"Records made before `{change}` ({what}), by point: *before* counts records whose "
+                  "segment's run was on a commit before it, or that were added to the repository "
+                  "before it; *not recorded*, records whose run's commit nothing recorded (added after "
+                  "it: made before or after).", "",
+                  "| point | records | before | not recorded |", "|:--|--:|--:|--:|"]
+        totals = [0, 0, 0, 0]
+        for f in folders:
+            point = shown_path(f)
+            record_origin(point, 0, 0, cache)
+            groups = [code_group(seg, change) for seg in cache[point].values()]
+            before = sum(g.startswith(("run on a commit before", "added before")) for g in groups)
+            unknown = sum(g == "run's commit not recorded" for g in groups)
+            if before or unknown:
+                lines.append(f"| `{point}` | {len(groups)} | {before} | {unknown} |")
+                totals = [totals[0] + 1, totals[1] + len(groups), totals[2] + before, totals[3] + unknown]
+        lines += ["", f"{totals[0]} of {len(folders)} points hold such records: {totals[2]} records made "
+                  f"before `{change}`, {totals[3]} whose run's commit is not recorded, of {totals[1]} records "
+                  "in those points.", ""]
+    return lines
+
+
+def committed_points(root: Path) -> list[Path]:
+    """Every point folder (one holding ``samples.jsonl``) under ``root``, sorted."""
+    return sorted(p.parent for p in root.rglob("samples.jsonl") if p.is_file())
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="mtad-audit", description=__doc__.split("\n\n")[0])
-    p.add_argument("points", nargs="+", metavar="POINT", help="point folders (holding point.json and samples.jsonl)")
+    p.add_argument("points", nargs="*", metavar="POINT", help="point folders (holding point.json and samples.jsonl)")
+    p.add_argument("--all", nargs="?", const="results", default=None, metavar="ROOT",
+                   help="every point folder under ROOT (default results) after the POINTs given")
     p.add_argument("--n", type=int, default=5, help="records drawn per point (default 5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the draw (default 0)")
     p.add_argument("--out", type=Path, default=None, help="JSON lines of audited records (appended; resumes)")
     p.add_argument("--table", type=Path, default=None, help="Markdown table rewritten after every record")
     p.add_argument("--render-only", action="store_true", help="only (re)write --table from --out")
+    p.add_argument("--made-before", type=Path, default=None, metavar="FILE.md",
+                   help="write which points hold records made before a draw change (DRAW_CHANGES), then stop")
     p.add_argument("--records", default=None, metavar="I,J,...",
                    help="audit these example indices (every turn) instead of a random draw of --n")
     p.add_argument("--notes", type=Path, default=None, help="Markdown appended to --table (About this audit)")
@@ -247,6 +480,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mtad-audit: --records takes example indices like 3,17, not {args.records!r}", file=sys.stderr)
         return 2
     folders = [Path(x) for x in args.points]
+    if args.all is not None:
+        if not Path(args.all).is_dir():
+            print(f"mtad-audit: --all {args.all}: no such folder; give the results folder", file=sys.stderr)
+            return 2
+        folders += [f for f in committed_points(Path(args.all)) if f not in folders]
+    if not folders:
+        print("mtad-audit: give point folders, or --all for every point under results/", file=sys.stderr)
+        return 2
     for f in folders:
         if not (f / "samples.jsonl").exists():
             print(f"mtad-audit: {f} holds no samples.jsonl; give point folders", file=sys.stderr)
@@ -255,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = read_jsonl(args.out) if args.out is not None and args.out.exists() else []
     command = "mtad-audit " + " ".join(
         [f"--n {args.n}", f"--seed {args.seed}"] + ([f"--out {shown_path(args.out)}"] if args.out else [])
-        + [f"POINT x{len(folders)}"])
+        + ([f"POINT x{len(args.points)}"] if args.points else []) + ([f"--all {args.all}"] if args.all else []))
 
     def write_table():
         if args.table is not None:
@@ -263,6 +504,15 @@ def main(argv: list[str] | None = None) -> int:
             notes = args.notes.read_text() if args.notes is not None and args.notes.exists() else None
             write_text_atomic(args.table, render_table([r for r in rows if r["point"] in shown], shown, command, notes))
 
+    if args.made_before is not None:
+        args.made_before.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(args.made_before, "\n".join([
+            "# Points to regenerate: records made before a change of draws", "",
+            f"Made by `mtad-audit {' '.join(args.points) if len(args.points) < 4 else f'POINT x{len(args.points)}'}"
+            f"{' --all ' + args.all if args.all else ''} --made-before {shown_path(args.made_before)}` "
+            "from the records' segments (`docs/results.md`).", "",
+            *made_before_draw_changes(folders)]))
+        return 0
     if args.render_only:
         write_table()
         return 0

@@ -65,3 +65,13 @@ def test_backed_matches_to_the_digits_given():
     assert backed("3.76", "joint perplexity 3.7604")
     assert not backed("3.77", "joint perplexity 3.7604")
     assert numbers("ratio 0.788 and v1.2.3 and -0.05") == ["0.788", "-0.05"]
+
+
+def test_percentages_are_claims_csv_values_never_rounded_again():
+    """A percentage in the summary is claims.csv's value itself (times 100), with the digits the
+    CSV holds: rounding the CSV's rounded value again could move the last digit."""
+    from mtad.analysis.summary_text import _pct
+
+    assert _pct(0.1095) == "+10.95%" and _pct(0.1075) == "+10.75%" and _pct(-0.08453) == "-8.453%"
+    for x in (0.1095, 0.1075, -0.05183, 0.004258):
+        assert f"{float(_pct(x).rstrip('%')) / 100:.4g}" == f"{x:.4g}"  # the CSV's digits, all of them

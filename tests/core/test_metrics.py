@@ -206,3 +206,17 @@ def test_block_efficiency_interval_is_the_estimates_own_statistic():
     assert (lo, hi) == stats.ratio_ci([sum(r["emitted_per_step"]) for r in recs], [r["steps"] for r in recs])
     ar = [dict(_record(5, 1.0, [0] * 5, [0] * 5), emitted_per_step=[1] * 5) for _ in range(4)]
     assert block_efficiency_interval(ar) == pytest.approx((1.0, 1.0))
+
+
+def test_summary_perplexity_keys_say_which_mean_they_hold():
+    """``perplexity_mean`` (and the old key ``perplexity``) is the arithmetic mean of per-record
+    perplexities; ``perplexity_geomean`` is the tables' statistic (``cell_statistics``)."""
+    from mtad.core.metrics import cell_statistics, summarize
+
+    recs = [{"example_id": f"e{i}", "index": i, "turn": 0, "new_tokens": 4, "wall_time": 1.0, "steps": 2,
+             "accepted_per_step": [1, 1], "drafted_per_step": [2, 2], "emitted_per_step": [2, 2],
+             "target_forward_time": 0.1, "draft_forward_time": 0.1, "perplexity": p,
+             "nll_sum": 4 * math.log(p)} for i, p in enumerate((1.0, 4.0))]
+    m = summarize(recs)
+    assert m["perplexity_mean"] == m["perplexity"] == pytest.approx(2.5)
+    assert m["perplexity_geomean"] == pytest.approx(2.0) == cell_statistics(recs)["perplexity"]

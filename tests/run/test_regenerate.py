@@ -5,6 +5,11 @@ The tiny-pair points (``results/sweeps/table2_smoke``) are float32 models built 
 every machine reproduces them. The real-pair points were made in bfloat16 on a CPU; their
 float kernels may differ on another kind of CPU (AVX-512 BF16 vs AMX vs AVX2 emulation), so
 that check is ``slow`` and run where the records were made (``docs/devices.md``).
+
+Committed records carry a ``segment`` field that was added after they were written (derived
+from the repository's history, ``docs/results.md``): the one rewrite of committed records,
+which ``tests/run/test_derived_segments.py`` checks changed nothing else. The records compared
+here are otherwise as generated.
 """
 
 from __future__ import annotations

@@ -6,7 +6,14 @@ import json
 import shutil
 from pathlib import Path
 
-from mtad.run.audit import first_difference, sample_records
+from mtad.run.audit import (
+    code_group,
+    compare_records,
+    first_difference,
+    machine_group,
+    result_line,
+    sample_records,
+)
 from mtad.run.audit import main as audit_main
 from mtad.run.cli import compose_config
 from mtad.run.results import PointFolder
@@ -77,15 +84,25 @@ def test_audit_finds_identical_and_planted_divergent_records(tmp_path):
     assert audit_main([str(point), "--n", "2", "--out", str(out), "--table", str(table)]) == 0
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert [r["result"] for r in rows] == ["identical", "identical"]
-    assert all(r["made_by"] == UNKNOWN_SEGMENT for r in rows)  # committed before segments
-    # plant a change at token 3 of one record: the audit says where it diverges
+    # the whole record is compared: tokens, steps, accepted per step, NLL, perplexity, score
+    assert all(set(r["fields"].values()) == {"same"} and r["first_field"] is None for r in rows)
+    # committed before segments: a segment derived from the repository's history
+    assert all(r["made_by"].startswith("derived: ") for r in rows)
+    # plant a change at token 3 of one record, and in the NLL alone of another: the audit says
+    # which field differs first (and where the tokens diverge)
     recs = _records(point)
-    recs[0]["output_ids"][3] = (recs[0]["output_ids"][3] + 1) % 40
+    picked = sorted((r["index"], r["turn"]) for r in rows)
+    by_key = {(r["index"], r["turn"]): r for r in recs}
+    by_key[picked[0]]["output_ids"][3] = (by_key[picked[0]]["output_ids"][3] + 1) % 40
+    by_key[picked[1]]["nll_sum"] *= 1 + 1e-4
     (point / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     out2 = tmp_path / "audit2.jsonl"
     assert audit_main([str(point), "--n", "2", "--out", str(out2), "--table", str(table)]) == 0
-    rows2 = {(r["index"], r["turn"]): r["result"] for r in map(json.loads, out2.read_text().splitlines())}
-    assert rows2[(recs[0]["index"], recs[0]["turn"])] == "diverged at token 3"
+    rows2 = {(r["index"], r["turn"]): r for r in map(json.loads, out2.read_text().splitlines())}
+    assert rows2[picked[0]]["result"] == "diverged at token 3" and rows2[picked[0]]["first_field"] == "tokens"
+    assert rows2[picked[1]]["result"] == "nll_sum differs"
+    assert rows2[picked[1]]["fields"] == {"tokens": "same", "steps": "same", "accepted_per_step": "same",
+                                         "nll_sum": "differs", "perplexity": "same", "score": "same"}
     assert "Points with a record not reproduced" in table.read_text()
     # a rerun resumes: nothing left to audit, nothing appended
     assert audit_main([str(point), "--n", "2", "--out", str(out2)]) == 0
@@ -95,3 +112,51 @@ def test_audit_finds_identical_and_planted_divergent_records(tmp_path):
 def test_audit_refuses_a_folder_without_records(tmp_path, capsys):
     assert audit_main([str(tmp_path)]) == 2
     assert "holds no samples.jsonl" in capsys.readouterr().err
+
+
+def test_compare_records_reports_the_first_differing_field_in_order():
+    rec = {"output_ids": [1, 2, 3], "steps": 2, "accepted_per_step": [1, 0], "nll_sum": 3.0,
+           "perplexity": 2.718281828, "score": 1.0}
+    same = compare_records(rec, dict(rec))
+    assert same["first_field"] is None and result_line(same) == "identical"
+    # within the stated relative tolerance (1e-6) a float is the same; beyond it, it differs
+    assert compare_records(rec, {**rec, "nll_sum": 3.0 * (1 + 1e-8)})["first_field"] is None
+    assert result_line(compare_records(rec, {**rec, "perplexity": 2.72})) == "perplexity differs"
+    # steps before accepted per step before NLL before score; tokens first of all
+    both = compare_records(rec, {**rec, "steps": 3, "score": 0.0})
+    assert both["first_field"] == "steps" and both["fields"]["score"] == "differs"
+    assert result_line(compare_records(rec, {**rec, "output_ids": [1, 9, 3], "steps": 5})) == "diverged at token 1"
+    # a field the record does not hold is not compared, and never decides the result
+    bare = {k: rec[k] for k in ("output_ids", "steps", "accepted_per_step")}
+    c = compare_records(bare, {**rec, "score": 0.0})
+    assert c["fields"]["score"] == "not compared" and c["first_field"] is None
+
+
+def test_audit_groups_records_by_the_code_and_the_machine_that_made_them():
+    """The commit of the record's segment against a draw change, not the point's last run; a
+    derived segment without a run's commit counts as before the change only when the commit that
+    added the record precedes it."""
+    before, after = "7d2faf40e7b165f6ab7bcf3b379ecb293ab5e176", "673256e73140466cb00bad92d622a6c2fda5e274"
+    assert code_group({"git": {"commit": before, "dirty": False}}, "b32eec4") == "run on a commit before b32eec4"
+    assert code_group({"git": {"commit": after, "dirty": True}}, "b32eec4") == \
+        "run on a commit after b32eec4 (dirty tree)"
+    assert code_group({"git": "unknown", "derived": {"added_in": "3f09e558e745106e68afc1297e3fd00bf5bb770b"}},
+                      "b32eec4") == "added before b32eec4 (run's commit not recorded)"
+    assert code_group({"git": "unknown", "derived": {"added_in": after}}, "b32eec4") == "run's commit not recorded"
+    cpu = {"cpu_info": {"model": "AMD EPYC", "native_bf16": True, "torch_capability": "AVX512"}}
+    audit = "abc on AMD EPYC (native bf16, AVX512), torch 2.13.0"
+    assert machine_group({"device": cpu}, audit) == "same machine kind as the audit"
+    assert machine_group({"device": {"cpu_count": 2}}, audit) == "machine not recorded"
+    assert machine_group({"device": cpu}, "abc on AMD EPYC (no native bf16, AVX2)").startswith("another machine kind")
+
+
+def test_audit_all_takes_every_point_folder_under_a_root(tmp_path, capsys):
+    assert audit_main(["--all", str(tmp_path / "nowhere")]) == 2
+    assert "no such folder" in capsys.readouterr().err
+    assert audit_main([]) == 2
+    assert "--all" in capsys.readouterr().err
+    from mtad.run.audit import committed_points
+
+    shutil.copytree(SMOKE, tmp_path / "r" / "s" / "a")
+    (tmp_path / "r" / "s" / "b").mkdir()
+    assert committed_points(tmp_path / "r") == [tmp_path / "r" / "s" / "a"]

@@ -7,9 +7,11 @@ commit and dirty flag, package versions, CPU / GPU model, torch threads, time), 
 it writes carries the segment's id in its ``segment`` field. ``summary.json`` keeps only the last
 run's provenance; the segments keep every run's.
 
-Records written before segments were kept have no ``segment`` field: their provenance is
-``None`` here and reads ``unknown (before segment provenance)``; committed records are never
-rewritten to add one.
+Records committed before segments were kept carry a *derived* segment
+(``mtad.run.results.derive_segments``): the commit that added the record and the provenance the
+summary committed beside it recorded, ``"unknown"`` for what nothing recorded; its line holds
+``derived`` (how, from where). A record without a ``segment`` field (an uncommitted record of an
+old run) reads ``unknown (before segment provenance)`` here.
 """
 
 from __future__ import annotations
@@ -53,9 +55,20 @@ def segment_of(folder, record: Mapping[str, Any], known: Mapping[str, dict] | No
     return (known if known is not None else segments(folder)).get(str(seg))
 
 
+def _part(prov: Mapping[str, Any] | None, key: str) -> Mapping[str, Any]:
+    """A provenance's ``key`` mapping; {} when absent or ``"unknown"`` (a derived segment)."""
+    value = (prov or {}).get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def is_derived(prov: Mapping[str, Any] | None) -> bool:
+    """Whether a segment was derived from the repository's history (not recorded by its run)."""
+    return isinstance((prov or {}).get("derived"), Mapping)
+
+
 def machine(prov: Mapping[str, Any] | None) -> str:
     """The machine of a provenance: CPU model with its bfloat16 kind, or the GPU names."""
-    device = (prov or {}).get("device") or {}
+    device = _part(prov, "device")
     gpus = device.get("cuda_devices")
     if gpus:
         return ", ".join(sorted(set(gpus)))
@@ -67,18 +80,20 @@ def machine(prov: Mapping[str, Any] | None) -> str:
 
 
 def commit(prov: Mapping[str, Any] | None) -> str:
-    git = (prov or {}).get("git") or {}
+    git = _part(prov, "git")
     if not git.get("commit"):
         return "commit unknown"
     return git["commit"][:8] + (" (dirty)" if git.get("dirty") else "")
 
 
 def describe_provenance(prov: Mapping[str, Any] | None) -> str:
-    """One line: ``1234abcd (dirty) on AMD EPYC (native bf16, AVX512), torch 2.13.0``."""
+    """One line: ``1234abcd (dirty) on AMD EPYC (native bf16, AVX512), torch 2.13.0``; a derived
+    segment's begins ``derived:``."""
     if prov is None:
         return UNKNOWN_SEGMENT
-    torch = ((prov.get("packages") or {}).get("torch"))
-    return f"{commit(prov)} on {machine(prov)}" + (f", torch {torch}" if torch else "")
+    torch = _part(prov, "packages").get("torch")
+    line = f"{commit(prov)} on {machine(prov)}" + (f", torch {torch}" if torch else "")
+    return f"derived: {line}" if is_derived(prov) else line
 
 
 def segments_summary(folder, records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

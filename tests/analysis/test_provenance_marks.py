@@ -1,0 +1,59 @@
+"""Table cells say where their point's records stand (``mtad.analysis.provenance_marks``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from mtad.analysis.provenance_marks import (
+    audit_folder,
+    diverging_points,
+    mark_cells,
+    marks_footnote,
+    point_marks,
+)
+
+
+def _point(folder: Path, segs: list[dict], rec_segs: list[str]) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "segments.jsonl").write_text("".join(json.dumps(s) + "\n" for s in segs))
+    (folder / "samples.jsonl").write_text("".join(json.dumps({"index": i, "turn": 0, "segment": s}) + "\n"
+                                                  for i, s in enumerate(rec_segs)))
+    return folder
+
+
+def test_marks_say_several_commits_unknown_commit_dirty_tree_and_audit_divergence(tmp_path):
+    clean = {"segment": "s1", "git": {"commit": "a" * 40, "dirty": False}}
+    dirty = {"segment": "s2", "git": {"commit": "b" * 40, "dirty": True}}
+    unknown = {"segment": "d3", "git": "unknown", "derived": {"added_in": "c" * 40}}
+    one = _point(tmp_path / "results" / "s" / "one", [clean], ["s1", "s1"])
+    mixed = _point(tmp_path / "results" / "s" / "mixed", [clean, dirty, unknown], ["s1", "s2", "d3"])
+    assert point_marks(one) == ""
+    assert point_marks(mixed) == "cud"
+    # an audit row that differs marks its point; identical rows and errors do not
+    audit = tmp_path / "results" / "audit"
+    audit.mkdir()
+    rows = [{"point": "results/s/one", "result": "diverged at token 2"},
+            {"point": "results/s/mixed", "result": "identical"},
+            {"point": "results/s/mixed", "result": "error: OSError: no model"}]
+    (audit / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert audit_folder(tmp_path / "results" / "s") == audit
+    div = diverging_points(audit)
+    assert div == {one.resolve()}
+    assert point_marks(one, div) == "a" and point_marks(mixed, div) == "cud"
+    # the marks go after the point's first cell in its task; other cells unchanged
+    cols = pd.MultiIndex.from_tuples([("spider", "n"), ("spider", "PPL"), ("humaneval", "n")])
+    text = pd.DataFrame([["30", "1.2", "30"], ["30", "1.3", "–"]], index=["spd", "mtad"], columns=cols)
+    points = pd.DataFrame([{"label": "spd", "task": "spider", "_dir": one},
+                           {"label": "mtad", "task": "spider", "_dir": mixed},
+                           {"label": "spd", "task": "humaneval", "_dir": tmp_path / "missing"}])
+    shown, used = mark_cells(text, points, div)
+    assert shown.loc["spd", ("spider", "n")] == "30 [a]" and shown.loc["mtad", ("spider", "n")] == "30 [cud]"
+    assert shown.loc["spd", ("humaneval", "n")] == "30" and shown.loc["spd", ("spider", "PPL")] == "1.2"
+    assert text.loc["spd", ("spider", "n")] == "30"  # the CSV's frame is left alone
+    assert used == ["c", "u", "d", "a"]
+    note = marks_footnote(used)
+    assert "c: records made by runs at more than one commit" in note and "d: records made from a checkout" in note
+    assert marks_footnote([]) is None
