@@ -151,6 +151,9 @@ def _check_total(total: float) -> None:
         raise EmptySupport(f"invalid multinomial distribution (sum of probabilities {total})")
 
 
+_LIST_MAX = 512  # supports up to this long are drawn on Python lists (fewer torch calls)
+
+
 def cdf_list_index(masses: list[float], u: float) -> int:
     """``cdf_index`` on a Python list (the same float64 sums, in order, on the host)."""
     c = list(itertools.accumulate(max(x, 0.0) for x in masses))
@@ -170,6 +173,18 @@ def cdf_positions(
     nothing and checks nothing, as ``torch.multinomial``."""
     if k <= 0:
         return []
+    if vals.numel() <= _LIST_MAX and vals.device.type == "cpu":  # a short support: on Python floats
+        masses = [max(v, 0.0) for v in vals.tolist()]  # (nan stays nan: refused by the total)
+        m = k if replacement else min(k, sum(v > 0 for v in masses))
+        if m == 0:
+            return []
+        u = uniforms(k, gen).tolist()
+        out = []
+        for i in range(m):
+            out.append(cdf_list_index(masses, u[i]))
+            if not replacement:
+                masses[out[-1]] = 0.0
+        return out
     x = vals.to(torch.float64).clamp_min(0)
     if not replacement:
         nz = int((x > 0).sum())
