@@ -228,7 +228,7 @@ def main(argv=None) -> None:
     print(f"-> {out.with_suffix('.md')}")
 
 
-HOST_SETTINGS = ("1 plain race", "1 plain", "1 top-p race", "1 top-p", "1")
+HOST_SETTINGS = ("1 plain race", "1 plain", "1 top-p race", "1 top-p")
 HOST_DECODERS = ("spd", "specinfer", "mcss", "spectr", "tree_mtad", "mtad", "beam_specinfer", "multinomial")
 HOST_BEGIN, HOST_END = "<!-- host work: begin -->", "<!-- host work: end -->"
 
@@ -267,8 +267,7 @@ def host_work(args, argv) -> None:
         "drawn; `mtad.testing.streams`). *H2D bytes*: bytes copied host-to-device in a step (inputs of the "
         "passes, the draws' random numbers). Mean (max) per step. *race*: each draw takes one exponential "
         "per entry of its support (the scheme every committed record was drawn with; `draws=race`); "
-        "*inverse CDF*: one uniform per draw (the default at plain temperature and top-p alone). "
-        "'1': T 1 with top-k 10 and top-p 0.9 (the race: unchanged, for scale).",
+        "*inverse CDF*: one uniform per draw (the default at plain temperature and top-p alone).",
         "",
         "| V | decoder | gamma | W | T | scheme | words / step | H2D bytes / step | steps |",
         "|---|---|---|---|---|---|---|---|---|",
