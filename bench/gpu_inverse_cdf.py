@@ -158,7 +158,7 @@ def main(argv=None) -> None:
     report["vocab"] = vocab
     phases = [("draws", lambda: draws(dev, 2 if args.dry_run else 20, vocab)),
               ("engine", lambda: engine(dev, few if args.dry_run else SYSTEMS + ("mcns", "multinomial"))),
-              ("timing", lambda: timing(dev, 6 if args.dry_run else 16, 1 if args.dry_run else 2, vocab,
+              ("timing", lambda: timing(dev, 6 if args.dry_run else 16, 1, vocab,
                                         few if args.dry_run else SYSTEMS))]
     for name, fn in phases:
         t = time.perf_counter()
