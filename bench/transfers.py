@@ -27,6 +27,7 @@ from mtad.core.warping import Warping
 from mtad.models.tiny import tiny_causal_lm
 from mtad.run.cli import compose_config, group_options
 from mtad.testing.devicecheck import virtual_pair
+from mtad.testing.streams import words_between
 
 TREE = {"specinfer", "mcss", "mcns", "spectr", "tree_mtad"}
 NO_SHAPE = {"multinomial", "greedy"}
@@ -79,6 +80,10 @@ def load_decoder(name: str, **fields):
 #: per-step counts of the table: device-to-host ("draft", "verify"), host-to-device copies,
 #: pageable ("h2d_*": each waits for the stream) and pinned non-blocking ("pinned_*": no wait)
 KEYS = ("draft", "verify", "h2d_draft", "h2d_verify", "pinned_draft", "pinned_verify")
+#: host work per step that should not grow with the vocabulary: random numbers the generator drew
+#: (32-bit words: a uniform double or an exponential takes 2; ``mtad.testing.streams``) and bytes
+#: copied host-to-device
+HOST_KEYS = ("words", "h2d_bytes")
 
 
 #: warpings of the table: the name in its T column -> Warping
@@ -87,16 +92,34 @@ SETTINGS = {
     "0": Warping(0.0, top_k=10, top_p=0.9),
     "1 top-p": Warping(1.0, top_k=0, top_p=0.9),  # a support not bounded by top-k
     "1 plain": Warping(1.0),  # every token has mass: a support is the whole row
+    # the exponential race at the same settings (the scheme before the inverse CDF), side by side
+    "1 top-p race": Warping(1.0, top_k=0, top_p=0.9, draws="race"),
+    "1 plain race": Warping(1.0, draws="race"),
 }
 
 
+def count_words(decoder, out: list[int]) -> None:
+    """Append the random numbers (32-bit words) each step of ``decoder`` draws to ``out``."""
+    step = decoder.step
+
+    def counted(ctx):
+        before = ctx.generator.get_state()
+        try:
+            return step(ctx)
+        finally:
+            out.append(words_between(before, ctx.generator.get_state()))
+
+    decoder.step = counted
+
+
 def measure(target, draft, name: str, over: dict, warping: Warping, tokens: int, prompts) -> dict:
-    per_step, engine_h2d, engine_pinned, largest = [], 0, 0, 0
+    per_step, engine_h2d, engine_pinned, largest, words = [], 0, 0, 0, []
     for i, prompt in enumerate(prompts):
         dec = load_decoder(name, **over)
         with virtual_pair(target, draft) as vd:
             engine = Engine(target, draft, dec, warping)
             vd.watch_decoder(dec)
+            count_words(dec, words)
             engine.generate(prompt, tokens, seed=i)
         per_step += vd.steps
         largest = max(largest, vd.largest_read)
@@ -108,7 +131,9 @@ def measure(target, draft, name: str, over: dict, warping: Warping, tokens: int,
            "syncs_per_step_last_prompt": syncs / max(len(vd.steps), 1),
            # begin/end (cache compaction) and prefill, outside decoder steps, per step
            "h2d_engine_per_step": engine_h2d / n, "pinned_engine_per_step": engine_pinned / n}
-    for k in KEYS:
+    for s, w in zip(per_step, words):
+        s["words"] = w
+    for k in KEYS + HOST_KEYS:
         row[f"{k}_mean"] = statistics.fmean(s[k] for s in per_step)
         row[f"{k}_max"] = max(s[k] for s in per_step)
     return row
@@ -122,9 +147,16 @@ def main(argv=None) -> None:
     ap.add_argument("--gammas", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("--widths", type=int, nargs="+", default=[1, 4])
     ap.add_argument("--decoders", nargs="*", default=None)
-    ap.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS),
-                    help="warpings (T column): top-k 10 + top-p 0.9 at T 1 and 0, top-p alone, plain T 1")
+    ap.add_argument("--settings", nargs="+", default=list(SETTINGS)[:4], choices=list(SETTINGS),
+                    help="warpings (T column): top-k 10 + top-p 0.9 at T 1 and 0, top-p alone, plain T 1 "
+                         "(and '... race': the same drawn by the exponential race)")
+    ap.add_argument("--host-work", action="store_true",
+                    help="only the host work per step (random numbers, bytes to the device) at each of "
+                         "--vocabs, both draw schemes side by side: a section of <out>.md")
+    ap.add_argument("--vocabs", type=int, nargs="+", default=[32_000, 151_936])
     args = ap.parse_args(argv)
+    if args.host_work:
+        return host_work(args, sys.argv[1:] if argv is None else argv)
     target = tiny_causal_lm("qwen2", vocab_size=args.vocab, dtype=torch.float32, seed=0, logit_scale=4.0)
     draft = tiny_causal_lm("qwen2", vocab_size=args.vocab, hidden_size=16, num_heads=2, num_layers=1,
                            dtype=torch.float32, seed=1, logit_scale=4.0)
@@ -189,8 +221,69 @@ def main(argv=None) -> None:
                      + " | ".join(cell(r, k) for k in KEYS)
                      + f" | {r['h2d_engine_per_step']:.2f} + {r['pinned_engine_per_step']:.2f}"
                      f" | {r['largest_read']} | {r['steps']} |")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    md = out.with_suffix(".md")
+    kept = md.read_text() if md.exists() else ""  # the host-work section (``--host-work``) stays
+    kept = kept[kept.index(HOST_BEGIN):] if HOST_BEGIN in kept else ""
+    md.write_text("\n".join(lines) + "\n" + ("\n" + kept if kept else ""))
     print(f"-> {out.with_suffix('.md')}")
+
+
+HOST_SETTINGS = ("1 plain race", "1 plain", "1 top-p race", "1 top-p")
+HOST_DECODERS = ("spd", "specinfer", "mcss", "spectr", "tree_mtad", "mtad", "beam_specinfer", "multinomial")
+HOST_BEGIN, HOST_END = "<!-- host work: begin -->", "<!-- host work: end -->"
+
+
+def host_work(args, argv) -> None:
+    """Random numbers and host-to-device bytes per step at each vocabulary, the race and the
+    inverse CDF side by side; written as its own section of ``<out>.md`` (and ``<out>_host.json``)."""
+    prompts = [[3, 4, 5], [7, 1, 9, 2]]
+    decoders = args.decoders or list(HOST_DECODERS)
+    rows = []
+    for vocab in args.vocabs:
+        target = tiny_causal_lm("qwen2", vocab_size=vocab, hidden_size=16, num_heads=2, num_layers=1,
+                                dtype=torch.float32, seed=0, logit_scale=4.0)
+        draft = tiny_causal_lm("qwen2", vocab_size=vocab, hidden_size=16, num_heads=2, num_layers=1,
+                               dtype=torch.float32, seed=1, logit_scale=4.0)
+        for name in decoders:
+            over = shapes(name, args.gammas, args.widths)[-1]
+            for setting in HOST_SETTINGS:
+                r = measure(target, draft, name, over, SETTINGS[setting], args.tokens, prompts)
+                r.update(vocab=vocab, setting=setting, scheme=SETTINGS[setting].scheme)
+                rows.append(r)
+                print(f"V={vocab} T={setting} {name} {over}: words/step {r['words_mean']:.0f} "
+                      f"(max {r['words_max']}), h2d bytes/step {r['h2d_bytes_mean']:.0f}", flush=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    command = "python bench/transfers.py " + " ".join(argv)
+    out.with_name(out.name + "_host.json").write_text(json.dumps({"command": command, "rows": rows}, indent=1) + "\n")
+    lines = [
+        HOST_BEGIN,
+        "## Host work per step: random numbers and bytes to the device, by draw scheme",
+        "",
+        f"`{command}`: tiny random float32 models (hidden 16, one layer), {len(prompts)} prompts x "
+        f"{args.tokens} new tokens, the decoders' largest shape of the table above, virtual CUDA devices "
+        "(target cuda:0, draft cuda:1). *words*: 32-bit random numbers the one generator drew in a step "
+        "(a uniform double or an exponential takes 2; what a draw that rewinds the generator leaves "
+        "drawn; `mtad.testing.streams`). *H2D bytes*: bytes copied host-to-device in a step (inputs of the "
+        "passes, the draws' random numbers). Mean (max) per step. *race*: each draw takes one exponential "
+        "per entry of its support (the scheme every committed record was drawn with; `draws=race`); "
+        "*inverse CDF*: one uniform per draw (the default at plain temperature and top-p alone).",
+        "",
+        "| V | decoder | gamma | W | T | scheme | words / step | H2D bytes / step | steps |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        g, w = label(r["decoder"], r["overrides"])
+        lines.append(f"| {r['vocab']} | {r['decoder']} | {g} | {w} | {r['setting'].replace(' race', '')} | "
+                     f"{r['scheme'].replace('_', ' ')} | {r['words_mean']:.0f} ({r['words_max']}) | "
+                     f"{r['h2d_bytes_mean']:.0f} ({r['h2d_bytes_max']}) | {r['steps']} |")
+    lines.append(HOST_END)
+    md = out.with_suffix(".md")
+    text = md.read_text() if md.exists() else ""
+    if HOST_BEGIN in text:
+        text = text[: text.index(HOST_BEGIN)] + text[text.index(HOST_END) + len(HOST_END):].lstrip("\n")
+    md.write_text(text.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n")
+    print(f"-> {md}")
 
 
 if __name__ == "__main__":

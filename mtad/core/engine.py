@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from mtad.core import sampling
 from mtad.core.decoder import Decoder
 from mtad.core.devices import synchronize
 from mtad.core.metrics import block_efficiency
@@ -171,7 +172,7 @@ class Engine:
         prompt = [int(t) for t in prompt_ids]
         if not prompt:
             raise ValueError("the prompt must contain at least one token")
-        gen = torch.Generator(device="cpu").manual_seed(int(seed))
+        gen = sampling.generator(self.warping, seed)  # the one generator; its draw scheme (``Warping.scheme``)
         result = GenerationResult(prompt_ids=prompt, output_ids=[])
         t0 = time.perf_counter()
         for r in self._runners():

@@ -35,6 +35,25 @@ per entry), so seeded outputs of a large-vocabulary run differ from a dense draw
 in distribution. A short vector (toy vocabularies, compressed verification problems) is
 drawn densely, exactly as ``torch.multinomial`` on it.
 
+Two draw schemes (``mtad.core.warping.Warping.scheme``), chosen per generation by the generator
+the engine makes (``generator``):
+
+* *race* (``torch.multinomial``'s): one exponential per support entry, the first maximum of
+  ``masses / e``; everything above describes it. The scheme of greedy and top-k settings (a
+  support of at most ``4 k + 64`` entries), and of every record written before the inverse CDF.
+* *inverse CDF* (``InverseCdf``, the default at temperature > 0 without top-k: plain
+  temperature, top-p alone): a draw takes one uniform double ``u`` from the generator, however
+  long its support; the row's cumulative masses ``c`` (a float64 ``cumsum`` on the row's own
+  device, zeros included: they add nothing) give the first entry with ``c > u * c[-1]``
+  (``cdf_index``). Several draws with replacement take one uniform each over the same ``c``;
+  ``k`` draws without replacement (MCSS's siblings, beams without replacement) take ``k``
+  uniforms, each over the masses left after the previous draws (those past the support's size
+  unused). The same draw on the host (a support, a Python list) and on an accelerator, up to the
+  order of a parallel ``cumsum`` there (float64 either way): only the uniforms cross to the
+  device, only the indices come back; nothing is read to find a support first.
+  ``tests/core/test_inverse_cdf.py`` checks the draws' exact distribution and counts their
+  random numbers.
+
 This module knows probability vectors, supports and an explicit ``torch.Generator`` (never
 the global RNG); nothing about models, trees or acceptance rules. It sits below the
 decoders and the drafting / verification maths (``mtad.propose.beam``, ``mtad.verify.multidraft``), which
@@ -43,6 +62,9 @@ all import from it.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -53,6 +75,13 @@ from mtad.core.topk import topk_rows
 
 __all__ = [
     "DENSE_MAX",
+    "InverseCdf",
+    "cdf_index",
+    "cdf_list_index",
+    "cdf_positions",
+    "generator",
+    "inverse_cdf",
+    "multinomial",
     "EmptySupport",
     "Support",
     "as_support",
@@ -73,10 +102,126 @@ __all__ = [
     "sizes_first",
     "support_sizes",
     "top_entries",
+    "uniforms",
 ]
 
 DENSE_MAX = 4096  # vectors up to this length are drawn densely (see the module docstring)
 _EXACT_FLOAT_INDEX = 2**24  # token ids below this travel exactly in a float32 tensor
+
+
+class InverseCdf(torch.Generator):
+    """The CPU generator of a generation whose draws are made by inverse CDF (see the module
+    docstring): a ``torch.Generator`` in every other respect (the same stream for a seed)."""
+
+
+def generator(warping, seed: int) -> torch.Generator:
+    """The one CPU generator of a generation under ``warping`` (its ``scheme``), seeded."""
+    from mtad.core.warping import INVERSE_CDF
+
+    cls = InverseCdf if warping.scheme == INVERSE_CDF else torch.Generator
+    return cls(device="cpu").manual_seed(int(seed))
+
+
+def inverse_cdf(gen: torch.Generator) -> bool:
+    """Whether draws with ``gen`` are made by inverse CDF (else by the exponential race)."""
+    return isinstance(gen, InverseCdf)
+
+
+def uniforms(n: int, gen: torch.Generator) -> torch.Tensor:  # [n] float64 on the host
+    """The n uniform doubles in [0, 1) that n inverse-CDF draws take."""
+    return torch.rand(n, dtype=torch.float64, generator=gen)
+
+
+def cdf_index(
+    masses: torch.Tensor,  # [..., n] non-negative masses (negative entries count as 0), any device
+    u: torch.Tensor,  # [..., k] float64 uniforms on the masses' device
+) -> tuple[torch.Tensor, torch.Tensor]:  # [..., k] int64 indices, [..., 1] float64 totals
+    """Inverse-CDF draws: for each uniform, the first entry whose cumulative mass exceeds
+    ``u * total`` (float64 cumulative masses, summed where the masses are). The target is kept
+    below the total (a product rounded up to it would point past the last entry with mass), so
+    an index always has mass when the total is positive and finite (the caller checks it)."""
+    c = masses.to(torch.float64).clamp_min(0).cumsum(-1)
+    total = c[..., -1:]
+    t = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(c, t.contiguous(), right=True), total
+
+
+def _check_total(total: float) -> None:
+    if not 0 < total < math.inf:
+        raise EmptySupport(f"invalid multinomial distribution (sum of probabilities {total})")
+
+
+_LIST_MAX = 512  # supports up to this long are drawn on Python lists (fewer torch calls)
+
+
+def cdf_list_index(masses: list[float], u: float) -> int:
+    """``cdf_index`` on a Python list (the same float64 sums, in order, on the host)."""
+    c = list(itertools.accumulate(max(x, 0.0) for x in masses))
+    total = c[-1] if c else 0.0
+    _check_total(total)
+    return bisect.bisect_right(c, min(u * total, math.nextafter(total, 0.0)))
+
+
+def cdf_positions(
+    vals: torch.Tensor,  # [n] non-negative masses on the host
+    k: int,
+    replacement: bool,
+    gen: torch.Generator,
+) -> list[int]:  # [k] with replacement; [min(k, nonzero)] without
+    """k inverse-CDF draws over ``vals`` on the host (``k`` uniforms either way, see the module
+    docstring): their positions. No draw (k = 0; without replacement, no entry with mass) takes
+    nothing and checks nothing, as ``torch.multinomial``."""
+    if k <= 0:
+        return []
+    if vals.numel() <= _LIST_MAX and vals.device.type == "cpu":  # a short support: on Python floats
+        masses = [max(v, 0.0) for v in vals.tolist()]  # (nan stays nan: refused by the total)
+        m = k if replacement else min(k, sum(v > 0 for v in masses))
+        if m == 0:
+            return []
+        u = uniforms(k, gen).tolist()
+        out = []
+        for i in range(m):
+            out.append(cdf_list_index(masses, u[i]))
+            if not replacement:
+                masses[out[-1]] = 0.0
+        return out
+    x = vals.to(torch.float64).clamp_min(0)
+    if not replacement:
+        nz = int((x > 0).sum())
+        if min(k, nz) == 0:
+            return []
+    u = uniforms(k, gen)
+    if replacement:
+        j, total = cdf_index(x, u)
+        _check_total(float(total))
+        return j.tolist()
+    out: list[int] = []
+    for i in range(min(k, nz)):
+        j, total = cdf_index(x, u[i : i + 1])
+        _check_total(float(total))
+        out.append(int(j))
+        x[out[-1]] = 0.0
+    return out
+
+
+def multinomial(vals: torch.Tensor, k: int, replacement: bool, gen: torch.Generator) -> torch.Tensor:
+    """``torch.multinomial(vals, k, replacement, generator=gen)`` on host masses, or the inverse-CDF
+    draws where ``gen`` draws by inverse CDF (``cdf_positions``): positions, int64."""
+    if inverse_cdf(gen):
+        return torch.tensor(cdf_positions(vals, k, replacement, gen), dtype=torch.long)
+    return torch.multinomial(vals, k, replacement=replacement, generator=gen)
+
+
+def _device_cdf_sample(probs: torch.Tensor, gen: torch.Generator) -> int:  # probs [V] on a device
+    """One inverse-CDF draw over a row where it lives: one uniform crosses, the index and the
+    total come back in one read."""
+    from mtad.core.devices import to_device
+
+    (u,) = to_device([uniforms(1, gen)], probs.device)
+    j, total = cdf_index(probs, u)
+    j, total = torch.cat([j.double(), total]).cpu().tolist()
+    _check_total(total)
+    return int(j)
 
 
 class Support(NamedTuple):
@@ -284,8 +429,9 @@ def draw(
     num: int = 1,
     replacement: bool = False,
 ) -> torch.Tensor:  # [num] token ids
-    """``num`` multinomial draws over a support (host tensors, the CPU generator)."""
-    return ids[torch.multinomial(vals, num, replacement=replacement, generator=generator)]
+    """``num`` multinomial draws over a support (host tensors, the CPU generator; by inverse CDF
+    where it draws so)."""
+    return ids[multinomial(vals, num, replacement, generator)]
 
 
 def sample(
@@ -300,7 +446,18 @@ def sample(
     drawn there instead (``device_sample``): the same token, the same random stream, and no
     row crosses to the host. With ``size`` (``support_sizes``, read with a verification's
     scalars) a support longer than ``bound`` is drawn on the device at once, without the read
-    that would find its size: the draw ``read_supports`` leads to, one read fewer."""
+    that would find its size: the draw ``read_supports`` leads to, one read fewer.
+
+    By inverse CDF (``inverse_cdf(generator)``) no support is read: a host support's masses, or
+    the row where it lives (one uniform crosses, the index comes back)."""
+    if inverse_cdf(generator):
+        if isinstance(probs, Support):
+            s = probs
+            j = cdf_positions(s.vals, 1, True, generator)[0]
+            return j if len(s.ids) == s.size else int(s.ids[j])
+        if probs.device.type == "cpu":
+            return cdf_positions(probs, 1, True, generator)[0]
+        return _device_cdf_sample(probs, generator)
     if isinstance(probs, torch.Tensor) and device_drawn(probs, bound):
         return device_sample(probs, generator)
     if isinstance(probs, torch.Tensor) and probs.device.type != "cpu":
@@ -377,6 +534,7 @@ class PendingDraws:
     state: torch.Tensor  # the generator's state before the draws
     length: int  # V: the exponentials taken
     dtype: torch.dtype  # theirs (the rows')
+    cdf: bool = False  # drawn by inverse CDF: one uniform taken, whichever row commits
 
     def commit(self, i: int, generator: torch.Generator) -> int:
         """Row ``i``'s token, the generator left as the host draw on row ``i`` leaves it."""
@@ -384,7 +542,7 @@ class PendingDraws:
         if size == 0:
             generator.set_state(self.state)
             raise EmptySupport("invalid multinomial distribution (sum of probabilities <= 0)")
-        if size != self.length:
+        if not self.cdf and size != self.length:
             generator.set_state(self.state)
             torch.empty(size, dtype=self.dtype).exponential_(1, generator=generator)
         return self.tokens[i]
@@ -423,6 +581,17 @@ def device_draws(
     """
     from mtad.core.devices import to_device
 
+    if inverse_cdf(generator):  # one uniform, whichever row commits; the masses' totals come back
+        state = generator.get_state()
+        (u,) = to_device([uniforms(1, generator)], rows.device)
+        x = rows.clamp_min(0) if entries is None else torch.where(entries, rows.clamp_min(0), 0)
+        j, total = cdf_index(x, u.expand(rows.shape[0], 1))
+        sizes = torch.where(total > 0, 1.0, 0.0).double()  # no draw from a row without mass
+        parts = [j.reshape(-1).double(), sizes.reshape(-1)] + [e.reshape(-1).double() for e in extra]
+        host = torch.cat(parts).cpu().tolist()  # one read
+        r = rows.shape[0]
+        return PendingDraws([int(x) for x in host[:r]], [int(x) for x in host[r : 2 * r]], host[2 * r :],
+                            state, 1, torch.float64, cdf=True)
     if rows.dtype in (torch.float16, torch.bfloat16):
         rows = rows.float()  # as ``support`` does
     n = rows.shape[-1] if length is None else min(length, rows.shape[-1])
@@ -475,6 +644,27 @@ def device_multinomial(
     x = vals.clamp_min(0)
     size = (x > 0).sum()
     state = generator.get_state()
+    if inverse_cdf(generator):  # k uniforms cross (see the module docstring), the draws come back
+        (u,) = to_device([uniforms(k, generator)], vals.device)
+        if replacement:
+            idx, total = cdf_index(x, u)
+        else:
+            left, picks = x.clone(), []
+            for i in range(k):
+                j, t = cdf_index(left, u[i : i + 1])
+                total = t if i == 0 else total
+                picks.append(j)
+                left[j] = 0
+            idx = torch.cat(picks)
+        parts = [idx.double(), x[idx].double()] + ([other[idx].double()] if other is not None else [])
+        host = torch.cat(parts + [size.reshape(1).double(), total.reshape(1)]).cpu()  # one read
+        j = idx.numel()
+        nz = int(host[-2])
+        if nz == 0 or not 0 < float(host[-1]) < math.inf:
+            raise EmptySupport(f"invalid multinomial distribution (sum of probabilities {float(host[-1])})")
+        m = k if replacement else min(k, nz)
+        comp = None if other is None else host[2 * j : 3 * j].to(other.dtype)[:m]
+        return host[:j].long()[:m], host[j : 2 * j].to(vals.dtype)[:m], comp
     if replacement and k > 1:
         u = torch.rand(k, dtype=torch.float64, generator=generator)
         (u_dev,) = to_device([u], vals.device)

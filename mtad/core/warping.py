@@ -25,6 +25,9 @@ import torch
 from mtad.core.topk import argmax_rows, topk_rows
 
 TOP_P_HINT = 255  # support_bound's guess for a nucleus without top-k (a transfer hint only)
+#: how draws turn the generator's stream into tokens (``Warping.draws``; ``mtad.core.sampling``)
+RACE, INVERSE_CDF = "race", "inverse_cdf"
+DRAW_SCHEMES = (RACE, INVERSE_CDF)
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,9 @@ class Warping:
     temperature: float = 1.0
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1.0 = off
+    #: the draw scheme (``DRAW_SCHEMES``); None: ``default_draws`` (inverse CDF where a support
+    #: is not bounded by top-k or greedy: plain temperature, top-p alone)
+    draws: str | None = None
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -45,6 +51,13 @@ class Warping:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}; use top_p=1.0 to disable")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 = disabled), got {self.top_k}")
+        if self.draws is not None and self.draws not in DRAW_SCHEMES:
+            raise ValueError(f"draws must be one of {', '.join(DRAW_SCHEMES)} (or unset), got {self.draws!r}")
+
+    @property
+    def scheme(self) -> str:
+        """The draw scheme in force: ``draws``, or ``default_draws`` of these settings."""
+        return self.draws or default_draws(self.temperature, self.top_k)
 
     @property
     def greedy(self) -> bool:
@@ -81,6 +94,14 @@ class Warping:
     def candidates(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``warp_candidates`` with these parameters."""
         return warp_candidates(logits, self.temperature, self.top_k, self.top_p)
+
+
+def default_draws(temperature: float, top_k: int) -> str:
+    """The draw scheme of settings that do not name one: ``INVERSE_CDF`` (one uniform per draw,
+    ``mtad.core.sampling``) at temperature > 0 without top-k, where a support may be the whole
+    vocabulary; ``RACE`` (one exponential per support entry, ``torch.multinomial``'s) elsewhere,
+    where a support holds at most ``4 k + 64`` entries (top-k) or one (greedy)."""
+    return INVERSE_CDF if temperature > 0 and top_k == 0 else RACE
 
 
 def warp_probs(

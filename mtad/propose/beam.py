@@ -86,6 +86,8 @@ from mtad.core.sampling import (
     Rows,
     device_drawn,
     device_multinomial,
+    inverse_cdf,
+    multinomial,
     read_supports,
     top_entries,
 )
@@ -151,13 +153,16 @@ def _select(
     if greedy:
         return top_entries(scores, min(width, scores.numel()), other)
     length = None
-    if not device_drawn(scores, bound):
+    # an inverse-CDF draw reads no support: it is made where the scores are, on any device
+    if not inverse_cdf(generator) and not device_drawn(scores, bound):
         # a long vector: its nonzero entries only (same distribution)
         got, length = read_supports(scores[None], bound, None if other is None else other[None])
         if got is not None:
             return _host_select(*got[0], width, replacement, generator)
         if note is not None:
             note["long"] = True
+    elif note is not None and inverse_cdf(generator) and scores.device.type != "cpu":
+        note["long"] = True  # no support read: the tree's rows stay there too
     # plain temperature on an accelerator, or a support past the bound: drawn there, nothing
     # but the draws read back
     try:
@@ -172,7 +177,7 @@ def _host_select(s, comp, width: int, replacement: bool, generator: torch.Genera
     if nonzero == 0:
         raise RuntimeError(_NO_SCORE)
     k = width if replacement else min(width, nonzero)
-    pos = torch.multinomial(s.vals, k, replacement=replacement, generator=generator)
+    pos = multinomial(s.vals, k, replacement, generator)
     return s.ids[pos], s.vals[pos], None if comp is None else comp[pos]
 
 
@@ -333,7 +338,7 @@ def _sparse_select(
             raise RuntimeError(_NO_SCORE)
         k = width if replacement else min(width, len(keep))
         s = torch.tensor([e[1] for e in keep], dtype=dt)
-        pos = torch.multinomial(s, k, replacement=replacement, generator=generator).tolist()
+        pos = multinomial(s, k, replacement, generator).tolist()
         chosen = [keep[j] for j in pos]
     else:
         if m < vocab and any(scores[i * c + m - 1] >= scores[i * c + width - 1] for i in range(n)):
@@ -373,7 +378,7 @@ def _sample_tensors(
     if len(scores) == 0:
         raise RuntimeError(_NO_SCORE)
     k = width if replacement else min(width, len(scores))
-    pos = torch.multinomial(scores, k, replacement=replacement, generator=generator)
+    pos = multinomial(scores, k, replacement, generator)
     return flat[pos], scores[pos], vals[pos]
 
 

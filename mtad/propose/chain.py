@@ -24,6 +24,7 @@ from mtad.core.sampling import (
     candidate_support,
     device_drawn,
     device_draws,
+    inverse_cdf,
     read_supports,
 )
 from mtad.core.topk import argmax_rows
@@ -105,7 +106,7 @@ class ConfidenceRun:
         s, length = candidate_support(ctx.warping, logits), None
         if s is None:
             q = mode_probs(self.mode, ctx, logits)  # [V]
-            if not device_drawn(q, ctx.warping.support_bound):
+            if not device_drawn(q, ctx.warping.support_bound) and not inverse_cdf(ctx.generator):
                 got, length = read_supports(q[None], ctx.warping.support_bound)
                 s = got[0][0] if got is not None else None  # the support on the host (the CPU: in place)
         if s is not None:

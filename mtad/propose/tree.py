@@ -41,9 +41,13 @@ from mtad.core.sampling import (
     Support,
     as_support,
     candidate_supports,
+    cdf_index,
+    cdf_positions,
     device_drawn,
     host_supports,
+    inverse_cdf,
     read_supports,
+    uniforms,
 )
 from mtad.core.tree import TokenTree
 from mtad.core.warping import Warping
@@ -117,6 +121,9 @@ def _draws(s: Support, k: int, generator: torch.Generator, replacement: bool) ->
     A short support is drawn on the host as Python floats: ``masses / e`` rounded to the
     masses' dtype (one IEEE division, exact after rounding the float64 quotient of two float32
     numbers), the first maximum (``argmax``)."""
+    if inverse_cdf(generator):  # k uniforms over the support's cumulative masses
+        pos = cdf_positions(s.vals, k, replacement, generator)
+        return pos if len(s.ids) == s.size else s.ids[pos].tolist()
     m, vals = _plan(s, k, replacement)
     if m == 0:
         return []
@@ -130,6 +137,8 @@ def _level_draws(supports: list[Support], k: int, generator: torch.Generator,
     supports are short and of one dtype (the generator's stream is sequential: the same ones)."""
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
+    if inverse_cdf(generator):
+        return [_draws(s, k, generator, replacement) for s in supports]
     plans = [_plan(s, k, replacement) for s in supports]
     dtypes = {s.vals.dtype for s in supports}
     if len(dtypes) != 1 or any(vals is None for _, vals in plans):
@@ -169,6 +178,8 @@ def device_level_draws(rows: list[torch.Tensor], k: int, generator: torch.Genera
     f, v = x.shape
     if k == 0 or f == 0:
         return [[] for _ in rows]
+    if inverse_cdf(generator):
+        return _device_cdf_level(x, k, generator, replacement)
     state = generator.get_state()
     e = hostfloat.exponentials(f * k * (v if length is None else min(length, v)), x.dtype, generator)
     (e_dev,) = to_device([e], x.device)
@@ -202,6 +213,39 @@ def device_level_draws(rows: list[torch.Tensor], k: int, generator: torch.Genera
     return [[host[i * f + r] for i in range(d)] for r, d in enumerate(draws)]
 
 
+def _device_cdf_level(x: torch.Tensor, k: int, generator: torch.Generator,
+                      replacement: bool) -> list[list[int]]:  # x [F, V] on its device
+    """``device_level_draws`` by inverse CDF: ``k`` uniforms per row, parent after parent (the
+    host draws' order), cross in one copy; each row's draws (without replacement: over the masses
+    left) and its support's size come back in one read."""
+    from mtad.core.devices import to_device
+
+    f = x.shape[0]
+    (u,) = to_device([uniforms(f * k, generator)], x.device)
+    u = u.view(f, k)
+    masses = x.clamp_min(0)
+    if replacement:
+        j, total = cdf_index(masses, u)  # [F, k]
+    else:
+        masses, picks = masses.clone(), []
+        for i in range(k):
+            ji, t = cdf_index(masses, u[:, i : i + 1])
+            total = t if i == 0 else total
+            picks.append(ji)
+            masses.scatter_(1, ji, 0)
+        j = torch.cat(picks, 1)
+    n = torch.where(total > 0, (x > 0).sum(-1, keepdim=True), 0)  # [F, 1]: no mass, no draw
+    host = torch.cat([j, n], 1).cpu().tolist()  # one read
+    out = []
+    for row in host:
+        size = row[-1]
+        d = k if replacement else min(k, size)
+        if size == 0 and d > 0:
+            raise RuntimeError("invalid multinomial distribution (masses must be >= 0, finite, not all 0)")
+        out.append(row[:d])
+    return out
+
+
 def iid_children(q: torch.Tensor | Support, k: int, generator: torch.Generator) -> list[int]:
     """k i.i.d. draws from q (duplicates allowed) on q's host support: k successive
     ``torch.multinomial`` draws (``mtad.core.sampling.draw``), their exponentials drawn at once."""
@@ -216,13 +260,14 @@ class Warped(NamedTuple):
     rows: torch.Tensor | None  # the warped rows on an accelerator (None on the CPU)
 
 
-def warped_supports(warping: Warping, logits: torch.Tensor) -> Warped:  # logits [R, V]
+def warped_supports(warping: Warping, logits: torch.Tensor, cdf: bool = False) -> Warped:  # logits [R, V]
     """The host supports of the warped rows (``host_supports(warping(logits), warping.support_bound)``):
     from the warping's candidates on the CPU where it has them (no dense [R, V] rows, no
     scan), else the dense rows in one transfer. On an accelerator, where the supports are
     whole rows (plain temperature: ``device_drawn``) or some goes on past the bound
     (``mtad.core.sampling.read_supports``), the warped rows themselves, left on the device
-    (``device_level_draws`` draws from them), with the exponentials a draw needs at most."""
+    (``device_level_draws`` draws from them), with the exponentials a draw needs at most.
+    ``cdf`` (draws by inverse CDF read no support): on an accelerator the rows stay there."""
     bound = warping.support_bound
     if logits.device.type == "cpu":
         cand = warping.candidates(logits)
@@ -230,7 +275,7 @@ def warped_supports(warping: Warping, logits: torch.Tensor) -> Warped:  # logits
             return Warped(candidate_supports(*cand, logits.shape[-1]), None, None)
         return Warped(host_supports(warping(logits), bound), None, None)
     rows = warping(logits)
-    if device_drawn(rows, bound):
+    if cdf or device_drawn(rows, bound):
         return Warped(rows, None, rows)
     got, length = read_supports(rows, bound)
     if got is None:
@@ -268,7 +313,7 @@ class _TreeBuilder:
         self._keep([0], root[None])
 
     def _keep(self, rows: Sequence[int], logits: torch.Tensor) -> None:
-        w = warped_supports(self.ctx.warping, logits)
+        w = warped_supports(self.ctx.warping, logits, inverse_cdf(self.ctx.generator))
         if w.length is not None:
             self.length = max(self.length or 0, w.length)
         self.qs.update(zip(rows, w.qs))

@@ -117,9 +117,9 @@ class _Builder:
 
         from mtad.core.engine import Engine
         from mtad.core.stopping import StopSequences
-        from mtad.core.warping import Warping
         from mtad.models.pair import load_pair
         from mtad.run.config import validate
+        from mtad.run.evaluate import warping_of
 
         validate(cfg)
         key = json.dumps(OmegaConf.to_container(cfg.model, resolve=True), sort_keys=True)
@@ -130,7 +130,7 @@ class _Builder:
         task_cfg = OmegaConf.to_container(cfg.task, resolve=True)
         task_cfg.pop("scorer", None)
         task = instantiate(task_cfg)
-        warping = Warping(float(cfg.temperature), int(cfg.top_k), float(cfg.top_p))
+        warping = warping_of(cfg)
         stop = StopSequences.from_tokenizer(getattr(task, "stop", ()), pair.tokenizer)
         engine = Engine(pair.target, pair.draft, instantiate(cfg.decoder), warping, pair.vocab_size,
                         pair.eos_token_ids, stop)

@@ -78,8 +78,15 @@ def build(cfg: DictConfig):
     return _build(cfg)
 
 
+def warping_of(cfg: DictConfig) -> Warping:
+    """The run's warping: temperature, top_k, top_p and, where given (``+draws=race``), the draw
+    scheme (``mtad.core.warping.DRAW_SCHEMES``; unset: the settings' default)."""
+    draws = cfg.get("draws")
+    return Warping(float(cfg.temperature), int(cfg.top_k), float(cfg.top_p), None if draws is None else str(draws))
+
+
 def _build(cfg: DictConfig):
-    warping = Warping(float(cfg.temperature), int(cfg.top_k), float(cfg.top_p))
+    warping = warping_of(cfg)
     decoder = instantiate(cfg.decoder)
     task_cfg = OmegaConf.to_container(cfg.task, resolve=True)
     scorer_cfg = task_cfg.pop("scorer", None)

@@ -125,8 +125,9 @@ _TO_HOST = {"item", "tolist", "__float__", "__int__", "__bool__", "__index__", "
 _INDEXING = {"__getitem__", "__setitem__", "index_put_", "index_put"}
 _FROM_HOST_DATA = {"tensor", "as_tensor", "asarray", "from_numpy"}
 #: what ``VirtualDevices.steps`` holds per decoder step: device-to-host transfers ("draft",
-#: "verify"), pageable host-to-device copies ("h2d_*"), pinned non-blocking ones ("pinned_*")
-STEP_KEYS = ("draft", "verify", "syncs", "h2d_draft", "h2d_verify", "pinned_draft", "pinned_verify")
+#: "verify"), pageable host-to-device copies ("h2d_*"), pinned non-blocking ones ("pinned_*"), bytes
+#: copied host-to-device ("h2d_bytes")
+STEP_KEYS = ("draft", "verify", "syncs", "h2d_draft", "h2d_verify", "pinned_draft", "pinned_verify", "h2d_bytes")
 
 
 def _pin(t: torch.Tensor) -> torch.Tensor:
@@ -400,6 +401,8 @@ class VirtualDevices(TorchFunctionMode):
     def _count_h2d(self, src: torch.Tensor | None, non_blocking: bool, dst: str) -> None:
         if self.phase == "draft" and dst == self._target_input and dst not in self._draft_devices:
             self.phase = "verify"  # the target's inputs for its first pass: verification begins
+        if src is not None:  # bytes copied host-to-device (either kind), every phase
+            self.counts["h2d_bytes"] += src.numel() * src.element_size()
         if non_blocking and getattr(src, _PINNED, False):
             self.counts[f"pinned_{self.phase}"] += 1
         else:

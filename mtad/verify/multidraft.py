@@ -507,7 +507,10 @@ def _multinomial(vals: torch.Tensor, generator: torch.Generator) -> int:
     """``torch.multinomial(vals, 1, generator=generator)`` for masses known to be valid
     (non-negative, finite, not all 0): the n exponentials that call draws from the generator
     in ``vals``' dtype and its ``argmax(vals / e)``, without its checks of the masses
-    (``mtad.core.hostfloat``; ``tests/verify/test_small_supports.py``)."""
+    (``mtad.core.hostfloat``; ``tests/verify/test_small_supports.py``). By inverse CDF where the
+    generator draws so (``mtad.core.sampling.cdf_positions``)."""
+    if sampling.inverse_cdf(generator):
+        return sampling.cdf_positions(vals, 1, True, generator)[0]
     e = hostfloat.exponentials(vals.numel(), vals.dtype, generator)
     return int((vals / e).argmax())
 
@@ -519,6 +522,8 @@ def _draw_masses(masses: list[float], dtype: torch.dtype, generator: torch.Gener
         raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
     if not any(v > 0 for v in masses):
         raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+    if sampling.inverse_cdf(generator):  # one uniform, the float64 cumulative masses on the list
+        return sampling.cdf_list_index(masses, float(sampling.uniforms(1, generator)))
     e = hostfloat.exponentials(len(masses), dtype, generator).tolist()
     if 0.0 in e:  # x / 0: as the tensors divide it
         return int((torch.tensor(masses, dtype=dtype) / torch.tensor(e, dtype=dtype)).argmax())

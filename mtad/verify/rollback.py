@@ -32,6 +32,7 @@ from mtad.core.sampling import (
     candidate_supports,
     device_drawn,
     device_draws,
+    inverse_cdf,
     read_supports,
 )
 from mtad.core.topk import argmax_rows
@@ -118,7 +119,7 @@ class Rollback:
         supports = candidate_supports(*cand, scores.root.shape[-1]) if cand is not None else None
         if supports is None:
             p = self.probs(ctx, scores.logits)  # [n+1, V]
-            if not device_drawn(p, ctx.warping.support_bound):
+            if not device_drawn(p, ctx.warping.support_bound) and not inverse_cdf(ctx.generator):
                 got, length = read_supports(p, ctx.warping.support_bound)
                 supports = [s for s, _ in got] if got is not None else None  # on the host (the CPU: in place)
         if supports is not None:

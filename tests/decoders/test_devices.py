@@ -236,14 +236,14 @@ def test_the_checker_catches_planted_bugs(toy, bug, message):
 
 def test_the_checker_catches_the_draw_on_the_device(toy, monkeypatch):
     """Drawing on the device's own supports with the CPU generator (the draw before draws
-    moved to the host) fails as CUDA fails."""
+    moved to the host) fails as CUDA fails. The race reads supports (the inverse CDF reads none)."""
     def on_the_device(rows, other, bound=None, defer=False):  # supports left on the rows' device
         return [(mtad.core.sampling.Support(*mtad.core.sampling.support(r), rows.shape[-1]), None) for r in rows]
 
     monkeypatch.setattr(mtad.core.sampling, "host_supports_with", on_the_device)
     target, draft = toy
     with pytest.raises(DeviceError, match="generator"), virtual_pair(target, draft):
-        Engine(target, draft, load_decoder("spd"), Warping(1.0)).generate(PROMPT, 3)
+        Engine(target, draft, load_decoder("spd"), Warping(1.0, draws="race")).generate(PROMPT, 3)
 
 
 def test_the_checker_catches_model_inputs_on_another_device(toy):

@@ -6,6 +6,14 @@ and records of one identity must come from one stream.
 Each decoder under ``conf/decoder/`` generates on the tiny float64 pair (deterministic on any
 CPU) for a few prompts, seeds and warpings; the hash of its output ids and per-step accepted /
 emitted counts is compared with ``draw_fingerprints.json`` (decoder -> version and hash).
+
+Two draw schemes (``mtad.core.warping.Warping.scheme``): ``hash`` and ``large`` are the
+exponential race's streams (every case drawn with ``draws="race"``, the scheme they were recorded
+with, also at plain temperature and top-p alone); ``inverse_cdf`` is the stream of the settings
+whose default is the inverse CDF (plain temperature and top-p alone, small and large
+vocabularies), whose points carry ``draw_version`` in their identity
+(``mtad.run.results.identity.DRAW_VERSION``: bump it, or the decoder's version, when that stream
+changes).
 After bumping a decoder's version, rewrite its entry with
 
     python tests/decoders/test_draw_fingerprints.py --update
@@ -24,9 +32,10 @@ import pytest
 import torch
 
 from mtad.core.engine import Engine
-from mtad.core.warping import Warping
+from mtad.core.warping import INVERSE_CDF, Warping
 from mtad.models.tiny import tiny_causal_lm
 from mtad.run.cli import group_options, load_decoder
+from mtad.run.results.identity import DRAW_VERSION
 from mtad.testing import tiny_pair
 
 FILE = Path(__file__).with_name("draw_fingerprints.json")
@@ -41,6 +50,9 @@ LARGE_VOCAB = 5000
 LARGE_CASES = tuple((draft, [11, 4000, 7], seed, w) for draft, seed in (("random", 2), ("equal", 3))
                     for w in ((0.0, 0, 1.0), (1.0, 10, 0.9), (1.0, 0, 0.9), (0.8, 0, 1.0)))
 LARGE_LENGTH = 16
+#: settings drawn by inverse CDF by default (temperature > 0, no top-k): (prompt, seed, warping)
+CDF_CASES = (([7, 1], 5, (0.7, 0, 1.0)), ([3, 4, 5], 1, (1.0, 0, 0.9)))
+CDF_LARGE_CASES = tuple(c for c in LARGE_CASES if c[3][0] > 0 and c[3][1] == 0)
 
 
 def _pair():
@@ -55,10 +67,12 @@ def _large():
     return {"random": (t, d), "equal": (t, t)}
 
 
-def _hash(dec, runs) -> str:
+def _hash(dec, runs, draws: str | None = "race") -> str:
+    """The hash of ``dec``'s generations; ``draws``: the scheme (None: the settings' default)."""
     h = hashlib.sha256()
     for target, draft, prompt, seed, (temp, top_k, top_p), length in runs:
-        res = Engine(target, draft, dec, Warping(temp, top_k=top_k, top_p=top_p)).generate(prompt, length, seed=seed)
+        warping = Warping(temp, top_k=top_k, top_p=top_p, draws=draws)
+        res = Engine(target, draft, dec, warping).generate(prompt, length, seed=seed)
         h.update(json.dumps([res.output_ids, [s.accepted for s in res.steps],
                              [s.emitted for s in res.steps]]).encode())
     return h.hexdigest()[:16]
@@ -74,6 +88,17 @@ def fingerprint(name: str, pair) -> tuple[str, str]:
 def fingerprint_large(name: str, pairs) -> str:
     """The hash of decoder ``name``'s seeded generations on the large-vocabulary pairs."""
     return _hash(load_decoder(name), [(*pairs[d], p, s, w, LARGE_LENGTH) for d, p, s, w in LARGE_CASES])
+
+
+def fingerprint_cdf(name: str, pair, pairs) -> str:
+    """The hash of decoder ``name``'s seeded generations at the inverse-CDF settings (their default
+    scheme), on the tiny pair and the large-vocabulary pairs."""
+    target, draft = pair
+    runs = [(target, draft, p, s, w, LENGTH) for p, s, w in CDF_CASES]
+    runs += [(*pairs[d], p, s, w, LARGE_LENGTH) for d, p, s, w in CDF_LARGE_CASES]
+    for *_, w, _n in runs:
+        assert Warping(*w).scheme == INVERSE_CDF
+    return _hash(load_decoder(name), runs, draws=None)
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +150,23 @@ def test_large_vocabulary_draws_unchanged_unless_the_version_is_bumped(large, na
         "python tests/decoders/test_draw_fingerprints.py --update")
 
 
+@pytest.mark.parametrize("name", group_options("decoder"))
+def test_inverse_cdf_draws_unchanged_unless_a_version_is_bumped(pair, large, name):
+    """The same rule for the inverse-CDF stream (plain temperature, top-p alone)."""
+    committed = _committed().get(name)
+    assert committed is not None and INVERSE_CDF in committed, (
+        f"decoder {name} has no inverse-CDF fingerprint: run "
+        "python tests/decoders/test_draw_fingerprints.py --update")
+    version = str(getattr(load_decoder(name), "version", None))
+    if version != committed["version"] or DRAW_VERSION != committed["draw_version"]:
+        pytest.fail(f"decoder {name}'s version or the draw version changed: record its new stream with "
+                    "python tests/decoders/test_draw_fingerprints.py --update")
+    digest = fingerprint_cdf(name, pair, large)
+    assert digest == committed[INVERSE_CDF], (
+        f"decoder {name}'s inverse-CDF draws changed (fingerprint {committed[INVERSE_CDF]} -> {digest}) "
+        f"but neither its version ({version}) nor the draw version ({DRAW_VERSION}) was bumped")
+
+
 def test_every_fingerprinted_decoder_still_exists():
     assert set(_committed()) <= set(group_options("decoder"))
 
@@ -138,16 +180,21 @@ def update() -> int:
     for name in group_options("decoder"):
         version, digest = fingerprint(name, pair)
         digest_large = fingerprint_large(name, large)
+        digest_cdf = fingerprint_cdf(name, pair, large)
         before = old.get(name)
+        same_cdf = before and before.get("draw_version", DRAW_VERSION) == DRAW_VERSION
         if before and before["version"] == version and (
-                before["hash"] != digest or before.get("large", digest_large) != digest_large):
+                before["hash"] != digest or before.get("large", digest_large) != digest_large
+                or (same_cdf and before.get(INVERSE_CDF, digest_cdf) != digest_cdf)):
             refused.append(name)
             new[name] = before
         else:
-            new[name] = {"version": version, "hash": digest, "large": digest_large}
+            new[name] = {"version": version, "hash": digest, "large": digest_large,
+                         INVERSE_CDF: digest_cdf, "draw_version": DRAW_VERSION}
     FILE.write_text(json.dumps(new, indent=1, sort_keys=True) + "\n")
     for name in refused:
-        print(f"{name}: draws changed under the same version {old[name]['version']}: bump it first",
+        print(f"{name}: draws changed under the same version {old[name]['version']} (draw version "
+              f"{DRAW_VERSION}): bump one first",
               file=sys.stderr)
     return 1 if refused else 0
 

@@ -10,6 +10,11 @@
 - ``task``: the task config without ``scorer`` (scores carry their scorer and version per
   record) and without ``limit``;
 - ``sampling`` (temperature, top_k, top_p), ``seed``, ``max_new_tokens``;
+- ``draw_version`` (only where draws are made by inverse CDF: ``mtad.core.warping.Warping.scheme``,
+  the default at temperature > 0 without top-k, or ``draws: inverse_cdf``): ``DRAW_VERSION``.
+  Absent for the exponential race, the scheme of every record written before the inverse CDF
+  (and of greedy and top-k settings, every committed sweep's), so their identities are unchanged;
+  ``draws: race`` at plain temperature or top-p alone names a point of those records;
 - ``cost_prior`` (only when a decoder knob is ``auto``): the sha256 of the cost-model prior
   file ``gamma=auto`` loads (``mtad.autotune.costmodel.prior_path``), None when there is none.
 
@@ -34,6 +39,8 @@ from collections.abc import Mapping
 from typing import Any
 
 HASH_LEN = 12
+#: the identity's ``draw_version`` of a point drawn by inverse CDF (the race: absent, version 1)
+DRAW_VERSION = "2"
 SAMPLING = ("temperature", "top_k", "top_p")
 #: Task fields that do not change the tokens of an example.
 TASK_NOT_IDENTITY = ("scorer", "limit")
@@ -123,11 +130,23 @@ def identity(cfg: Any, version: str | None = None) -> dict[str, Any]:
         "seed": _node(cfg, "seed"),
         "max_new_tokens": _node(cfg, "max_new_tokens"),
     }
+    if _draw_scheme(cfg) == "inverse_cdf":  # absent for the race: older identities stay as they were
+        ident["draw_version"] = DRAW_VERSION
     if "auto" in decoder.values():  # the shapes depend on the prior it loads
         from mtad.autotune.costmodel import file_sha, prior_path
 
         ident["cost_prior"] = file_sha(prior_path())
     return _canonical(ident)
+
+
+def _draw_scheme(cfg: Any) -> str:
+    """The draw scheme of a point's settings (``mtad.core.warping.Warping.scheme``)."""
+    from mtad.core.warping import DRAW_SCHEMES, default_draws
+
+    draws = _node(cfg, "draws") if "draws" in cfg else None
+    if draws is not None and draws not in DRAW_SCHEMES:
+        raise ValueError(f"draws must be one of {', '.join(DRAW_SCHEMES)} (or unset), got {draws!r}")
+    return draws or default_draws(float(_node(cfg, "temperature")), int(_node(cfg, "top_k")))
 
 
 def without_stop(ident: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,39 @@
+"""The lossless decoders drawn by inverse CDF (the default at plain temperature and top-p alone)
+still reproduce the warped target joint over whole sequences (the chi-square test of
+``test_lossless.py``), and the known-lossy control is still rejected under that scheme."""
+
+import pytest
+from test_lossless import ALPHA, LongestOfKSpD, _decoder, _pvalue
+
+from mtad.core.warping import INVERSE_CDF, Warping
+
+WARPINGS = {"T1": Warping(1.0), "T0.9-p0.8": Warping(0.9, top_p=0.8)}
+DECODERS = ["spd", "specinfer", "mcss", "spectr"]
+MORE = ["beam_specinfer", "multinomial", "mcns"]
+
+
+def _check(toy_pair, name, warping):
+    w = WARPINGS[warping]
+    assert w.scheme == INVERSE_CDF
+    pval = _pvalue(toy_pair, _decoder(name), w, 1500)
+    assert pval > ALPHA, f"{name} at {warping} (inverse CDF): output differs from the warped target (p={pval:.2e})"
+
+
+@pytest.mark.parametrize("warping", list(WARPINGS))
+@pytest.mark.parametrize("name", DECODERS)
+def test_inverse_cdf_draws_are_lossless(toy_pair, name, warping):
+    _check(toy_pair, name, warping)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("warping", list(WARPINGS))
+@pytest.mark.parametrize("name", MORE)
+def test_inverse_cdf_draws_are_lossless_more(toy_pair, name, warping):
+    _check(toy_pair, name, warping)
+
+
+def test_the_lossy_control_is_rejected_under_inverse_cdf(toy_pair):
+    """``test_lossless.py``'s fast control warping (where 1,500 sequences have the power; at plain
+    temperature it takes the slow test's 8,000), drawn by inverse CDF."""
+    w = Warping(0.8, top_k=4, top_p=0.9, draws=INVERSE_CDF)
+    assert _pvalue(toy_pair, LongestOfKSpD(), w, 1500) < ALPHA
