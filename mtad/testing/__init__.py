@@ -7,7 +7,8 @@ short length) and returns the exact warped target joint distribution;
 any sample outside the reference's support; ``prefix_marginal`` reduces either to the
 first ``k`` tokens, where a fixed sample has more counts per cell (more power against an
 error in the first block than the full joint's many sparse cells).
-``tiny_pair`` is the float64 40-token pair the decoder tests run every decoder on.
+``tiny_pair`` is the float64 40-token pair the decoder tests run every decoder on;
+``unsupported_by`` says why a decoder does not support a warping (a test skips that setting).
 """
 
 from __future__ import annotations
@@ -32,6 +33,15 @@ def tiny_pair(vocab_size: int = 40):
     d = tiny_causal_lm("qwen2", vocab_size=vocab_size, hidden_size=16, num_heads=2, num_layers=1,
                        dtype=torch.float64, seed=1, logit_scale=4.0)
     return t, d
+
+
+def unsupported_by(decoder, warping: Warping) -> str | None:
+    """Why ``decoder`` does not support ``warping`` (the sampling settings its pieces declare,
+    ``mtad.core.knobs.Sampling``), in one line; None where it does. A test that runs every
+    decoder skips such a setting with this reason (the engine refuses it)."""
+    check = getattr(decoder, "sampling_problem", None)
+    problem = check(warping.temperature, warping.top_k, warping.top_p) if check else None
+    return f"{decoder.name}: {problem}" if problem else None
 
 
 @torch.no_grad()
