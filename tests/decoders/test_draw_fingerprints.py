@@ -6,9 +6,10 @@ and records of one identity must come from one stream.
 Each decoder under ``conf/decoder/`` generates on the tiny float64 pair (deterministic on any
 CPU) for a few prompts, seeds and warpings; the hash of its output ids and per-step accepted /
 emitted counts is compared with ``draw_fingerprints.json`` (decoder -> version and hash).
-A decoder is run only at the cases its pieces support (their ``sampling`` declarations: a
-temperature-0-only decoder runs the greedy cases alone; one that supports none of a set of
-cases has no hash for it, and its test is skipped with the reason).
+A decoder is run only at the cases its pieces support (their ``sampling`` declarations): a
+temperature-0-only decoder runs the large vocabulary's greedy cases and, on the tiny pair, the
+same prompts and seeds at temperature 0; one that supports none of a set of cases has no hash
+for it, and its test is skipped with the reason.
 
 A new decoder, or one whose version was bumped, gets its entry with, from the checkout's root,
 
@@ -22,6 +23,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -44,6 +47,9 @@ FILE = Path(__file__).with_name("draw_fingerprints.json")
 #: flatter warping, so that acceptance both succeeds and fails along the way.
 CASES = (([3, 4, 5], 1, (1.0, 10, 0.9)), ([7, 1], 5, (0.7, 0, 1.0)), ([2, 9, 9, 4], 11, (1.3, 20, 0.95)))
 LENGTH = 24
+#: ``CASES`` at temperature 0: the tiny pair's cases of a decoder that supports none of ``CASES``
+#: (temperature 0 only)
+GREEDY_CASES = tuple((prompt, seed, (0.0, top_k, top_p)) for prompt, seed, (_, top_k, top_p) in CASES)
 #: the same on a vocabulary above ``mtad.core.sampling.DENSE_MAX``, where draws are made on supports
 #: (the sparse paths a real vocabulary takes), with a random draft and with a copy of the target
 #: (long acceptances), greedy, top-k + top-p, top-p alone and plain temperature.
@@ -80,10 +86,12 @@ def _hash(dec, runs) -> str | None:
 
 
 def fingerprint(name: str, pair) -> tuple[str, str | None]:
-    """(version, hash) of decoder ``name``'s seeded generations on the tiny pair."""
+    """(version, hash) of decoder ``name``'s seeded generations on the tiny pair (``CASES``, or
+    ``GREEDY_CASES`` for a decoder that supports none of them)."""
     target, draft = pair
     dec = load_decoder(name)
-    return str(getattr(dec, "version", None)), _hash(dec, [(target, draft, p, s, w, LENGTH) for p, s, w in CASES])
+    cases = CASES if any(not unsupported_by(dec, Warping(*w)) for _, _, w in CASES) else GREEDY_CASES
+    return str(getattr(dec, "version", None)), _hash(dec, [(target, draft, p, s, w, LENGTH) for p, s, w in cases])
 
 
 def fingerprint_large(name: str, pairs) -> str | None:
@@ -152,6 +160,18 @@ def test_large_vocabulary_draws_unchanged_unless_the_version_is_bumped(large, na
 
 def test_every_fingerprinted_decoder_still_exists():
     assert set(_committed()) <= set(group_options("decoder"))
+
+
+def test_the_tool_imports_the_checkout_it_stands_in(tmp_path):
+    """Run by path with another ``mtad`` first on the path (an editable install of another
+    checkout, PYTHONPATH): it imports this checkout's package, not that one."""
+    other = tmp_path / "other" / "mtad"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text("raise SystemExit('imported another checkout')\n")
+    res = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--help"], cwd=tmp_path, text=True,
+                         capture_output=True, timeout=300, env={**os.environ, "PYTHONPATH": str(other.parent)})
+    assert "imported another checkout" not in res.stderr, res.stderr
+    assert res.returncode == 2 and "draw_fingerprints.json" in res.stdout, res.stderr[-2000:]
 
 
 def update() -> int:
