@@ -74,8 +74,9 @@ def test_a_generation_leaves_no_reference_cycles(pair, name, mode):
 LOSSLESS = [n for n in group_options("decoder") if getattr(_decoder(n), "lossless", True)]
 
 
-#: Mean draft tokens accepted per step that a decoder with a draft must reach when its draft is the
-#: target itself at temperature 0 (every draft token is the target's argmax; gamma = 4).
+#: Mean draft tokens accepted per step (of the steps that drafted) that a decoder with a draft must
+#: reach when its draft is the target itself at temperature 0 (every draft token is the target's
+#: argmax; gamma = 4: the shipped lossless decoders accept 2.75 to 4).
 AGREEING_ACCEPTANCE = 2.0
 
 
@@ -93,8 +94,12 @@ def test_lossless_decoders_equal_greedy_at_temperature_zero(pair, name, draft_ki
     res = Engine(target, draft, dec, Warping(0)).generate([3, 4, 5], 30, seed=2)
     assert res.output_ids == ref
     if draft_kind == "target as draft" and getattr(dec, "uses_draft", True):
-        mean = sum(s.accepted for s in res.steps) / len(res.steps)
-        assert mean > AGREEING_ACCEPTANCE, f"{name}: {mean:.2f} draft tokens accepted per step"
+        drafting = [s for s in res.steps if s.drafted]
+        if not drafting:  # e.g. a confidence-stopped run whose threshold is above the tiny model's probabilities
+            pytest.skip(f"{name} drafted no token with the target as its draft: equal to greedy, acceptance "
+                        "not exercised on this pair")
+        mean = sum(s.accepted for s in drafting) / len(drafting)
+        assert mean > AGREEING_ACCEPTANCE, f"{name}: {mean:.2f} draft tokens accepted per drafting step"
 
 
 @pytest.mark.parametrize("name", ["specinfer", "tree_mtad"])
