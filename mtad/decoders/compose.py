@@ -3,9 +3,11 @@
 The pieces are registered here by name (``PROPOSERS``, ``VERIFIERS``); each piece class
 declares, once, its knobs (``knobs``: ``mtad.core.knobs.Knob``, with range, default and use) and
 what its drafts give (a proposer's ``provides``) or what it needs from a draft (a verifier's
-``needs``), in the words of ``mtad.core.knobs.DRAFT_PROPERTIES``. Everything else is derived
-from those declarations: a composition's fields and their checks, where ``auto`` applies, which
-pairs fit, the run config's schemas and command-line messages (``mtad.run.config``).
+``needs``), in the words of ``mtad.core.knobs.DRAFT_PROPERTIES``, and, where it does not support
+every sampling setting, which it does (``sampling``: ``mtad.core.knobs.Sampling``). Everything
+else is derived from those declarations: a composition's fields and their checks, where ``auto``
+applies, which pairs fit, the sampling settings it supports (both pieces') and so whether it is
+``stochastic``, the run config's schemas and command-line messages (``mtad.run.config``).
 
 ``Composition`` is the base of every decoder with a draft: a subclass names its proposer and
 verifier (``proposer = "chain"``, ``verifier = "speculative"``) and is otherwise its name and

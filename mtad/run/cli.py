@@ -295,7 +295,7 @@ def load_decoder(name: str, **knobs):
     from omegaconf import OmegaConf
 
     overrides = [f"decoder={name}"]
-    path = conf_dir_file("decoder", name)
+    path = _conf_file("decoder", name)
     node = OmegaConf.to_container(OmegaConf.load(path), resolve=False) if path else {}
     fields = decoder_fields(node) if node else {}
     for k, v in knobs.items():
@@ -317,7 +317,7 @@ def load_decoder(name: str, **knobs):
     return instantiate(cfg.decoder)
 
 
-def conf_dir_file(group: str, name: str, conf_dir: Path = CONF_DIR) -> Path | None:
+def _conf_file(group: str, name: str, conf_dir: Path = CONF_DIR) -> Path | None:
     """``conf/<group>/<name>.yaml`` if it exists."""
     path = conf_dir / group / f"{name}.yaml"
     return path if path.is_file() else None
