@@ -496,10 +496,12 @@ def describe_error(exc: BaseException, cfg_keys: Mapping[str, Iterable[str]] | N
     text = f"{exc}\n{cause}"
     full_key = getattr(cause, "full_key", None) or _match(r"full_key: (\S+)", text)
     rule = rule_for(full_key) if full_key else None
-    if rule is not None:
-        value = _match(r"Value '([^']*)'", text)
-        return field_message(full_key, value if value is not None else "?", rule)
+    value = _match(r"Value '([^']*)'", text)
     missing = _match(r"Key '([^']+)' is not in struct", text) or _match(r"Key '([^']+)' not in", text)
+    if rule is not None and value is not None:
+        return field_message(full_key, value, rule)
+    if rule is not None and missing:  # a checked field its YAML does not write: Hydra adds it with '+'
+        return f"{full_key}: the composed config does not write {missing}; add it with a '+': +{full_key}=..."
     if missing and cfg_keys is not None:
         parent = full_key.rsplit(".", 1)[0] if full_key and "." in full_key else ""
         return f"unknown key {full_key or missing!r}{did_you_mean(missing, cfg_keys.get(parent, ()))}"

@@ -277,6 +277,10 @@ def test_a_field_its_yaml_does_not_write_is_added_with_a_plus(capsys):
     check_overrides([*base, "+decoder.replacement=true"])  # the example given passes
     err = _error(["+experiment=debug", "decoder=mtad", "decoder.replacement=maybe"], capsys)
     assert "e.g. decoder.replacement=true" in err  # mtad.yaml writes it: no '+'
+    # any checked field its YAML does not write: no '?' for a value Hydra's error does not carry
+    err = _error(["+experiment=debug", "model=tiny_random", "model.gpus=1"], capsys)
+    assert err.strip() == ("error: model.gpus: the composed config does not write gpus; add it with a '+': "
+                           "+model.gpus=..."), err
 
 
 @pytest.mark.parametrize("argv, message", [
