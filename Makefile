@@ -168,7 +168,7 @@ bench-overhead: models ## Harness overhead of every tree decoder, hooks vs py-sp
 
 # Harness cost where passes are fast: tiny models (hidden 64) with 32k / 152k vocabularies, every
 # system interleaved, ms per step and per token outside the models' forward (bench/overhead.py).
-OVERHEAD_SYSTEMS ?= hf_assisted,spd,specinfer,mcss,spectr,mcns,beam_specinfer,tree_mtad,mtad,typical,chain_typical,bild,bild_sampling,greedy,multinomial,mjgd,mtjd
+OVERHEAD_SYSTEMS ?= hf_assisted,spd,specinfer,mcss,spectr,mcns,beam_specinfer,tree_mtad,mtad,typical,bild,bild_sampling,greedy,multinomial,mjgd,mtjd
 bench-overhead-tiny: install ## Overhead per step/token outside the models, tiny models, real vocabularies -> results/bench/overhead_tiny_cpu.{json,md}
 	$(BIN)mtad-bench overhead --systems $(OVERHEAD_SYSTEMS) --out results/bench/overhead_tiny_cpu.json $(ARGS)
 

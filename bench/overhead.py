@@ -76,7 +76,7 @@ from mtad.models.tiny import TinyTokenizer, tiny_causal_lm  # noqa: E402
 from mtad.run.cli import load_decoder  # noqa: E402
 from mtad.run.provenance import provenance, write_json_atomic  # noqa: E402
 
-ALL_SYSTEMS = ("hf_assisted,spd,specinfer,mcss,spectr,mcns,beam_specinfer,tree_mtad,mtad,typical,chain_typical,"
+ALL_SYSTEMS = ("hf_assisted,spd,specinfer,mcss,spectr,mcns,beam_specinfer,tree_mtad,mtad,typical,"
                "bild,bild_sampling,greedy,multinomial,mjgd,mtjd")
 HF_SYSTEMS = ("hf_assisted",)
 

@@ -47,6 +47,7 @@ from mtad.core.warping import Warping  # noqa: E402
 from mtad.decoders.autoregressive import Greedy  # noqa: E402
 from mtad.models.tiny import tiny_causal_lm  # noqa: E402
 from mtad.run.probes import SyncCounter  # noqa: E402
+from mtad.testing import unsupported_by  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 DECODERS = gpu_check.decoder_names()
@@ -71,10 +72,12 @@ def _pair(vocab=40, dtype=torch.float64, scale=4.0, device="cpu", draft_device=N
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 def test_every_decoder_runs_on_cuda_with_one_sync_per_step(monkeypatch, name, temperature):
     target, draft = _pair(dtype=torch.float32, device=TARGET_DEVICE, draft_device=DRAFT_DEVICE)
-    dec = gpu_check.load_decoder(name)
+    dec, w = gpu_check.load_decoder(name), Warping(temperature, top_k=10, top_p=0.9)
+    if why := unsupported_by(dec, w):
+        pytest.skip(why)
     real, calls = torch.cuda.synchronize, []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: (calls.append(device), real(device)))
-    res = Engine(target, draft, dec, Warping(temperature, top_k=10, top_p=0.9)).generate(PROMPT, 20, seed=1)
+    res = Engine(target, draft, dec, w).generate(PROMPT, 20, seed=1)
     assert len(res.output_ids) == 20 and all(0 <= t < 40 for t in res.output_ids)
     assert sum(s.emitted for s in res.steps) == 20
     assert all(1 <= s.emitted and 0 <= s.accepted <= s.drafted for s in res.steps)
@@ -117,6 +120,8 @@ def test_seeded_runs_on_cuda_equal_the_cpu_in_float64(name, vocab, warping):
     only at a near-tie). Plain temperature on the long vocabulary draws on the device
     (``mtad.core.sampling.device_drawn``) with the CPU generator's numbers; so does top-p 0.9
     alone there (nuclei of thousands of tokens: ``mtad.core.sampling.read_supports``)."""
+    if why := unsupported_by(gpu_check.load_decoder(name), warping):
+        pytest.skip(why)
     cpu = _pair(vocab)
     dev = _pair(vocab, device=TARGET_DEVICE, draft_device=DRAFT_DEVICE)
     ref = Engine(*cpu, gpu_check.load_decoder(name), warping).generate(PROMPT, 16, seed=3).output_ids

@@ -32,7 +32,15 @@ from typing import Any
 
 import torch
 
-from mtad.core.knobs import Knob, KnobError, did_you_mean
+from mtad.core.knobs import (
+    ANY_SAMPLING,
+    Knob,
+    KnobError,
+    Sampling,
+    did_you_mean,
+    sampling_of,
+    unsupported,
+)
 from mtad.core.protocols import StepContext  # noqa: F401  (decoders import it from here)
 from mtad.core.sampling import residual, sample  # noqa: F401  (decoders import them from here)
 
@@ -57,6 +65,7 @@ class Decoder:
     reserve: int = 1  # tokens of the remaining length kept for the target's own token
     _auto = None  # shape chooser when a knob is auto: choose(ctx) -> values, record(ctx, out)
     knobs: tuple[Knob, ...] = ()  # its fields (mtad.core.knobs); a composition's are its pieces'
+    sampling: Sampling = ANY_SAMPLING  # the settings it supports (mtad.core.knobs); a composition's: its pieces'
 
     def __init__(self, name: str | None = None):
         if name is not None:
@@ -71,6 +80,20 @@ class Decoder:
     def unknown_field(cls, key: str, node: Mapping[str, Any], known: Sequence[str]) -> str:
         """Why ``key`` is not a field (after the field's name): a "did you mean" at least."""
         return did_you_mean(key, known)
+
+    @classmethod
+    def samplings(cls, node: Mapping[str, Any] | None = None) -> tuple[tuple[str, Sampling], ...]:
+        """Who declares which sampling settings for a config node of this class: (who, declaration)
+        pairs (a composition: its proposer's and its verifier's)."""
+        return ((f"decoder {(node or {}).get('name') or cls.name!r}", sampling_of(cls)),)
+
+    def _node(self) -> dict[str, Any]:
+        """What ``samplings`` reads of this decoder's config node."""
+        return {"name": self.name}
+
+    def sampling_problem(self, temperature: float, top_k: int = 0, top_p: float = 1.0) -> str | None:
+        """Why this decoder does not support these sampling settings, in one line; None if it does."""
+        return unsupported(self.samplings(self._node()), temperature, top_k, top_p)
 
     @classmethod
     def settings(cls, node: Mapping[str, Any], args: Sequence[Any] = ()) -> dict[str, Any]:

@@ -134,6 +134,10 @@ class Engine:
         eos_token_ids: Iterable[int] = (),
         stop_sequences: StopSequences | None = None,
     ):
+        check = getattr(decoder, "sampling_problem", None)  # the settings its pieces declare (mtad.core.knobs)
+        problem = check(warping.temperature, warping.top_k, warping.top_p) if check else None
+        if problem:
+            raise ValueError(f"decoder {decoder.name!r}: {problem}")
         self.decoder = decoder
         self.warping = warping
         # where a generation ends (mtad.core.stopping): token ids only, built from the tokenizer elsewhere

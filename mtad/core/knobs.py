@@ -11,6 +11,12 @@ The knobs shared by pieces of different packages, or by a piece and the top-leve
 (``conf/config.yaml``: ``gamma``, ``tau``, ``width``), are declared here; a piece's own knobs are
 declared on the piece.
 
+``Sampling`` says which sampling settings a piece supports (its class attribute ``sampling``,
+next to ``knobs`` and ``needs``; absent: any): temperature 0 only, temperature > 0 only, and
+whether top-k / top-p apply. A composition supports what both its pieces support; the run
+config's check refuses an unsupported setting in one line before anything loads, the engine
+refuses it too, and the tests, the draw fingerprints and the sweeps take only supported ones.
+
 ``DRAFT_PROPERTIES`` is the vocabulary in which a proposer says what its drafts give
 (``provides``) and a verifier what it needs from a draft (``needs``); a composition of a
 proposer and a verifier fits when the first gives everything the second needs.
@@ -168,6 +174,58 @@ class Knob:
 
     def check(self, value: Any) -> Any:
         return self.rule.check(self.name, value)
+
+
+# ----------------------------------------------------------------------------- sampling
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The sampling settings a piece supports (its ``sampling``): ``greedy`` (temperature 0),
+    ``sampled`` (temperature > 0), and at temperature > 0 ``top_k`` / ``top_p``. ``why``: the
+    reason it supports no more, named in a refusal."""
+
+    greedy: bool = True
+    sampled: bool = True
+    top_k: bool = True
+    top_p: bool = True
+    why: str = ""
+
+    def problem(self, temperature: float, top_k: int = 0, top_p: float = 1.0) -> str | None:
+        """Why these settings are not supported, in a few words naming the fix; None if they are."""
+        why = f" ({self.why})" if self.why else ""
+        if temperature == 0:
+            if not self.greedy:
+                return f"needs temperature > 0{why}, got temperature=0; e.g. temperature=1.0"
+            return None
+        if not self.sampled:
+            return f"supports temperature 0 only{why}, got temperature={temperature:g}; set temperature=0"
+        if top_k and not self.top_k:
+            return f"does not support top-k{why}, got top_k={top_k}; set top_k=0"
+        if top_p < 1 and not self.top_p:
+            return f"does not support top-p{why}, got top_p={top_p:g}; set top_p=1.0"
+        return None
+
+
+#: Any temperature, top-k and top-p: what a piece without a ``sampling`` declaration supports.
+ANY_SAMPLING = Sampling()
+
+
+def sampling_of(piece: Any) -> Sampling:
+    """A piece's (class's) ``sampling`` declaration; ``ANY_SAMPLING`` where it declares none."""
+    declared = getattr(piece, "sampling", ANY_SAMPLING)
+    return declared if isinstance(declared, Sampling) else ANY_SAMPLING
+
+
+def unsupported(declared: Iterable[tuple[str, Sampling]], temperature: float, top_k: int = 0,
+                top_p: float = 1.0) -> str | None:
+    """The first of (who, declaration) that does not support these settings, in one line
+    (``"verifier 'greedy_match' supports temperature 0 only (...)"``), or None."""
+    for who, sampling in declared:
+        problem = sampling.problem(temperature, top_k, top_p)
+        if problem:
+            return f"{who} {problem}"
+    return None
 
 
 # ----------------------------------------------------------------------------- shared knobs

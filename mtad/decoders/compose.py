@@ -3,9 +3,11 @@
 The pieces are registered here by name (``PROPOSERS``, ``VERIFIERS``); each piece class
 declares, once, its knobs (``knobs``: ``mtad.core.knobs.Knob``, with range, default and use) and
 what its drafts give (a proposer's ``provides``) or what it needs from a draft (a verifier's
-``needs``), in the words of ``mtad.core.knobs.DRAFT_PROPERTIES``. Everything else is derived
-from those declarations: a composition's fields and their checks, where ``auto`` applies, which
-pairs fit, the run config's schemas and command-line messages (``mtad.run.config``).
+``needs``), in the words of ``mtad.core.knobs.DRAFT_PROPERTIES``, and, where it does not support
+every sampling setting, which it does (``sampling``: ``mtad.core.knobs.Sampling``). Everything
+else is derived from those declarations: a composition's fields and their checks, where ``auto``
+applies, which pairs fit, the sampling settings it supports (both pieces') and so whether it is
+``stochastic``, the run config's schemas and command-line messages (``mtad.run.config``).
 
 ``Composition`` is the base of every decoder with a draft: a subclass names its proposer and
 verifier (``proposer = "chain"``, ``verifier = "speculative"``) and is otherwise its name and
@@ -17,15 +19,13 @@ shape knob ``auto`` it gets a shape chooser keyed by the pieces' pass profile
 profile exists. A class adds logic of its own only where a decoder has some (``MJGD``).
 
 ``Speculative`` composes pieces named in the config, so a new combination is a YAML file
-(``conf/decoder/chain_typical.yaml``: chain drafts checked by typical acceptance)::
+(``conf/decoder/greedy_match.yaml``: chain drafts checked against the target's argmaxes)::
 
     _target_: mtad.decoders.compose.Speculative
-    name: chain_typical
+    name: greedy_match
     proposer: chain
-    verifier: typical
+    verifier: greedy_match
     gamma: ${gamma}
-    eps: 0.09
-    delta: 0.3
 
 A pair fits when the proposer gives everything the verifier needs: speculative sampling needs
 a chain with the rows q it was drawn from; SpecInfer's rule needs the candidates at a node to
@@ -35,7 +35,7 @@ how many children a slot gets does not depend on their tokens); MCSS's rule need
 drawn without replacement from ``q``, which beam sampling without replacement does not give (a
 slot's number of children depends on the tokens drawn under it); SpecTr's needs i.i.d.
 chains; MCNS needs only the rows q of a tree; MTAD's thresholds need beam history; typical
-acceptance and BiLD's rollback need a chain. Other pairs are refused, in one line naming
+acceptance, greedy match and BiLD's rollback need a chain. Other pairs are refused, in one line naming
 what the verifier needs and the proposers that give it, before any model is loaded.
 """
 
@@ -48,11 +48,22 @@ from typing import Any
 from mtad.autotune.autoshape import auto_shape
 from mtad.autotune.costmodel import profile_kind
 from mtad.core.decoder import Decoder, StepContext, StepOutput
-from mtad.core.knobs import AUTO, DRAFT_PROPERTIES, Knob, KnobError, Rule, did_you_mean, properties
+from mtad.core.knobs import (
+    AUTO,
+    DRAFT_PROPERTIES,
+    Knob,
+    KnobError,
+    Rule,
+    Sampling,
+    did_you_mean,
+    properties,
+    sampling_of,
+)
 from mtad.propose.beam import Beam
 from mtad.propose.chain import Chain, ConfidenceRun
 from mtad.propose.tree import Chains, Tree
 from mtad.verify.chain import SpeculativeChain
+from mtad.verify.greedy import GreedyMatch
 from mtad.verify.multidraft import MultiDraft
 from mtad.verify.rollback import Rollback
 from mtad.verify.threshold import JointThreshold, TreeThreshold
@@ -82,6 +93,11 @@ class Piece:
         """What it needs from a draft, with these knob values (default: the knobs' defaults)."""
         return properties(getattr(self.cls, "needs", ()), **self._args(values or {}))
 
+    @property
+    def sampling(self) -> Sampling:
+        """The sampling settings it supports (its class's ``sampling``; absent: any)."""
+        return sampling_of(self.cls)
+
     def build(self, values: Mapping[str, Any]):
         return self.cls(**self._args(values))
 
@@ -110,6 +126,7 @@ VERIFIERS: dict[str, Piece] = {
     "threshold": piece(JointThreshold),
     "tree_threshold": piece(TreeThreshold),
     "rollback": piece(Rollback),
+    "greedy_match": piece(GreedyMatch),
 }
 _WHERE = "a new piece is registered in PROPOSERS / VERIFIERS of mtad/decoders/compose.py"
 PROPOSER = Knob("proposer", Rule("choice", options=tuple(PROPOSERS), hint=_WHERE), None)
@@ -173,6 +190,7 @@ class Composition(Decoder):
     _proposer = None
     _verifier = None
     _shape: tuple[str, ...] = ()
+    _pieces: tuple[str, str] = ("", "")
 
     def __init__(self, *args: Any, name: str | None = None, **values: Any):
         super().__init__(name)
@@ -190,6 +208,21 @@ class Composition(Decoder):
         return composition_knobs(*cls.pieces(node or {}))
 
     @classmethod
+    def samplings(cls, node: Mapping[str, Any] | None = None) -> tuple[tuple[str, Sampling], ...]:
+        """The proposer's and the verifier's sampling declarations: a composition supports what both do."""
+        proposer, verifier = cls.pieces(node or {})
+        return ((f"proposer {proposer!r}", PROPOSERS[proposer].sampling),
+                (f"verifier {verifier!r}", VERIFIERS[verifier].sampling))
+
+    def _node(self) -> dict[str, Any]:
+        return {"name": self.name, "proposer": self._pieces[0], "verifier": self._pieces[1]}
+
+    @property
+    def stochastic(self) -> bool:
+        """Whether it samples at temperature > 0 (False: its pieces support temperature 0 only)."""
+        return all(s.sampled for _, s in self.samplings(self._node()))
+
+    @classmethod
     def unknown_field(cls, key: str, node: Mapping[str, Any], known: Sequence[str]) -> str:
         proposer = cls.pieces(node)[0]
         if key in {k.name for q in PROPOSERS.values() for k in q.knobs if k.shape}:
@@ -200,14 +233,37 @@ class Composition(Decoder):
     @classmethod
     def settings(cls, node: Mapping[str, Any], args: Sequence[Any] = ()) -> dict[str, Any]:
         proposer, verifier = cls.pieces(node)
+        cls._fixed_pieces(node)
         fit(proposer, verifier, {k.name: node.get(k.name, k.default) for k in PROPOSERS[proposer].knobs})
         return super().settings(node, args)
+
+    @classmethod
+    def _fixed_pieces(cls, node: Mapping[str, Any]) -> None:
+        """KnobError when a node of a class that fixes its pieces names a proposer or a verifier:
+        the class is the reason (not its other fields), then whether the pair asked for would fit."""
+        asked = {k: node[k] for k in ("proposer", "verifier") if k in node and k not in cls.fields(node)}
+        if not asked:
+            return
+        proposer, verifier = cls.pieces(node)
+        title = node.get("name") or cls.name
+        key, value = next(iter(asked.items()))
+        pair = {"proposer": proposer, "verifier": verifier, **asked}
+        try:
+            _named(key, value, PROPOSERS if key == "proposer" else VERIFIERS)
+            fit(pair["proposer"], pair["verifier"])
+            then = f"; proposer {pair['proposer']!r} and verifier {pair['verifier']!r} fit"
+        except KnobError as e:
+            then = f"; and that pair would not fit: {e}"
+        detail = (f": {title}'s class fixes its pieces (proposer {proposer!r}, verifier {verifier!r}); "
+                  "another pair is a YAML naming both with _target_: mtad.decoders.compose.Speculative "
+                  f"(as conf/decoder/greedy_match.yaml does){then}")
+        raise KnobError(f"unknown field {key!r}{detail}", key, unknown=True, detail=detail)
 
     # ------------------------------------------------------------------ building
 
     def _build(self, node: Mapping[str, Any], args: Sequence[Any] = ()) -> None:
         checked = self.set_fields(args, node)
-        proposer, verifier = self.pieces(node)
+        proposer, verifier = self._pieces = self.pieces(node)
         p = PROPOSERS[proposer]
         depth_from = getattr(p.cls, "depth_from", None)
         if depth_from:  # the draft's depth is a field's length (a tree's k_config)

@@ -13,16 +13,18 @@ line, not bypassed."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mtad.run.config import (
     CONF_DIR,
     GROUPS,
+    KNOBS,
     TOP_LEVEL_KEYS,
     ConfigError,
     check_knobs,
     check_scorer,
+    decoder_field_names,
     decoder_fields,
     decoder_problem,
     describe_error,
@@ -108,6 +110,10 @@ def check_keys(overrides: Sequence, conf_dir: Path = CONF_DIR) -> None:
                     )
             continue
         top = key.split(".", 1)[0]
+        if top not in known and top in decoder_field_names():
+            value = o.get_value_element_as_str() if not o.is_sweep_override() else "..."
+            raise ConfigError(f"unknown key {top!r}: a field of a decoder, not a top-level key; did you mean "
+                              f"decoder.{key}={value}?")
         if top not in known:
             raise ConfigError(f"unknown key {top!r}{did_you_mean(top, known)} (keys: {', '.join(TOP_LEVEL_KEYS)})")
         if o.is_add() and "." not in key:
@@ -117,11 +123,43 @@ def check_keys(overrides: Sequence, conf_dir: Path = CONF_DIR) -> None:
 def check_values(overrides: Sequence, conf_dir: Path = CONF_DIR) -> None:
     """Every value given for a checked field (every value of a sweep) against its rule, before
     anything is composed; the composed jobs are checked whole by ``check_jobs``."""
-    for o in parse(overrides, conf_dir):
+    parsed = parse(overrides, conf_dir)
+    for o in parsed:
         rule = None if o.is_delete() else rule_for(o.key_or_group)
         for v in (o.sweep_iterator() if o.is_sweep_override() else [o.value()]) if rule else ():
             if not rule.ok(v):
-                raise ConfigError(field_message(o.key_or_group, v, rule))
+                where = _unwritten(parsed, o.key_or_group, conf_dir)
+                message = field_message(o.key_or_group, v, rule)
+                if where and rule.example:  # the hint adds it, as Hydra needs
+                    message = (message.split("; e.g. ", 1)[0] + f"; e.g. +{o.key_or_group}={rule.example} "
+                               f"({where}: add it with a '+')")
+                raise ConfigError(message)
+
+
+def _unwritten(parsed: Sequence, key: str, conf_dir: Path = CONF_DIR) -> str | None:
+    """Where a ``decoder.<field>`` override's field is declared but not written: the chosen
+    decoder's YAML (``decoder=`` among the overrides, else the config's default) lacks it, so
+    Hydra takes it only with a '+'; None otherwise (another key, a written field, an unknown one)."""
+    from omegaconf import OmegaConf
+
+    leaf = key.removeprefix("decoder.")
+    if leaf == key or "." in leaf:
+        return None
+    chosen = [o for o in parsed if o.key_or_group == "decoder" and not o.is_delete()]
+    if chosen and chosen[-1].is_sweep_override():
+        return None
+    name = (chosen[-1].get_value_element_as_str() if chosen else
+            next((d["decoder"] for d in OmegaConf.load(conf_dir / "config.yaml").defaults
+                  if isinstance(d, Mapping) and "decoder" in d), None))
+    path = conf_dir / "decoder" / f"{name}.yaml"
+    if not name or not path.is_file():
+        return None
+    node = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    try:
+        declared = leaf in decoder_fields(node)
+    except ConfigError:
+        return None
+    return f"conf/decoder/{name}.yaml does not write {leaf}" if declared and leaf not in node else None
 
 
 def check_jobs(jobs: Sequence[Sequence[str]], files: Sequence[Path] = (), conf_dir: Path = CONF_DIR) -> list:
@@ -183,9 +221,23 @@ def _decoder_key_problem(job: Sequence[str], base) -> str | None:
     for o in job:
         key, _, value = o.lstrip("+~").partition("=")
         leaf = key[len("decoder."):]
-        if key.startswith("decoder.") and "." not in leaf and leaf not in node and leaf not in decoder_fields(node):
+        if not key.startswith("decoder.") or "." in leaf or leaf in node:
+            continue
+        if leaf not in decoder_fields(node):
             return decoder_problem({**node, leaf: value})
+        if not o.startswith(("+", "~")):  # a field its YAML leaves to the default: Hydra adds it with '+'
+            knob = decoder_fields(node)[leaf]
+            where = _unwritten(parse(job), key) or f"the decoder's YAML does not write {leaf}"
+            return (f"decoder.{leaf}: {where} (its default, {_text(knob.default)}, applies); add it with a "
+                    f"'+': +decoder.{leaf}={_text(parse([o])[0].value())}")
     return None
+
+
+def _text(value) -> str:
+    """A value as an override writes it (``true``, ``false``, ``null``)."""
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    return str(value)
 
 
 def check_run_dirs(overrides: Sequence, multirun: bool) -> None:
@@ -233,9 +285,39 @@ def compose_config(overrides: Sequence[str] = (), conf_dir: Path = CONF_DIR, dro
 
 
 def load_decoder(name: str, **knobs):
-    """Instantiate ``conf/decoder/<name>.yaml`` with top-level knobs (gamma, tau, width, ...)."""
+    """Instantiate ``conf/decoder/<name>.yaml`` with top-level knobs (``gamma``, ``tau``, ``width``)
+    and the decoder's own fields by name (``eps=0.2``, or ``**{"decoder.eps": 0.2}``; a field its
+    YAML does not write is added). ConfigError in one line for an unknown decoder, knob or field,
+    or a bad value, as on the command line; the sampling settings are not checked here (the
+    engine refuses ones the decoder's pieces do not support)."""
+    from hydra import initialize_config_dir
     from hydra.utils import instantiate
+    from omegaconf import OmegaConf
 
-    cfg = compose_config([f"decoder={name}"] + [f"{k}={v}" for k, v in knobs.items()],
-                         drop=("task", "model", "logger"))
+    overrides = [f"decoder={name}"]
+    path = _conf_file("decoder", name)
+    node = OmegaConf.to_container(OmegaConf.load(path), resolve=False) if path else {}
+    fields = decoder_fields(node) if node else {}
+    for k, v in knobs.items():
+        leaf = k.removeprefix("decoder.")
+        if node and k not in TOP_LEVEL_KEYS and "." not in k and k not in fields and k not in ("proposer", "verifier"):
+            near = did_you_mean(k, dict.fromkeys([*TOP_LEVEL_KEYS, *fields]))
+            raise ConfigError(f"load_decoder({name!r}): unknown knob {k!r}{near} ({name} takes "
+                              f"{', '.join(fields) or 'no fields'}; the top-level knobs: {', '.join(KNOBS)})")
+        if k.startswith("decoder.") or (k not in TOP_LEVEL_KEYS and "." not in k):
+            k = f"{'+' if leaf not in node else ''}decoder.{leaf}"
+        overrides.append(f"{k}={v}")
+    check_keys(overrides)
+    check_values(overrides)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = _compose([*(f"~{g}" for g in ("task", "model", "logger")), *overrides])
+    problem = decoder_problem(cfg.decoder, OmegaConf.to_container(cfg.decoder, resolve=True))
+    if problem:
+        raise ConfigError(problem)
     return instantiate(cfg.decoder)
+
+
+def _conf_file(group: str, name: str, conf_dir: Path = CONF_DIR) -> Path | None:
+    """``conf/<group>/<name>.yaml`` if it exists."""
+    path = conf_dir / group / f"{name}.yaml"
+    return path if path.is_file() else None

@@ -12,6 +12,8 @@ Schemas are dataclasses registered in Hydra's ConfigStore; each checked field ca
   by the class's own ``settings`` (what its constructor runs), without building anything.
   A field that interpolates a top-level knob (``gamma: ${gamma}``, as the decoder's YAML
   writes it; ``shared`` in its declaration) is a knob the decoder uses;
+- the sampling settings (``temperature``, ``top_k``, ``top_p``) a decoder's pieces support, as
+  they declare it (``sampling``: ``mtad.core.knobs.Sampling``; ``sampling_problem``);
 - ``TaskChecks`` and ``ModelChecks`` (``schema/task_checks``, ``schema/model_checks``): the
   task and model fields checked when a task or model has them.
 Decoder, task and model schemas are checked against, never merged into the composed config
@@ -37,7 +39,7 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from mtad.core.knobs import GAMMA, TAU, WIDTH, Knob, KnobError, Rule, did_you_mean
+from mtad.core.knobs import GAMMA, TAU, WIDTH, Knob, KnobError, Rule, did_you_mean, unsupported
 from mtad.models.cpu_choice import register_resolver as register_cpu_pair_resolver
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -204,6 +206,22 @@ def decoder_problem(decoder: Any, resolved: Any = None) -> str | None:
     return None
 
 
+def sampling_problem(cfg: Any) -> str | None:
+    """The run's sampling settings (``temperature``, ``top_k``, ``top_p``) where its decoder's
+    pieces do not support them (their ``sampling`` declarations, ``mtad.core.knobs.Sampling``),
+    in one line naming who refuses and the fix; None when they do."""
+    node = _plain(cfg.get("decoder"))
+    settings = {k: _value(cfg, k) for k in ("temperature", "top_k", "top_p")}
+    if any(v is _ABSENT for v in settings.values()):
+        return None
+    try:
+        problem = unsupported(decoder_class(node).samplings(node), settings["temperature"], settings["top_k"],
+                              settings["top_p"])
+    except KeyError:  # an unregistered piece: decoder_problem names it
+        return None
+    return f"decoder={_name(node)}: {problem}" if problem else None
+
+
 @functools.cache
 def _all_decoder_knobs() -> tuple[Knob, ...]:
     """Every knob a decoder of conf/decoder/ or a registered piece declares."""
@@ -218,6 +236,11 @@ def _all_decoder_knobs() -> tuple[Knob, ...]:
         except ConfigError:
             continue  # validate reports it when that decoder is chosen
     return tuple(out)
+
+
+def decoder_field_names() -> set[str]:
+    """The names of every field a decoder of conf/decoder/ or a registered piece declares."""
+    return {k.name for k in _all_decoder_knobs()}
 
 
 # ----------------------------------------------------------------------------- tasks and models
@@ -379,12 +402,13 @@ def _check(cfg: Any, schema: type, prefix: str) -> None:
 def validate(cfg: Any) -> None:
     """Check a composed config against the schemas: the top-level fields, the decoder's (its
     class's ``settings``: an unknown field, a value out of range, a proposer that does not fit
-    its verifier), the task's and the model's; ConfigError names the first bad one."""
+    its verifier; sampling settings its pieces do not support), the task's and the model's;
+    ConfigError names the first bad one."""
     _check(cfg, MtadConfig, "")
     decoder = cfg.get("decoder")
     if decoder is not None:
         resolved = _value(cfg, "decoder")
-        problem = decoder_problem(decoder, None if resolved is _ABSENT else resolved)
+        problem = decoder_problem(decoder, None if resolved is _ABSENT else resolved) or sampling_problem(cfg)
         if problem:
             raise ConfigError(problem)
     for section, schema in (("task", TaskChecks), ("model", ModelChecks)):
@@ -472,10 +496,12 @@ def describe_error(exc: BaseException, cfg_keys: Mapping[str, Iterable[str]] | N
     text = f"{exc}\n{cause}"
     full_key = getattr(cause, "full_key", None) or _match(r"full_key: (\S+)", text)
     rule = rule_for(full_key) if full_key else None
-    if rule is not None:
-        value = _match(r"Value '([^']*)'", text)
-        return field_message(full_key, value if value is not None else "?", rule)
+    value = _match(r"Value '([^']*)'", text)
     missing = _match(r"Key '([^']+)' is not in struct", text) or _match(r"Key '([^']+)' not in", text)
+    if rule is not None and value is not None:
+        return field_message(full_key, value, rule)
+    if rule is not None and missing:  # a checked field its YAML does not write: Hydra adds it with '+'
+        return f"{full_key}: the composed config does not write {missing}; add it with a '+': +{full_key}=..."
     if missing and cfg_keys is not None:
         parent = full_key.rsplit(".", 1)[0] if full_key and "." in full_key else ""
         return f"unknown key {full_key or missing!r}{did_you_mean(missing, cfg_keys.get(parent, ()))}"

@@ -7,7 +7,9 @@ short length) and returns the exact warped target joint distribution;
 any sample outside the reference's support; ``prefix_marginal`` reduces either to the
 first ``k`` tokens, where a fixed sample has more counts per cell (more power against an
 error in the first block than the full joint's many sparse cells).
-``tiny_pair`` is the float64 40-token pair the decoder tests run every decoder on.
+``tiny_pair`` is the float64 40-token pair the decoder tests run every decoder on;
+``unsupported_by`` says why a decoder does not support a warping (a test skips that setting);
+``sampling_overrides`` gives the run config's overrides for sampling settings it supports.
 """
 
 from __future__ import annotations
@@ -32,6 +34,31 @@ def tiny_pair(vocab_size: int = 40):
     d = tiny_causal_lm("qwen2", vocab_size=vocab_size, hidden_size=16, num_heads=2, num_layers=1,
                        dtype=torch.float64, seed=1, logit_scale=4.0)
     return t, d
+
+
+def unsupported_by(decoder, warping: Warping) -> str | None:
+    """Why ``decoder`` does not support ``warping`` (the sampling settings its pieces declare,
+    ``mtad.core.knobs.Sampling``), in one line; None where it does. A test that runs every
+    decoder skips such a setting with this reason (the engine refuses it)."""
+    check = getattr(decoder, "sampling_problem", None)
+    problem = check(warping.temperature, warping.top_k, warping.top_p) if check else None
+    return f"{decoder.name}: {problem}" if problem else None
+
+
+def sampling_overrides(decoder) -> list[str]:
+    """The run config's overrides (``temperature=0``) that put it at sampling settings ``decoder``
+    supports: none where ``conf/config.yaml``'s defaults are supported, else the first of
+    temperature 0 and plain temperature 1 that is. A test that composes and checks every decoder's
+    config with the run's defaults adds them."""
+    from mtad.run.config import MtadConfig
+
+    default = {f: MtadConfig.__dataclass_fields__[f].default for f in ("temperature", "top_k", "top_p")}
+    for over, warping in (([], Warping(default["temperature"], default["top_k"], default["top_p"])),
+                          (["temperature=0"], Warping(0.0)),
+                          (["top_k=0", "top_p=1.0"], Warping(default["temperature"]))):
+        if not unsupported_by(decoder, warping):
+            return over
+    raise ValueError(f"{decoder.name} supports none of the settings tried")
 
 
 @torch.no_grad()

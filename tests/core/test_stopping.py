@@ -17,6 +17,7 @@ from mtad.core.stopping import EOS, STOP_SEQUENCE, Stopping, StopSequences, toke
 from mtad.core.warping import Warping
 from mtad.models.pair import tiny_pair
 from mtad.run.cli import group_options, load_decoder
+from mtad.testing import unsupported_by
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT = [3, 4, 5]
@@ -107,6 +108,8 @@ def models():
 def _engine(models, name, same_draft=True, eos=(), stops=()):
     target, draft = models
     tok = tiny_pair(eos_token_ids=eos, tokenizer_only=True)
+    if why := unsupported_by(load_decoder(name), W):
+        pytest.skip(why)
     return Engine(target, target if same_draft else draft, load_decoder(name), W, tok.vocab_size,
                   tok.eos_token_ids, StopSequences.from_tokenizer(list(stops), tok.tokenizer))
 

@@ -5,9 +5,11 @@ it needs (``needs``); the decoders' checks, the run config's schemas and command
 messages and the fits are derived from them. Here: no knob is declared twice (a scan of the
 package's ``Knob(...)`` calls, and every rule of a field name compared across every decoder
 and piece); the fits follow the declarations (changing a verifier's ``needs`` changes them);
-every fitting pair runs and every other pair is refused in one line; the chain + typical
-acceptance composition of ``conf/decoder/chain_typical.yaml`` runs, takes ``decoder.eps``,
-and refuses a bad ``eps`` and a ``width`` in one line each with exit 2.
+every fitting pair runs (at the sampling settings its pieces support) and every other pair is
+refused in one line; a setting the pieces do not support is refused in one line too; the
+chain + greedy match composition of ``conf/decoder/greedy_match.yaml`` runs at temperature 0 and
+refuses another temperature and a ``width`` in one line each with exit 2; typical acceptance takes
+``decoder.eps`` and refuses a bad one.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from mtad.core.warping import Warping
 from mtad.decoders.compose import PROPOSERS, VERIFIERS, Speculative, fit
 from mtad.run.cli import check_overrides, compose_config, group_options
 from mtad.run.config import MtadConfig, decoder_fields, decoder_knobs, rule_for
-from mtad.testing import tiny_pair
+from mtad.testing import tiny_pair, unsupported_by
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -129,7 +131,8 @@ def pair():
 def test_every_pair_that_fits_runs(pair, proposer, verifier):
     target, draft = pair
     dec = Speculative(proposer, verifier)
-    res = Engine(target, draft, dec, Warping(1.0, top_k=10)).generate([3, 4, 5], 12, seed=1)
+    w = next(w for w in (Warping(1.0, top_k=10), Warping(0.0)) if not unsupported_by(dec, w))
+    res = Engine(target, draft, dec, w).generate([3, 4, 5], 12, seed=1)
     assert len(res.output_ids) == 12 and all(s.accepted <= s.drafted for s in res.steps)
 
 
@@ -145,41 +148,68 @@ def test_every_pair_that_does_not_fit_is_refused_in_one_line(proposer, verifier)
 
 def test_a_refused_pair_is_refused_before_loading(capsys):
     with pytest.raises(SystemExit) as e:
-        check_overrides(["+experiment=debug", "decoder=chain_typical", "decoder.proposer=beam"])
+        check_overrides(["+experiment=debug", "decoder=greedy_match", "temperature=0", "decoder.proposer=beam"])
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and len(err.splitlines()) == 1
-    assert err == ("error: decoder=chain_typical: verifier 'typical' needs a single chain of draft tokens, "
+    assert err == ("error: decoder=greedy_match: verifier 'greedy_match' needs a single chain of draft tokens, "
                    "which proposer 'beam' does not give; proposers that give it: chain, confidence_run")
 
 
-# ----------------------------------------------------------------------------- chain + typical
+# ----------------------------------------------------------------------------- chain + greedy match
 
 
 def test_a_chain_composition_has_no_width():
-    cfg = compose_config(["decoder=chain_typical"], drop=("task", "model", "logger"))
+    cfg = compose_config(["decoder=greedy_match"], drop=("task", "model", "logger"))
     assert decoder_knobs(cfg.decoder) == ["gamma"] and "width" not in decoder_fields(cfg.decoder)
     assert "width" in decoder_fields({**cfg.decoder, "proposer": "beam", "verifier": "specinfer"})
     from mtad.run.results import identity
 
-    full = compose_config(["+experiment=debug", "decoder=chain_typical", "width=7"])
+    full = compose_config(["+experiment=debug", "decoder=greedy_match", "width=7"])
     assert "width" not in identity(full)["decoder"] and identity(full)["decoder"]["gamma"] == 4
 
 
-@pytest.mark.parametrize("override, message", [
-    ("decoder.eps=-1", "error: decoder.eps must be in (0, 1], got -1; e.g. decoder.eps=0.09"),
-    ("decoder.width=4", "error: unknown key 'decoder.width': a chain composition has no width"),
-    ("+decoder.width=4", "error: unknown key 'decoder.width': a chain composition has no width"),
+@pytest.mark.parametrize("decoder, override, message", [
+    ("typical", "decoder.eps=-1", "error: decoder.eps must be in (0, 1], got -1; e.g. decoder.eps=0.09"),
+    ("typical", "decoder.width=4", "error: unknown key 'decoder.width': a chain composition has no width"),
+    ("greedy_match", "decoder.width=4", "error: unknown key 'decoder.width': a chain composition has no width"),
+    ("greedy_match", "+decoder.width=4", "error: unknown key 'decoder.width': a chain composition has no width"),
+    ("greedy_match", "temperature=0.7", "error: decoder=greedy_match: verifier 'greedy_match' supports "
+                                        "temperature 0 only (it accepts a draft token iff it is the target's "
+                                        "argmax), got temperature=0.7; set temperature=0"),
 ])
-def test_chain_typical_refuses_in_one_line(override, message, capsys):
+def test_chain_compositions_refuse_in_one_line(decoder, override, message, capsys):
+    temperature = [] if override.startswith("temperature") else ["temperature=0"]
     with pytest.raises(SystemExit) as e:
-        check_overrides(["+experiment=debug", "decoder=chain_typical", override])
+        check_overrides(["+experiment=debug", f"decoder={decoder}", *temperature, override])
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and len(err.splitlines()) == 1 and err.startswith(message), err
 
 
-def test_chain_typical_takes_eps():
-    check_overrides(["+experiment=debug", "decoder=chain_typical", "decoder.eps=0.2"])
+def test_typical_takes_eps_and_greedy_match_temperature_zero():
+    check_overrides(["+experiment=debug", "decoder=typical", "decoder.eps=0.2"])
     assert rule_for("decoder.eps").ok(0.2)
+    check_overrides(["+experiment=debug", "decoder=greedy_match", "temperature=0"])
+    check_overrides(["+experiment=debug", "decoder=greedy_match", "temperature=0", "top_k=0", "top_p=1.0"])
+
+
+def test_sampling_follows_the_pieces_declarations(monkeypatch):
+    """Derived, not listed: what a composition supports, ``stochastic`` and the refusal follow
+    its pieces' ``sampling`` (a changed declaration changes them)."""
+    from mtad.core.knobs import Sampling
+    from mtad.verify.typical import TypicalAcceptance
+
+    assert Speculative("chain", "greedy_match").stochastic is False
+    assert Speculative("chain", "greedy_match").sampling_problem(0.0) is None
+    assert Speculative("chain", "typical").stochastic is True
+    monkeypatch.setattr(TypicalAcceptance, "sampling", Sampling(greedy=False, why="a test's declaration"), raising=False)
+    dec = Speculative("chain", "typical")
+    assert dec.stochastic is True and dec.sampling_problem(1.0) is None
+    assert dec.sampling_problem(0.0) == ("verifier 'typical' needs temperature > 0 (a test's declaration), "
+                                         "got temperature=0; e.g. temperature=1.0")
+    with pytest.raises(ValueError, match="^decoder 'speculative': verifier 'typical' needs temperature > 0"):
+        Engine(*tiny_pair(), dec, Warping(0.0))
+    monkeypatch.setattr(TypicalAcceptance, "sampling", Sampling(top_p=False), raising=False)
+    assert "does not support top-p" in Speculative("chain", "typical").sampling_problem(1.0, 10, 0.9)
 
 
 def _run_py(*args: str) -> subprocess.CompletedProcess:
@@ -187,13 +217,23 @@ def _run_py(*args: str) -> subprocess.CompletedProcess:
                           timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
 
 
-def test_run_py_runs_chain_typical_and_refuses_a_width(tmp_path):
+def test_run_py_runs_typical_and_refuses_a_width(tmp_path):
     """The command line itself: a run with decoder.eps=0.2 (one example) and exit 2 on a width."""
-    res = _run_py("+experiment=debug", "decoder=chain_typical", "decoder.eps=0.2", "limit=1",
+    res = _run_py("+experiment=debug", "decoder=typical", "decoder.eps=0.2", "limit=1",
                   f"hydra.run.dir={tmp_path / 'run'}")
     assert res.returncode == 0, res.stderr[-2000:]
     assert (tmp_path / "run" / "samples.jsonl").read_text().count("\n") == 1
-    res = _run_py("+experiment=debug", "decoder=chain_typical", "decoder.width=4",
+    res = _run_py("+experiment=debug", "decoder=typical", "decoder.width=4",
                   f"hydra.run.dir={tmp_path / 'refused'}")
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert "a chain composition has no width" in res.stderr and not (tmp_path / "refused").exists()
+
+
+def test_run_py_refuses_greedy_match_above_temperature_zero_before_writing(tmp_path):
+    """A setting the pieces do not support: exit 2, one line, no run folder."""
+    res = _run_py("+experiment=debug", "decoder=greedy_match", "temperature=1",
+                  f"hydra.run.dir={tmp_path / 'refused'}")
+    assert res.returncode == 2 and res.stderr.strip() == (
+        "error: decoder=greedy_match: verifier 'greedy_match' supports temperature 0 only (it accepts a draft "
+        "token iff it is the target's argmax), got temperature=1; set temperature=0"), res.stderr
+    assert not (tmp_path / "refused").exists()

@@ -28,6 +28,7 @@ from mtad.core.engine import Engine
 from mtad.core.warping import Warping
 from mtad.models.tiny import tiny_causal_lm
 from mtad.run.cli import group_options, load_decoder
+from mtad.testing import unsupported_by
 from mtad.testing.devicecheck import DeviceError, VirtualDevices, device_of, place, virtual_pair
 
 pytestmark = pytest.mark.stack  # the device checker follows torch's dispatch (make test-stack)
@@ -65,6 +66,8 @@ def _depth_limit(dec) -> int:
 
 def _run_checked(pair, name, warping, target_devices="cuda:0", seed=1, **over):
     target, draft = pair
+    if why := unsupported_by(load_decoder(name, **over), warping):
+        pytest.skip(why)
     ref = Engine(target, draft, load_decoder(name, **over), warping).generate(PROMPT, TOKENS, seed=seed)
     dec = load_decoder(name, **over)
     with virtual_pair(target, draft, target_devices=target_devices) as vd:

@@ -257,3 +257,66 @@ def test_a_run_dir_naming_a_file_is_refused_in_one_line(tmp_path, capsys):
     for run_dir in (tmp_path / "f", tmp_path / "f" / "below"):
         err = _error(["+experiment=debug", f"hydra.run.dir={run_dir}"], capsys)
         assert f"{tmp_path / 'f'} is a file" in err, err
+
+
+# ----------------------------------------------------------------------------- messages that say what to type
+
+
+def test_a_field_its_yaml_does_not_write_is_added_with_a_plus(capsys):
+    """beam_specinfer's YAML leaves ``replacement`` to its default: Hydra takes it only with a '+',
+    and the message says so (not "must be true or false, got '?'"); the line it gives is the one
+    that reaches the decoder's own check (here: beam sampling without replacement does not fit)."""
+    base = ["+experiment=debug", "decoder=beam_specinfer"]
+    err = _error([*base, "decoder.replacement=false"], capsys)
+    assert err.strip() == ("error: decoder.replacement: conf/decoder/beam_specinfer.yaml does not write "
+                           "replacement (its default, true, applies); add it with a '+': "
+                           "+decoder.replacement=false"), err
+    assert "needs i.i.d. children" in _error([*base, "+decoder.replacement=false"], capsys)
+    err = _error([*base, "decoder.replacement=maybe"], capsys)
+    assert "e.g. +decoder.replacement=true (conf/decoder/beam_specinfer.yaml does not write replacement" in err
+    check_overrides([*base, "+decoder.replacement=true"])  # the example given passes
+    err = _error(["+experiment=debug", "decoder=mtad", "decoder.replacement=maybe"], capsys)
+    assert "e.g. decoder.replacement=true" in err  # mtad.yaml writes it: no '+'
+    # any checked field its YAML does not write: no '?' for a value Hydra's error does not carry
+    err = _error(["+experiment=debug", "model=tiny_random", "model.gpus=1"], capsys)
+    assert err.strip() == ("error: model.gpus: the composed config does not write gpus; add it with a '+': "
+                           "+model.gpus=..."), err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["decoder=typical", "eps=0.2"], "error: unknown key 'eps': a field of a decoder, not a top-level key; "
+                                     "did you mean decoder.eps=0.2?"),
+    (["decoder=specinfer", "k_config=[2,2]"], "did you mean decoder.k_config=[2,2]?"),
+])
+def test_a_decoder_field_set_at_the_top_level_gets_a_did_you_mean(argv, message, capsys):
+    err = _error(["+experiment=debug", *argv], capsys)
+    assert message in err, err
+
+
+def test_a_class_that_fixes_its_pieces_names_that_as_the_reason(capsys):
+    """specinfer is tree drafts + SpecInfer's rule by its class: asking it for another verifier is
+    refused for that reason (and whether the pair would fit), not by listing its other fields."""
+    for override in ("decoder.verifier=threshold", "+decoder.verifier=threshold"):
+        err = _error(["+experiment=debug", "decoder=specinfer", override], capsys)
+        assert "specinfer's class fixes its pieces (proposer 'tree', verifier 'specinfer')" in err, err
+        assert "mtad.decoders.compose.Speculative" in err and "k_config" not in err, err
+        assert "verifier 'threshold' needs beam history" in err, err
+
+
+def test_load_decoder_refuses_in_one_line_and_takes_the_decoders_fields():
+    from mtad.run.cli import load_decoder
+    from mtad.run.config import ConfigError
+
+    assert load_decoder("typical", eps=0.2).eps == 0.2
+    assert load_decoder("typical", **{"decoder.eps": 0.25}).eps == 0.25
+    assert load_decoder("beam_specinfer", replacement=True).gamma == 4
+    for name, knobs, message in [
+        ("typical", {"epss": 0.2}, "load_decoder('typical'): unknown knob 'epss'; did you mean 'eps'?"),
+        ("typical", {"eps": 2}, "decoder.eps must be in (0, 1], got 2"),
+        ("typicl", {}, "unknown decoder 'typicl' (no conf/decoder/typicl.yaml; did you mean 'typical'?)"),
+        ("spd", {"gama": 3}, "did you mean 'gamma'?"),
+        ("specinfer", {"verifier": "threshold"}, "specinfer's class fixes its pieces"),
+    ]:
+        with pytest.raises(ConfigError) as e:
+            load_decoder(name, **knobs)
+        assert message in str(e.value) and "\n" not in str(e.value), str(e.value)

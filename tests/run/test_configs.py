@@ -109,7 +109,10 @@ def test_decoders_declare_a_version_and_only_known_knobs(name):
 @pytest.mark.parametrize("name", group_options("decoder"))
 def test_every_decoder_field_has_a_rule_and_its_defaults_pass(name):
     """A decoder's own fields are checked before anything loads (its schema's rules)."""
-    cfg = _compose([f"decoder={name}"])
+    from mtad.run.cli import load_decoder
+    from mtad.testing import sampling_overrides
+
+    cfg = _compose([f"decoder={name}", *sampling_overrides(load_decoder(name))])
     fields = [k for k in cfg.decoder if k not in ("_target_", "name")]
     assert [k for k in fields if rule_for(f"decoder.{k}", cfg.decoder) is None] == []
     validate(cfg)

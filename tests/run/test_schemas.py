@@ -30,7 +30,11 @@ def _decoder(name: str):
 @pytest.mark.parametrize("name", group_options("decoder"))
 def test_the_composed_decoder_node_is_its_yaml_untouched(name):
     """A point's identity hashes the decoder node: no schema field (default or type) enters it."""
-    cfg = _decoder(name)
+    from mtad.run.cli import load_decoder
+    from mtad.testing import sampling_overrides
+
+    cfg = compose_config([f"decoder={name}", *sampling_overrides(load_decoder(name))],
+                         drop=("task", "model", "logger"))
     validate(cfg)
     assert OmegaConf.get_type(cfg.decoder) is dict
     yaml = OmegaConf.to_container(OmegaConf.load(CONF / "decoder" / f"{name}.yaml"))

@@ -145,6 +145,19 @@ def test_a_knob_the_decoder_ignores_is_not_identity_and_not_accepted():
     assert sw.main([str(SMOKE), "--profile", "smoke", "decoder=specinfer", "gamma=6", "--root", "/x", "--strict", "--dry-run"]) == 2
 
 
+def test_a_point_at_a_sampling_setting_its_decoder_does_not_support_is_kept_with_its_reason():
+    """Greedy match supports temperature 0 only: at the file's temperature its point is planned
+    with its one-line reason and never run (``--strict`` refuses the sweep); at 0 it is a point."""
+    s = load_smoke(["decoder=greedy_match,spd"], root="/x")
+    bad, good = s.points
+    assert bad.hash is None and good.hash is not None
+    assert bad.problem == ("decoder=greedy_match: verifier 'greedy_match' supports temperature 0 only (it accepts "
+                           "a draft token iff it is the target's argmax), got temperature=1; set temperature=0")
+    assert load_smoke(["decoder=greedy_match", "temperature=0"], root="/x").points[0].hash is not None
+    assert sw.main([str(SMOKE), "--profile", "smoke", "decoder=greedy_match", "--root", "/x", "--strict",
+                    "--dry-run"]) == 2
+
+
 def test_finished_needs_matching_identity_limit_and_a_clean_record_file(tmp_path):
     p = load_smoke(["decoder=spd", *TINY], root=tmp_path).points[0]
     folder = PointFolder(tmp_path / p.hash)

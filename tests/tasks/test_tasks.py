@@ -67,10 +67,18 @@ def _check_examples(examples, n):
 
 # ---------------------------------------------------------------- data copy
 def test_data_checksums():
+    """Every data file has its line in SHA256SUMS.txt (a new file: ``cd data && sha256sum <path> >>
+    SHA256SUMS.txt``, and its row in SOURCES.md), and every line's file has that digest."""
     data = ROOT / "data"
     assert (data / "SOURCES.md").is_file()
     lines = (data / "SHA256SUMS.txt").read_text().splitlines()
-    assert len(lines) == 24
+    listed = [line.split("  ", 1)[1] for line in lines]
+    on_disk = sorted(str(p.relative_to(data)) for p in data.rglob("*")
+                     if p.is_file() and p.name not in ("SHA256SUMS.txt", "SOURCES.md"))
+    assert len(listed) == len(set(listed)), "a file listed twice in data/SHA256SUMS.txt"
+    assert sorted(listed) == on_disk, (
+        f"data/SHA256SUMS.txt lists {sorted(set(listed) - set(on_disk))} that are not under data/ and misses "
+        f"{sorted(set(on_disk) - set(listed))}: add a line with cd data && sha256sum <path> >> SHA256SUMS.txt")
     for line in lines:
         digest, rel = line.split("  ", 1)
         assert hashlib.sha256((data / rel).read_bytes()).hexdigest() == digest, rel
