@@ -28,7 +28,6 @@ from mtad.run.results.folder import (
     PointFolder,
     read_summary,
 )
-from mtad.run.results.targets import trusted_config
 
 
 def is_point_folder(path: Path) -> bool:
@@ -149,19 +148,19 @@ def _walk(root: Path, depth: int) -> Iterator[Path]:
 def load_point(path: str | Path) -> dict[str, Any]:
     """What a reader needs of one point folder: its files' contents and its status.
 
-    ``config`` is the stored resolved config without the top-level knobs that are not fields of
+    Read through ``mtad.run.results.described`` (the one loader of stored configs: nothing in
+    them is imported or resolved). ``config`` is the stored resolved config without the top-level knobs that are not fields of
     its decoder (a multinomial run shows no gamma), so labels and baselines see only what
     changed the tokens.
     """
+    from mtad.run.results.described import describe
     from mtad.run.results.folder import ERROR_FILE, SKIPPED_FILE
 
     path = Path(path)
     folder = PointFolder(path)
-    point = read_json(path / POINT_FILE) or {}
     summary = read_summary(path / SUMMARY_FILE)
-    legacy_config = point.get("identity") if not point.get("format") else None
-    config = (summary or {}).get("config") or read_json(path / CONFIG_FILE) or legacy_config or {}
-    config = trusted_config(config, path)  # moved class paths migrated; code outside the project refused
+    described = describe(path)  # data only: code, interpolations refused in one line
+    config = described.config
     status, reason = "pending", None
     if summary is not None:
         status = "done"
@@ -174,7 +173,7 @@ def load_point(path: str | Path) -> dict[str, Any]:
     return {
         "dir": path,
         "identity_hash": folder.identity_hash(),
-        "choices": point.get("choices") or {},
+        "choices": described.choices,
         "config": used_config(config),
         "summary": summary,
         "status": status,
