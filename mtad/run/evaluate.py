@@ -88,6 +88,10 @@ def _build(cfg: DictConfig):
     scorer = instantiate(scorer_cfg) if scorer_cfg else getattr(task, "scorer", None)
     check_versions()  # before any model loads: a stack outside the tested range is refused
     pair = load_pair(cfg.model)
+    context = getattr(getattr(pair.target, "config", None), "max_position_embeddings", None)
+    if isinstance(context, int) and int(cfg.max_new_tokens) >= context:
+        raise ConfigError(f"max_new_tokens must be below the context of model pair {pair.name} "
+                          f"({context} tokens, prompt included), got {int(cfg.max_new_tokens)}")
     stop_sequences = StopSequences.from_tokenizer(getattr(task, "stop", ()), pair.tokenizer)
     engine = Engine(pair.target, pair.draft, decoder, warping, pair.vocab_size, pair.eos_token_ids,
                     stop_sequences)
