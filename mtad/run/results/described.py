@@ -144,17 +144,33 @@ def stored_config(path: Path, point: Mapping | None = None, summary: Mapping | N
 
 
 def _choice(group: str, stored: Any, node: Mapping | None) -> str | None:
-    """The ``conf/<group>`` member a stored choice or node names; None when none does."""
+    """The ``conf/<group>`` member a folder names: its stored choice when that member builds the
+    class its stored config ran (``_target_``), else the member found from the stored config
+    (by name and class); None when none fits (the folder cannot be rebuilt)."""
     members = registry(group)
+    target = node.get("_target_") if isinstance(node, Mapping) else None
     if isinstance(stored, str) and _NAME.fullmatch(stored) and stored in members:
-        return stored
+        if target is None or _member_target(group, stored) in (None, target):
+            return stored
     if not isinstance(node, Mapping):
         return None
     if group == "decoder":
         return decoder_choice(node)
     name = node.get("name")
-    if isinstance(name, str) and name in members and members[name].get("_target_") in (None, node.get("_target_")):
+    if isinstance(name, str) and _NAME.fullmatch(name) and name in members \
+            and _member_target(group, name) in (None, target):
         return name
+    return None
+
+
+def _member_target(group: str, name: str) -> str | None:
+    """The class a ``conf/<group>`` member builds (its defaults list followed), None if unknown."""
+    member = registry(group).get(name) or {}
+    if member.get("_target_"):
+        return member["_target_"]
+    for parent in member.get("defaults") or ():
+        if isinstance(parent, str) and parent in registry(group):
+            return _member_target(group, parent)
     return None
 
 
