@@ -47,6 +47,7 @@ from mtad.run.results import (
     requested_limit,
     write_json_atomic,
 )
+from mtad.run.results.described import report_resume
 from mtad.run.results.segments import SEGMENT_FIELD, begin_segment, segments_summary
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,7 @@ def run(
     folder = PointFolder(output_dir or point.cfg.output_dir)
     with folder.lock(wait=bool(point.cfg.get("wait_lock", False))):
         folder.claim(point.identity, overrides, choices)
+        report_resume(folder.path, point.cfg)  # the folder's stored settings never run
         if not point.cfg.get("resume", True) and folder.file(SAMPLES_FILE).exists():
             aside = folder.file(f"samples.replaced-{now_utc().replace(':', '')}.jsonl")
             folder.file(SAMPLES_FILE).rename(aside)

@@ -297,7 +297,23 @@ def rebuild(d: Described, overrides: Sequence[str] = (), sections: Sequence[str]
         validate(cfg)
     except ConfigError as e:
         raise ConfigError(f"{d.where}: stored {e}") from None
-    resolved = {g: OmegaConf.to_container(cfg[g], resolve=True) for g in sections}
+    out.ignored += host_differences(d, cfg, sections)
+    if set(sections) == set(GROUPS) and d.identity_hash is not None:
+        try:
+            out.identity_differs = identity_hash(identity(cfg)) != d.identity_hash
+        except (KeyError, TypeError, ValueError):
+            out.identity_differs = True
+    return out
+
+
+def host_differences(d: Described, cfg: Any, sections: Sequence[str] = GROUPS) -> list[str]:
+    """``key: stored X, running Y`` for each host setting the folder stored that ``cfg`` (the
+    config this invocation runs) does not have."""
+    from omegaconf import OmegaConf
+
+    out = []
+    resolved = {g: OmegaConf.to_container(cfg[g], resolve=True) if cfg.get(g) is not None else {}
+                for g in sections}
     for key, stored in sorted(d.host.items()):
         section, rest = key.split(".", 1)
         if section not in sections:
@@ -305,13 +321,23 @@ def rebuild(d: Described, overrides: Sequence[str] = (), sections: Sequence[str]
         running = _get(resolved[section], rest)
         if running is _ABSENT or stored != running:
             now = "(not set)" if running is _ABSENT else _shown(running)
-            out.ignored.append(f"{key}: stored {_shown(stored)}, running {now}")
-    if set(sections) == set(GROUPS) and d.identity_hash is not None:
-        try:
-            out.identity_differs = identity_hash(identity(cfg)) != d.identity_hash
-        except (KeyError, TypeError, ValueError):
-            out.identity_differs = True
+            out.append(f"{key}: stored {_shown(stored)}, running {now}")
     return out
+
+
+def report_resume(path: Any, cfg: Any) -> None:
+    """One line when a folder being resumed stored host settings other than the run's own (the
+    run's are what run), or a stored config that is not data (it is replaced by the run's)."""
+    from mtad.core.io import BadResultsFile
+
+    try:
+        d = describe(path)
+    except (UntrustedConfig, BadResultsFile) as e:
+        log.warning("%s; the run writes its own config", e)
+        return
+    line = Rebuilt(cfg, host_differences(d, cfg)).report(path)
+    if line:
+        log.warning("%s", line)
 
 
 def report(rebuilt: Rebuilt, where: Any) -> None:

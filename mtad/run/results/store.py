@@ -13,11 +13,13 @@ its own lock) when it does not. Records are never copied or merged across folder
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from mtad.core.io import read_json, scan_jsonl
+from mtad.run.results.described import describe
 from mtad.run.results.folder import (
     CONFIG_FILE,
     INDEX_FILE,
@@ -28,6 +30,8 @@ from mtad.run.results.folder import (
     PointFolder,
     read_summary,
 )
+
+log = logging.getLogger(__name__)
 
 
 def is_point_folder(path: Path) -> bool:
@@ -90,7 +94,8 @@ class Store:
 class Catalog:
     """Every point folder under ``roots`` (up to ``depth`` levels down), by identity hash.
 
-    The results tree's one index of points: ``results/claims/<sweep>/<hash>/``,
+    Folders are read through ``mtad.run.results.described``: one whose stored config is not
+    data (code, interpolations) is left out with a warning. The results tree's one index of points: ``results/claims/<sweep>/<hash>/``,
     ``results/sweeps/<sweep>/<hash>/``, a run folder. Dot folders are skipped; a folder whose
     ``point.json`` is not a point file is left out (``claim`` would refuse it). Read once.
     """
@@ -109,9 +114,14 @@ class Catalog:
                     if d.resolve() in seen:
                         continue
                     seen.add(d.resolve())
+                    h = None
                     try:
                         h = PointFolder(d).identity_hash()
-                    except (IdentityMismatch, OSError, ValueError):
+                        if h is not None:
+                            describe(d)  # a folder whose stored config is not data is no one's point
+                    except (IdentityMismatch, OSError, ValueError) as e:  # UntrustedConfig, BadResultsFile
+                        if h is not None:
+                            log.warning("left out of the search for points: %s", e)
                         h = None
                     if h is not None:
                         self._by_hash.setdefault(h, []).append(d)
