@@ -170,3 +170,26 @@ def test_every_committed_point_rebuilds_to_its_own_identity():
     for p in sorted(ROOT.glob("results/**/point.json")):
         rebuilt = rebuild(describe(p.parent))
         assert not rebuilt.identity_differs and not rebuilt.ignored, (p.parent, rebuilt.ignored)
+
+
+@pytest.mark.parametrize("override", ["max_new_tokens=99999999999999999999", "max_new_tokens=9223372036854775808",
+                                      "temperature=inf", "temperature=nan", "top_k=9223372036854775807"])
+def test_numeric_knobs_are_finite_and_bounded(override, capsys):
+    from mtad.run.cli import check_overrides
+
+    with pytest.raises(SystemExit) as e:
+        check_overrides(["model=tiny_random", override])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and override.split("=")[0] in err, err
+
+
+def test_a_bad_value_given_as_an_interpolation_is_shown_as_written(monkeypatch):
+    """The checks never print what an interpolation resolves to (it may read a secret)."""
+    from mtad.run.cli import compose_config
+    from mtad.run.config import ConfigError, validate
+
+    monkeypatch.setenv("MTAD_TEST_SECRET", "s3cr3t-value")
+    cfg = compose_config(["model=tiny_random", "task=smoke", "task.scorer.timeout=${oc.env:MTAD_TEST_SECRET}"])
+    with pytest.raises(ConfigError) as e:
+        validate(cfg)
+    assert "s3cr3t-value" not in str(e.value) and "${oc.env:MTAD_TEST_SECRET}" in str(e.value)
