@@ -309,7 +309,11 @@ def c5_resume_link(env: Env) -> list[str]:
     target = folder / ".hydra" / "config.yaml"
     target.unlink(missing_ok=True)
     target.symlink_to(env.canary)
-    return ["run.py", *[o for o in TINY_RUN if not o.startswith("limit")], "limit=2", f"hydra.run.dir={folder}"]
+    ident = _read(folder / "point.json")["identity"]  # resume the very point the folder holds
+    same = [f"seed={ident['seed']}", f"max_new_tokens={ident['max_new_tokens']}",
+            *(f"{k}={v}" for k, v in ident["sampling"].items()), f"gamma={ident['decoder']['gamma']}"]
+    return ["run.py", *[o for o in TINY_RUN if not o.startswith(("limit", "max_new_tokens"))], "limit=2", *same,
+            f"hydra.run.dir={folder}"]
 
 
 def c5_render_out_link(env: Env) -> list[str]:
