@@ -418,8 +418,15 @@ def run_case(case: Case, checkout: Path, scratch: Path, server: Server | None = 
                 "TOKENIZERS_PARALLELISM": "false"}
     full_env.pop("PYTHONSTARTUP", None)
     out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    # the peak of the reader itself: a high-water mark survives exec, so a child forked from this
+    # (larger) process would start at this one's; /usr/bin/time forks it from a small process
+    timer = shutil.which("time", path="/usr/bin:/bin")
+    peak_file = env.scratch / ".peak_kb"
+    cmd = [python or sys.executable, *argv]
+    if timer:
+        cmd = [timer, "-f", "%M", "-o", str(peak_file), *cmd]
     t0 = time.monotonic()
-    proc = subprocess.Popen([python or sys.executable, *argv], cwd=env.checkout, env=full_env, stdout=out,
+    proc = subprocess.Popen(cmd, cwd=env.checkout, env=full_env, stdout=out,
                             stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
     timed_out = False
     while True:
@@ -445,8 +452,16 @@ def run_case(case: Case, checkout: Path, scratch: Path, server: Server | None = 
     else:
         canary = "untouched" if env.canary.read_bytes() == before else "changed"
     leaked = secret in stdout or secret in stderr or _secret_in_files(env.scratch, secret)
+    peak_kb = usage.ru_maxrss
+    try:
+        peak_kb = int(peak_file.read_text().split()[-1])
+    except (OSError, ValueError, IndexError):
+        pass  # killed before time wrote it, or no /usr/bin/time: the upper bound from wait4
+    rc = os.waitstatus_to_exitcode(status)
+    if timer and rc == 128 + signal.SIGKILL:  # time reports its child's kill as its own status
+        rc = -signal.SIGKILL
     result = Outcome(
-        rc=os.waitstatus_to_exitcode(status), seconds=seconds, peak_mb=usage.ru_maxrss / 1024,
+        rc=rc, seconds=seconds, peak_mb=peak_kb / 1024,
         timed_out=timed_out, stdout=stdout, stderr=stderr, canary=canary, requests=len(server.requests),
         secret_sent=server.secret_sent or any(secret in r for r in server.requests), leaked=leaked,
         folder_made=case.no_folder is not None and (env.scratch / case.no_folder).exists())
@@ -517,7 +532,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "Made by `python -m mtad.testing.hostile --before <old> --after <new>` (`mtad.testing.hostile`). "
         "Each reader runs as a user runs it, in a fresh interpreter working in the checkout; seconds and MB "
-        "are the whole process's wall time and peak resident memory. *written outside*: the canary file "
+        "are the whole process's wall time and peak resident memory (`/usr/bin/time`; for a reader killed at "
+        "its limit, an upper bound). *written outside*: the canary file "
         "outside every results folder was created or changed; *sent*: the local server got a request; "
         "*leaked*: the value of a secret environment variable appeared in an output or a file. *safe*: none "
         "of these, no hang, and a one-line refusal or a run that ended well. Cases marked with another "
