@@ -25,6 +25,7 @@ through it (:func:`_read_point` and :func:`_write_point`).
 from __future__ import annotations
 
 import argparse
+import inspect
 import logging
 import sys
 from collections.abc import Sequence
@@ -111,7 +112,8 @@ def build_scoring(cfg: Any, scorer_version: str | None = None, where: object = "
     task = instantiate(task_cfg)
     if scorer_cfg:
         version = resolve_version(scorer_cfg, scorer_version, where)
-        if version is not None:
+        takes = "version" in inspect.signature(get_class(scorer_cfg["_target_"])).parameters
+        if version is not None and takes:  # a scorer with one version takes none
             scorer_cfg["version"] = version
         scorer = instantiate(scorer_cfg)
     else:

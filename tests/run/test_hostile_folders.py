@@ -193,3 +193,21 @@ def test_a_bad_value_given_as_an_interpolation_is_shown_as_written(monkeypatch):
     with pytest.raises(ConfigError) as e:
         validate(cfg)
     assert "s3cr3t-value" not in str(e.value) and "${oc.env:MTAD_TEST_SECRET}" in str(e.value)
+
+
+def test_rescoring_a_committed_point_through_the_loader_keeps_its_scores(tmp_path):
+    """Rebuilt from conf/ by name (never from its stored scorer settings), a committed Rouge-L
+    point's scores come out as committed; a scorer with one version takes no version."""
+    import shutil
+
+    from mtad.analysis.rescore import main
+    from mtad.run.results import read_jsonl
+
+    src = ROOT / "results/claims/claims/7065df387b14"
+    folder = tmp_path / src.name
+    shutil.copytree(src, folder)
+    assert main([str(folder)]) == 0
+    assert json.loads((folder / "summary.json").read_text())["score"] == \
+        json.loads((src / "summary.json").read_text())["score"]
+    assert [r.get("score") for r in read_jsonl(folder / "samples.jsonl")] == \
+        [r.get("score") for r in read_jsonl(src / "samples.jsonl")]
