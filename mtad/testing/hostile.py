@@ -114,7 +114,7 @@ class Case:
     route: str  # the reader, as a user runs it
     attack: str
     build: Callable[[Env], list[str]]
-    expect: str = "refusal"  # after the fix: "refusal" (one line) or "run" (exit 0)
+    expect: str = "refusal"  # after the fix: "refusal" (one line), "run" (exit 0) or "either"
     fixed_by: str | None = None  # "file-access", "rendering", "SQL": another change's work
     limit_s: float = 60.0  # a run still going after this is killed (a hang)
     bound_s: float | None = None  # the time the reader must end within when safe
@@ -146,7 +146,8 @@ class Outcome:
         clean = (self.canary == "untouched" and not self.requests and not self.secret_sent
                  and not self.leaked and not self.timed_out and not self.folder_made)
         in_time = case.bound_s is None or self.seconds <= case.bound_s
-        ended = self.refusal if case.expect == "refusal" else (self.rc == 0 and "Traceback" not in self.stderr)
+        ran = self.rc == 0 and "Traceback" not in self.stderr
+        ended = {"refusal": self.refusal, "run": ran, "either": self.refusal or ran}[case.expect]
         return clean and in_time and ended
 
     def verdict(self) -> str:
@@ -380,7 +381,7 @@ CASES: list[Case] = [
     Case("5-resume-link", 5, "resume", "`.hydra/config.yaml` a link to a file outside", c5_resume_link,
          fixed_by="file-access", slow=True),
     Case("5-render-out-link", 5, "render", "`--out` folder holding a link to a file outside",
-         c5_render_out_link, fixed_by="file-access", slow=True),
+         c5_render_out_link, expect="either", fixed_by="file-access", slow=True),
     Case("6-rescore-fifo", 6, "rescore", "a FIFO in place of `summary.json`", c6_fifo_summary,
          fixed_by="file-access", limit_s=8.0, bound_s=5.0),
     Case("7-render-names", 7, "render", "decoder and task names with `=`, `|`, newlines, `$` and `/`", c7_names,
