@@ -30,13 +30,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
+from gpu_check import load_decoder  # noqa: E402  (no Hydra: a stock GPU node has none)
 
 from mtad.core.engine import Engine  # noqa: E402
 from mtad.core.sampling import InverseCdf, as_support, cdf_positions, device_multinomial, sample  # noqa: E402
 from mtad.core.warping import Warping  # noqa: E402
 from mtad.models.tiny import tiny_causal_lm  # noqa: E402
 from mtad.propose.tree import _draw_level  # noqa: E402
-from gpu_check import load_decoder  # noqa: E402  (no Hydra: a stock GPU node has none)
 from mtad.testing.streams import words_between  # noqa: E402
 
 VOCAB = 151_936

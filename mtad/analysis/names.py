@@ -39,12 +39,18 @@ def decoder_name(choices: Mapping[str, Any], config: Mapping[str, Any],
     target = str(decoder.get("_target_") or "")
     if not target:
         return _as_name((summary or {}).get("decoder"))
-    from mtad.run.results.targets import stored_object
+    from mtad.run.results.described import registry
 
-    try:  # only a class under mtad.decoders is looked up (UntrustedConfig for any other path)
-        name = getattr(stored_object(target, "decoder"), "name", None)
-    except (ImportError, AttributeError):  # a class that no longer exists: its module's name
-        name = None
+    name = None
+    # only a class the project's decoder configs name is looked up (conf/decoder/*.yaml): a
+    # stored path is never imported for its own sake
+    if any(member.get("_target_") == target for member in registry("decoder").values()):
+        from hydra.utils import get_class
+
+        try:
+            name = getattr(get_class(target), "name", None)
+        except (ImportError, AttributeError):  # a class that no longer exists: its module's name
+            name = None
     if isinstance(name, str) and name:
         return name
     parts = target.split(".")

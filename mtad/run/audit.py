@@ -3,7 +3,9 @@
 ``mtad-audit POINT [POINT ...] [--n 5] [--seed S] [--out audit.jsonl] [--table audit.md]``
 (``--all [ROOT]``: every committed point folder under ``ROOT``, ``results`` by default)
 draws ``n`` records of each point folder at random (``--seed``: the same draw on every run),
-regenerates each one with today's code (the point's stored ``config.json``, the record's seed
+regenerates each one with today's code (the point as its folder describes it, rebuilt from
+``conf/`` by ``mtad.run.results.described``: nothing the folder names is imported or resolved,
+and its host settings are this invocation's, ``--override KEY=VALUE``; the record's seed
 ``seed + 1000 * index + turn``, a later turn conditioned on the recorded earlier answers, as the
 run did) and compares the whole record (``compare_records``): tokens, steps, accepted tokens per
 step, the target's NLL and perplexity (``NUMBER_TOLERANCE``) and the score, in that order, and
@@ -166,13 +168,11 @@ def regenerated_record(pair, task, scorer, ex, ids, res, recorded: dict, turn: i
 
 
 def audit_point(folder: Path, n: int, seed: int, builder: _Builder, done: set, out: Path | None,
-                machine: dict, indices: set[int] | None = None) -> list[dict]:
+                machine: dict, indices: set[int] | None = None, overrides: list[str] | tuple = ()) -> list[dict]:
     """Audit ``n`` sampled records of ``folder`` (those not in ``done``); append each row to
     ``out`` as it finishes; return the rows. ``indices``: these examples' records instead of a
-    random draw."""
-    from omegaconf import OmegaConf
-
-    from mtad.run.results.identity import migrate
+    random draw. ``overrides``: this machine's settings (``key=value``), never the folder's."""
+    from mtad.run.results.described import describe, rebuild, report
 
     pf = PointFolder(folder)
     stored, _ = pf.stored()
@@ -186,7 +186,9 @@ def audit_point(folder: Path, n: int, seed: int, builder: _Builder, done: set, o
     picked = [r for r in chosen if (str(folder), int(r["index"]), int(r["turn"])) not in done]
     if not picked:
         return []
-    cfg = OmegaConf.create(migrate(read_json(pf.file("config.json"))))
+    rebuilt = rebuild(describe(folder), overrides)  # conf/ by name; refused in one line otherwise
+    report(rebuilt, shown_path(folder))
+    cfg = rebuilt.cfg
     summary = read_json(pf.file("summary.json")) or {}
     last_run = describe_provenance(summary.get("provenance"))
     pair, task, engine = builder.build(cfg)
@@ -469,6 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--records", default=None, metavar="I,J,...",
                    help="audit these example indices (every turn) instead of a random draw of --n")
     p.add_argument("--notes", type=Path, default=None, help="Markdown appended to --table (About this audit)")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="this machine's setting (e.g. task.data_dir=DIR), repeatable; never taken from a folder")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.n < 1:
@@ -521,8 +525,19 @@ def main(argv: list[str] | None = None) -> int:
     done = {(str(Path(r["point"])), r["index"], r["turn"]) for r in rows if r.get("seed") == args.seed}
     done |= {(str(f), i, t) for f in folders for (pt, i, t) in list(done) if pt == shown_path(f)}
     builder, machine = _Builder(), this_machine()
+    from mtad.run.config import ConfigError
+    from mtad.run.results import BadResultsFile
+    from mtad.run.results.described import describe, rebuild
+    from mtad.run.results.targets import UntrustedConfig
+
+    for f in folders:  # every folder checked before the first regeneration
+        try:
+            rebuild(describe(f), args.override)
+        except (ConfigError, UntrustedConfig, BadResultsFile) as e:
+            print(f"mtad-audit: {e}", file=sys.stderr)
+            return 2
     for f in folders:
-        for row in audit_point(f, args.n, args.seed, builder, done, args.out, machine, indices):
+        for row in audit_point(f, args.n, args.seed, builder, done, args.out, machine, indices, args.override):
             rows.append(row)
             if args.out is None:
                 print(json.dumps(row))

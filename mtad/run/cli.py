@@ -163,10 +163,13 @@ def _unwritten(parsed: Sequence, key: str, conf_dir: Path = CONF_DIR) -> str | N
 
 
 def check_jobs(jobs: Sequence[Sequence[str]], files: Sequence[Path] = (), conf_dir: Path = CONF_DIR) -> list:
-    """Compose every job once and check its values, knobs and scorer's preflight
-    (``mtad.run.config.check_scorer``); the composed configs, in order.
+    """Compose every job once and check its values, knobs, scorer's preflight
+    (``mtad.run.config.check_scorer``) and its task's data (loaded once per process, before
+    Hydra makes any run folder); the composed configs, in order.
     ConfigError names the first bad job (when there are several)."""
     from hydra import initialize_config_dir
+
+    from mtad.run.sweep.plan import check_task
 
     out = []
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
@@ -176,6 +179,9 @@ def check_jobs(jobs: Sequence[Sequence[str]], files: Sequence[Path] = (), conf_d
                 validate(cfg)
                 check_knobs(cfg, explicit_keys(job, files, conf_dir))
                 check_scorer(cfg)
+                available, reason, _, _ = check_task(cfg)
+                if not available:
+                    raise ConfigError(f"task {cfg.task.name}: {reason}")
             except ConfigError as e:
                 raise ConfigError(f"{e}" + (f"  [job: {' '.join(job)}]" if len(jobs) > 1 else "")) from None
             out.append(cfg)

@@ -50,6 +50,11 @@ GROUPS = ("model", "decoder", "task", "logger", "experiment")
 #: torch.manual_seed takes [-2**63, 2**64 - 1]; a seed up to 2**63 - 1 leaves room for the
 #: per-example seeds (seed + 1000 * index + turn).
 MAX_SEED = 2**63 - 1
+#: The longest generation any config may ask for: the longest context of a pair the project
+#: knows (128k tokens; ``mtad.run.evaluate`` also holds it to the loaded pair's own context).
+MAX_NEW_TOKENS = 1 << 17
+#: ``top_k`` above this is no longer a filter (no vocabulary comes near it; torch.topk takes int32).
+MAX_TOP_K = 2**31 - 1
 
 
 class ConfigError(ValueError):
@@ -106,10 +111,10 @@ class MtadConfig:
     gamma: Any = checked(GAMMA.rule, GAMMA.default)  # Any, not int: room for 'auto'
     tau: float = checked(TAU.rule, TAU.default)
     width: Any = checked(WIDTH.rule, WIDTH.default)  # Any, not int: room for 'auto'
-    temperature: float = checked(Rule("number", 0, means="0 = greedy", example="1.0"), 1.0)
-    top_k: int = checked(Rule("integer", 0, means="0 = disabled", example="10"), 10)
+    temperature: float = checked(Rule("number", 0, high_open=True, means="0 = greedy", example="1.0"), 1.0)
+    top_k: int = checked(Rule("integer", 0, MAX_TOP_K, means="0 = disabled", example="10"), 10)
     top_p: float = checked(Rule("number", 0, 1, low_open=True, hint="use top_p=1.0 to disable"), 0.9)
-    max_new_tokens: int = checked(_positive("128"), 128)
+    max_new_tokens: int = checked(Rule("integer", 1, MAX_NEW_TOKENS, example="128"), 128)
     limit: Optional[int] = checked(LIMIT, None)  # noqa: UP045 (OmegaConf reads typing.Optional)
     warmup: int = checked(Rule("integer", 0, means="untimed generations before the run", example="1"), 1)
     resume: bool = True
@@ -385,8 +390,23 @@ def _value(cfg: Any, name: str) -> Any:
     return value
 
 
+def _raw(cfg: Any, name: str) -> Any:
+    """The dotted field ``name`` as the config writes it (an interpolation unresolved)."""
+    from omegaconf import OmegaConf
+
+    head, _, leaf = name.rpartition(".")
+    try:
+        parent = OmegaConf.select(cfg, head) if head else cfg
+        if OmegaConf.is_config(parent):
+            return OmegaConf.to_container(parent, resolve=False).get(leaf, _ABSENT)
+    except Exception:
+        pass
+    return _ABSENT
+
+
 def _check(cfg: Any, schema: type, prefix: str) -> None:
-    """Every field of ``schema`` with a rule (sub-schemas included) that ``cfg`` has."""
+    """Every field of ``schema`` with a rule (sub-schemas included) that ``cfg`` has. A message
+    shows a value given as an interpolation as written, never resolved (it may read a secret)."""
     for f in dataclasses.fields(schema):
         path = f"{prefix}{f.name}"
         if "schema" in f.metadata:
@@ -396,7 +416,39 @@ def _check(cfg: Any, schema: type, prefix: str) -> None:
         rule = f.metadata.get("rule")
         value = _value(cfg, path) if rule else _ABSENT
         if value is not _ABSENT and not rule.ok(value):
-            raise ConfigError(field_message(path, value, rule))
+            raw = _raw(cfg, path)
+            shown = raw if isinstance(raw, str) and "${" in raw else value
+            raise ConfigError(field_message(path, shown, rule))
+
+
+#: Task fields that name a folder or a file on this machine (checked before any run folder is made).
+TASK_PATHS = {"data_dir": "folder", "problem_file": "file", "path": "file"}
+
+
+def check_paths(cfg: Any) -> None:
+    """Each path a task field names (``TASK_PATHS``) exists and is what it must be (a folder, a
+    regular file); ConfigError naming the field otherwise. Relative paths as the task reads them
+    (``mtad.tasks.common.data_root`` for ``data_dir``)."""
+    for name, kind in TASK_PATHS.items():
+        value = _value(cfg, f"task.{name}")
+        if value is _ABSENT or value is None:
+            continue
+        if not isinstance(value, str) or not value or "\x00" in value:
+            raise ConfigError(f"task.{name} must be a path, got {value!r}")
+        path = Path(value).expanduser()
+        if kind == "folder":
+            from mtad.tasks.common import project_root
+
+            root = project_root()
+            if not path.is_absolute() and root is not None and (root / path).exists():
+                path = root / path
+            ok = path.is_dir()
+        else:
+            ok = path.is_file()
+        if not ok:
+            what = "no such folder" if not path.exists() else f"not a {'folder' if kind == 'folder' else 'regular file'}"
+            raise ConfigError(f"task.{name}={value}: {what}; give an existing {kind} "
+                              f"(e.g. task.{name}=null for the project's own data)")
 
 
 def validate(cfg: Any) -> None:
@@ -414,6 +466,8 @@ def validate(cfg: Any) -> None:
     for section, schema in (("task", TaskChecks), ("model", ModelChecks)):
         if cfg.get(section) is not None:
             _check(cfg, schema, f"{section}.")
+    if cfg.get("task") is not None:
+        check_paths(cfg)
 
 
 def check_scorer(cfg: Any) -> None:

@@ -47,6 +47,7 @@ from mtad.run.results import (
     requested_limit,
     write_json_atomic,
 )
+from mtad.run.results.described import report_resume
 from mtad.run.results.segments import SEGMENT_FIELD, begin_segment, segments_summary
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,10 @@ def _build(cfg: DictConfig):
     scorer = instantiate(scorer_cfg) if scorer_cfg else getattr(task, "scorer", None)
     check_versions()  # before any model loads: a stack outside the tested range is refused
     pair = load_pair(cfg.model)
+    context = getattr(getattr(pair.target, "config", None), "max_position_embeddings", None)
+    if isinstance(context, int) and int(cfg.max_new_tokens) >= context:
+        raise ConfigError(f"max_new_tokens must be below the context of model pair {pair.name} "
+                          f"({context} tokens, prompt included), got {int(cfg.max_new_tokens)}")
     stop_sequences = StopSequences.from_tokenizer(getattr(task, "stop", ()), pair.tokenizer)
     engine = Engine(pair.target, pair.draft, decoder, warping, pair.vocab_size, pair.eos_token_ids,
                     stop_sequences)
@@ -117,6 +122,7 @@ def run(
     folder = PointFolder(output_dir or point.cfg.output_dir)
     with folder.lock(wait=bool(point.cfg.get("wait_lock", False))):
         folder.claim(point.identity, overrides, choices)
+        report_resume(folder.path, point.cfg)  # the folder's stored settings never run
         if not point.cfg.get("resume", True) and folder.file(SAMPLES_FILE).exists():
             aside = folder.file(f"samples.replaced-{now_utc().replace(':', '')}.jsonl")
             folder.file(SAMPLES_FILE).rename(aside)

@@ -71,10 +71,14 @@ def main(cfg: DictConfig) -> dict:
     choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra/") and v}
     overrides = list(hc.overrides.task)
     from mtad.run.config import check_scorer
+    from mtad.run.sweep.plan import check_task
 
     try:  # check_overrides checked the command line, with the other jobs of a multirun
         point = check(cfg)  # the config Hydra composed for this job: checked once, passed down
         check_scorer(cfg)  # e.g. HumanEval's bubblewrap: refused before the folder is claimed
+        available, reason, _, _ = check_task(cfg)  # its data (task.data_dir, ...): before any folder
+        if not available:
+            raise ConfigError(f"task {cfg.task.name}: {reason}")
         folder = PointFolder(cfg.output_dir)
         folder.refuse_another(point.identity)  # reads only: a refused folder is left as it was
         with folder.lock(wait=bool(cfg.get("wait_lock", False))):  # re-entered by run()

@@ -154,24 +154,23 @@ def all_sequences(vocab: int, length: int):
 def regenerate(folder, n: int = 1) -> list[tuple[list[int], list[int]]]:
     """Re-run the first ``n`` first-turn generations of a results folder with today's code.
 
-    Reads the folder's resolved ``config.json`` (class paths that moved since: their new place,
-    ``mtad.run.results.identity.migrate``), builds its pair, decoder and task as the run
-    did (``mtad.run.evaluate.build``) and generates each example's first turn with the record's
+    Reads the point as its folder describes it and rebuilds it from ``conf/``
+    (``mtad.run.results.described``: nothing the folder names is imported or resolved, its
+    host settings are this machine's), builds its pair, decoder and task as the run did
+    (``mtad.run.evaluate.build``) and generates each example's first turn with the record's
     seed. Returns (recorded, regenerated) ``output_ids`` per record: equal when the code
     still produces what is committed (on a CPU whose float kernels match the recording one).
     """
-    import json
     from pathlib import Path
 
-    from omegaconf import OmegaConf
-
-    from mtad.core.io import json_cap, read_capped, read_jsonl
+    from mtad.core.io import read_jsonl
     from mtad.run.evaluate import build
-    from mtad.run.results.targets import trusted_config
+    from mtad.run.results.described import describe, rebuild, report
 
     folder = Path(folder)
-    cfg = OmegaConf.create(trusted_config(json.loads(read_capped(folder / "config.json", json_cap("config.json"))), folder,
-                                                resolve=True))
+    rebuilt = rebuild(describe(folder))
+    report(rebuilt, folder)
+    cfg = rebuilt.cfg
     records = read_jsonl(folder / "samples.jsonl")
     records = sorted((r for r in records if r.get("turn", 0) == 0), key=lambda r: r["index"])[:n]
     pair, _, task, _, engine, _ = build(cfg)

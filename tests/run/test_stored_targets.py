@@ -95,10 +95,15 @@ def test_readers_refuse_a_folder_naming_other_code(tmp_path, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(folder) in err and "shutil.copyfile" in err, err
-    # a decoder path is looked up only under mtad.decoders, and only where it is defined
+    # a decoder path is looked up only when a config of conf/decoder/ names it: others are
+    # shown by their module's name, never imported
+    import sys
+
+    sys.modules.pop("this", None)
     for target in ("this.X", "shutil.copyfile", "mtad.decoders.compose.Beam"):
-        with pytest.raises(UntrustedConfig):
-            decoder_name({}, {"decoder": {"_target_": target}})
+        assert decoder_name({}, {"decoder": {"_target_": target}}) in ("this.X", "shutil.copyfile", "compose")
+    assert "this" not in sys.modules
+    assert decoder_name({}, {"decoder": {"_target_": "mtad.decoders.tree_mtad.TreeMTAD"}}) == "tree_mtad"
     assert not dest.exists()
 
 

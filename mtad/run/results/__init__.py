@@ -5,6 +5,9 @@
 - ``mtad.run.results.identity``: a point's identity (what changes the generated tokens) and hash;
 - ``mtad.run.results.folder``: one point's folder: lock, claim (refuse another point's folder,
   adopt a legacy one), self-check and repair of ``samples.jsonl``, status;
+- ``mtad.run.results.described``: the one loader of stored configs: a folder as a description
+  of what was run, rebuilt from ``conf/`` with the reader's own host settings (docs/trust.md);
+  ``mtad.run.results.targets``: the checks that keep a stored config data;
 - ``mtad.run.results.store``: a folder of points: find a point (legacy folders included, and
   with a ``Catalog`` any folder under the results tree holding it), list the points of a
   sweep, multirun or single run for readers.

@@ -59,6 +59,7 @@ from mtad.run.results.identity import (
     requested_limit,
 )
 from mtad.run.results.segments import SEGMENTS_FILE
+from mtad.run.results.targets import data_only, trusted_config
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,13 @@ def read_summary(path: str | Path) -> dict | None:
                 f"{path} holds fields of the wrong type ({'; '.join(bad[:3])}); move the file away "
                 "(its point is then summarised again from its records)")
     return summary
+
+
+def _hash_of(ident: Any) -> str | None:
+    try:
+        return identity_hash(ident)
+    except (TypeError, ValueError):
+        return None
 
 
 def covers(have: int | None, want: int | None) -> bool:
@@ -258,7 +266,12 @@ class PointFolder:
         if point is not None and isinstance(point.get("identity"), dict) \
                 and not field_problems(point, POINT_FIELDS):
             if point.get("format") == FORMAT and isinstance(point.get("identity_hash"), str):
-                return point
+                if _hash_of(point["identity"]) == point["identity_hash"]:  # a folder cannot claim
+                    return point  # a point its identity does not describe
+                raise NotAPointFile(
+                    f"{path} names identity_hash {point['identity_hash'][:20]!r}, which is not the hash of "
+                    "the identity it stores; move the folder away or choose another folder "
+                    "(run.py: hydra.run.dir=<new folder>)")
             if "format" not in point and isinstance(point.get("hash"), str):
                 return point
         raise NotAPointFile(
@@ -278,8 +291,10 @@ class PointFolder:
         for cfg in (read_json(self.file(CONFIG_FILE)), summary.get("config")):
             if isinstance(cfg, dict):
                 try:
+                    trusted_config(cfg, self.path)  # data only: code and interpolations refused
+                    data_only(cfg, self.path)
                     return identity(cfg, LEGACY_DECODER_VERSION), "legacy"
-                except (KeyError, TypeError, ValueError):
+                except (KeyError, TypeError, ValueError):  # UntrustedConfig: a ValueError
                     continue
         return None, None
 

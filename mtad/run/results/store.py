@@ -17,11 +17,13 @@ walking a store, a catalog root or a sweep's index that is a link is refused in 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from mtad.core.io import UnsafeResultsFile, read_json, refuse_link, scan_jsonl
+from mtad.run.results.described import describe
 from mtad.run.results.folder import (
     CONFIG_FILE,
     INDEX_FILE,
@@ -32,7 +34,8 @@ from mtad.run.results.folder import (
     PointFolder,
     read_summary,
 )
-from mtad.run.results.targets import trusted_config
+
+log = logging.getLogger(__name__)
 
 
 def is_point_folder(path: Path) -> bool:
@@ -100,7 +103,8 @@ class Store:
 class Catalog:
     """Every point folder under ``roots`` (up to ``depth`` levels down), by identity hash.
 
-    The results tree's one index of points: ``results/claims/<sweep>/<hash>/``,
+    Folders are read through ``mtad.run.results.described``: one whose stored config is not
+    data (code, interpolations) is left out with a warning. The results tree's one index of points: ``results/claims/<sweep>/<hash>/``,
     ``results/sweeps/<sweep>/<hash>/``, a run folder. Dot folders are skipped; a folder whose
     ``point.json`` is not a point file is left out (``claim`` would refuse it). Read once.
     """
@@ -119,11 +123,16 @@ class Catalog:
                     if d.resolve() in seen:
                         continue
                     seen.add(d.resolve())
+                    h = None
                     try:
                         h = PointFolder(d).identity_hash()
+                        if h is not None:
+                            describe(d)  # a folder whose stored config is not data is no one's point
                     except UnsafeResultsFile:
                         raise
-                    except (IdentityMismatch, OSError, ValueError):
+                    except (IdentityMismatch, OSError, ValueError) as e:  # UntrustedConfig, BadResultsFile
+                        if h is not None:
+                            log.warning("left out of the search for points: %s", e)
                         h = None
                     if h is not None:
                         self._by_hash.setdefault(h, []).append(d)
@@ -166,19 +175,19 @@ def _walk(root: Path, depth: int) -> Iterator[Path]:
 def load_point(path: str | Path) -> dict[str, Any]:
     """What a reader needs of one point folder: its files' contents and its status.
 
-    ``config`` is the stored resolved config without the top-level knobs that are not fields of
+    Read through ``mtad.run.results.described`` (the one loader of stored configs: nothing in
+    them is imported or resolved). ``config`` is the stored resolved config without the top-level knobs that are not fields of
     its decoder (a multinomial run shows no gamma), so labels and baselines see only what
     changed the tokens.
     """
+    from mtad.run.results.described import describe
     from mtad.run.results.folder import ERROR_FILE, SKIPPED_FILE
 
     path = Path(path)
     folder = PointFolder(path)
-    point = read_json(path / POINT_FILE) or {}
     summary = read_summary(path / SUMMARY_FILE)
-    legacy_config = point.get("identity") if not point.get("format") else None
-    config = (summary or {}).get("config") or read_json(path / CONFIG_FILE) or legacy_config or {}
-    config = trusted_config(config, path)  # moved class paths migrated; code outside the project refused
+    described = describe(path)  # data only: code, interpolations refused in one line
+    config = described.config
     status, reason = "pending", None
     if summary is not None:
         status = "done"
@@ -191,7 +200,7 @@ def load_point(path: str | Path) -> dict[str, Any]:
     return {
         "dir": path,
         "identity_hash": folder.identity_hash(),
-        "choices": point.get("choices") or {},
+        "choices": described.choices,
         "config": used_config(config),
         "summary": summary,
         "status": status,

@@ -17,7 +17,11 @@ path (``mtad.analysis.names``) go through here:
   ``os`` does not make ``mtad.tasks.common.os.system`` one of the project's names) and it is
   a class (a builder function for ``model``).
 
+- ``data_only(config, where)``: refuses a stored string holding an interpolation (``${...}``,
+  never resolved nor shown resolved) and a key that is not a string.
+
 A refusal is ``UntrustedConfig``, one line naming the folder, the place and the path.
+``mtad.run.results.described`` is the loader every reader uses; it applies these checks.
 """
 
 from __future__ import annotations
@@ -100,3 +104,22 @@ def stored_object(target: str, place: str, where: Any = "stored config") -> Any:
         raise _refuse(where, place, target, f"which is {obj.__module__}.{obj.__qualname__}, "
                       "defined elsewhere")
     return obj
+
+
+def data_only(config: Any, where: Any, place: str = "") -> None:
+    """UntrustedConfig when a stored value could be more than data: a string holding an
+    interpolation (``${...}``: it is never resolved, nor shown resolved) or a key that is not
+    a string."""
+    if isinstance(config, Mapping):
+        for key, value in config.items():
+            if not isinstance(key, str):
+                raise UntrustedConfig(f"{where}: stored config has a key {str(key)[:40]!r} that is not "
+                                      "a string; refusing to load it (results folders are data)")
+            data_only(value, where, f"{place}.{key}" if place else key)
+    elif isinstance(config, list):
+        for i, value in enumerate(config):
+            data_only(value, where, f"{place}[{i}]")
+    elif isinstance(config, str) and "${" in config:
+        raise UntrustedConfig(
+            f"{where}: stored config holds an interpolation at {place} ({config[:60]!r}, never "
+            "resolved); refusing to load it (results folders are data: nothing in them is resolved)")

@@ -37,6 +37,7 @@ from mtad.run.results import (
     FORMAT,
     POINT_FILE,
     SUMMARY_FILE,
+    BadResultsFile,
     PointFolder,
     identity,
     identity_hash,
@@ -46,8 +47,10 @@ from mtad.run.results import (
     record_key,
     write_json_atomic,
 )
+from mtad.run.results.described import describe as describe_folder
 from mtad.run.results.identity import STOP_KEYS, stop_set, without_stop
 from mtad.run.results.store import is_point_folder
+from mtad.run.results.targets import UntrustedConfig
 from mtad.run.sweep.plan import Point, Sweep, load
 
 log = logging.getLogger(__name__)
@@ -99,6 +102,11 @@ def _earlier(sweep: Sweep, ident: dict, new_hash: str) -> list[PointFolder]:
         refuse_link(d)  # a linked folder would lead the adoption's writes out of the sweep
         stored, kind = PointFolder(d).stored()
         if kind == "current" and identity_hash(stored) != new_hash and without_stop(stored) == want:
+            try:
+                describe_folder(d)  # its stored config is data (mtad.run.results.described), or it is not adopted
+            except (UntrustedConfig, BadResultsFile) as e:
+                log.warning("not adopted: %s", e)
+                continue
             out.append(PointFolder(d))
     return out
 
