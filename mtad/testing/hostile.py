@@ -17,8 +17,9 @@ or file (leaked), whether a run folder was made. ``Outcome.safe`` is the bar: no
 written outside, sent or leaked, no hang, and either a refusal in one line (exit 2, no
 traceback) or a run that ended well.
 
-The cases of classes 5-8 (``fixed_by``) belong to the file-access, rendering and SQL work;
-the others to the loader of stored configs (``mtad.run.results.described``).
+Each case names the protection that holds it (``fixed_by``): the safe file access of
+``mtad.core.io`` (5-6), the escaping of ``mtad.core.escape`` (7), the SQL child process of
+``eval.sql_exec`` (8); the others, the loader of stored configs (``mtad.run.results.described``).
 ``tests/run/test_hostile_folders.py`` runs every case; the command above measures each one
 against two checkouts and writes the before/after table.
 """
@@ -115,7 +116,7 @@ class Case:
     attack: str
     build: Callable[[Env], list[str]]
     expect: str = "refusal"  # after the fix: "refusal" (one line), "run" (exit 0) or "either"
-    fixed_by: str | None = None  # "file-access", "rendering", "SQL": another change's work
+    fixed_by: str | None = None  # "file-access", "rendering", "SQL": the protection (None: the loader)
     limit_s: float = 60.0  # a run still going after this is killed (a hang)
     bound_s: float | None = None  # the time the reader must end within when safe
     no_folder: Path | None = None  # relative to scratch: must not exist afterwards

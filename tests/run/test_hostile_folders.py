@@ -29,9 +29,6 @@ DEFAULT = {"1-rescore-sandbox", "2-rescore-problem-file", "3-audit-copyfile", "4
 
 def _param(case):
     marks = []
-    if case.fixed_by:
-        # fixed by the file-access / rendering / SQL work
-        marks.append(pytest.mark.xfail(strict=True, reason=f"fixed by the {case.fixed_by} work"))
     if case.key not in DEFAULT:
         marks.append(pytest.mark.slow)
     return pytest.param(case, id=case.key, marks=marks)
