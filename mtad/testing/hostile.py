@@ -498,6 +498,30 @@ def _row(case: Case, before: Outcome | None, after: Outcome) -> str:
                               "yes" if after.safe(case) else "**no**"]) + " |"
 
 
+def _checkout_text(checkout: Path) -> str:
+    """A checkout's commit and the files it changes beyond it (what ran is that commit plus them)."""
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-C", str(checkout), *a], capture_output=True, text=True,
+                              timeout=30).stdout.strip()
+
+    changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()]
+    return f"commit `{git('rev-parse', '--short', 'HEAD')}`" + (
+        f" with uncommitted changes to {', '.join(f'`{c}`' for c in changed)}" if changed else "")
+
+
+def _machine_text() -> str:
+    """This machine's CPU model and core count, as /proc/cpuinfo says."""
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mtad.testing.hostile", description=__doc__.split("\n\n")[0])
     ap.add_argument("--before", type=Path, help="the checkout before the change")
@@ -538,8 +562,12 @@ def main(argv: list[str] | None = None) -> int:
         "its limit, an upper bound). *written outside*: the canary file "
         "outside every results folder was created or changed; *sent*: the local server got a request; "
         "*leaked*: the value of a secret environment variable appeared in an output or a file. *safe*: none "
-        "of these, no hang, and a one-line refusal or a run that ended well. Cases marked with another "
-        "change's name (file-access, rendering, SQL) are fixed there.",
+        "of these, no hang, and a one-line refusal or a run that ended well. In parentheses after an attack: "
+        "the protection that holds it (file-access: `mtad.core.io`; rendering: `mtad.core.escape`; SQL: "
+        "`eval.sql_exec`; none: the loader of stored configs, `mtad.run.results.described`).",
+        "",
+        *[f"- {side}: {_checkout_text(c)}" for side, c in (("before", args.before), ("after", args.after)) if c],
+        f"- machine: {_machine_text()}",
         "",
         "| class | reader | attack | before s | before MB | before | after s | after MB | after | safe |",
         "|---|---|---|---|---|---|---|---|---|---|",
