@@ -535,9 +535,15 @@ class PendingDraws:
     length: int  # V: the exponentials taken
     dtype: torch.dtype  # theirs (the rows')
     cdf: bool = False  # drawn by inverse CDF: one uniform taken, whichever row commits
+    committed: bool = False  # a row was committed (``commit`` takes one)
 
     def commit(self, i: int, generator: torch.Generator) -> int:
-        """Row ``i``'s token, the generator left as the host draw on row ``i`` leaves it."""
+        """Row ``i``'s token, the generator left as the host draw on row ``i`` leaves it. Once: every
+        row was drawn with the same random numbers, so a second row's token would depend on the
+        first's (a second draw takes fresh ones: ``device_draws`` again)."""
+        if self.committed:
+            raise RuntimeError("a pending draw commits one row once; draw again for another row")
+        object.__setattr__(self, "committed", True)  # frozen otherwise
         size = self.sizes[i]
         if size == 0:
             generator.set_state(self.state)

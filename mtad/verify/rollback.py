@@ -128,4 +128,17 @@ class Rollback:
         # plain temperature on an accelerator, or a support past the bound: no row read back
         x, _ = scores.fed()
         pending = device_draws(p, ctx.generator, extra=[p[torch.arange(n, device=p.device), x]], length=length)
-        return pending.extra, lambda i: pending.commit(i, ctx.generator)  # one pick follows
+        picked: list[int] = []
+
+        def pick(i: int) -> int:
+            # the first pick commits a pending draw; a second one (the rolled-back token equalled
+            # the draft's, so the last row is drawn too) takes fresh random numbers, as the host
+            # path's sequential draws do: committing a second row of the same pending draws would
+            # reuse the first draw's random numbers (one uniform under the inverse CDF), and the
+            # second token would depend on the first
+            if not picked:
+                picked.append(i)
+                return pending.commit(i, ctx.generator)
+            return device_draws(p[i : i + 1], ctx.generator).commit(0, ctx.generator)
+
+        return pending.extra, pick

@@ -15,6 +15,7 @@ import torch
 import mtad.verify
 from mtad.autotune.costmodel import PROFILES, profile_kind
 from mtad.core.decoder import StepContext
+from mtad.core.knobs import sampling_of
 from mtad.core.protocols import PROPOSER_KINDS, ROOT, TARGET_PASSES, ProposerKind, TargetPass
 from mtad.core.runner import ModelRunner
 from mtad.core.tree import Beams, TokenTree
@@ -23,6 +24,7 @@ from mtad.propose.beam import Beam
 from mtad.propose.chain import Chain, ConfidenceRun
 from mtad.propose.tree import Chains, Tree
 from mtad.verify.chain import SpeculativeChain
+from mtad.verify.greedy import GreedyMatch
 from mtad.verify.multidraft import MultiDraft
 from mtad.verify.rollback import Rollback
 from mtad.verify.score import score
@@ -94,6 +96,7 @@ PAIRS = [
     (Beam(), 3, TreeThreshold(0.5)),
     (Tree([2, 2, 2]), 1, MultiDraft("specinfer")),
     (Chains(3), 1, MultiDraft("spectr")),
+    (Chain(), 1, GreedyMatch()),
 ]
 
 
@@ -108,7 +111,9 @@ def test_every_verifier_declares_a_target_pass_of_the_vocabulary():
 @pytest.mark.parametrize("proposer, width, verifier", PAIRS,
                          ids=[f"{type(v).__name__}" for _, _, v in PAIRS])
 def test_target_pass_says_what_the_one_pass_scores(toy_pair, proposer, width, verifier):
-    ctx = _ctx(toy_pair, Warping(1.0))
+    # plain temperature where the pieces take it, else temperature 0 (a greedy-only verifier)
+    plain = all(sampling_of(piece).problem(1.0) is None for piece in (proposer, verifier))
+    ctx = _ctx(toy_pair, Warping(1.0 if plain else 0.0))
     tree = proposer.propose(ctx, 3, width)
     fed = []
     real = ctx.target.forward

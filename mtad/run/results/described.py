@@ -201,7 +201,9 @@ def describe(path: str | Path) -> Described:
     config = stored_config(path, point, summary)
     raw_choices = point.get("choices") if isinstance(point.get("choices"), dict) else {}
     data_only(raw_choices, path, "choices")
-    choices = {g: str(v) for g, v in raw_choices.items() if isinstance(v, str) and _WORD.fullmatch(v)}
+    # stored names are labels only (escaped where shown); a lookup in conf/ (_choice) takes a
+    # member's own name and nothing else
+    choices = {g: v for g, v in raw_choices.items() if isinstance(g, str) and isinstance(v, str) and len(v) <= 1000}
     decoder = config.get("decoder") if isinstance(config.get("decoder"), dict) else {}
     task = config.get("task") if isinstance(config.get("task"), dict) else {}
     model = config.get("model") if isinstance(config.get("model"), dict) else {}
