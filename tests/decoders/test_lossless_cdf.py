@@ -19,8 +19,14 @@ def _check(toy_pair, name, warping):
     assert pval > ALPHA, f"{name} at {warping} (inverse CDF): output differs from the warped target (p={pval:.2e})"
 
 
-@pytest.mark.parametrize("warping", list(WARPINGS))
-@pytest.mark.parametrize("name", DECODERS)
+#: the default suite's cases: each decoder once, each warping twice; the rest are slow (each
+#: case is some 30 s of one core)
+DEFAULT = {("spd", "T1"), ("specinfer", "T0.9-p0.8"), ("mcss", "T1"), ("spectr", "T0.9-p0.8")}
+
+
+@pytest.mark.parametrize("name, warping", [
+    pytest.param(n, w, marks=[] if (n, w) in DEFAULT else [pytest.mark.slow], id=f"{n}-{w}")
+    for n in DECODERS for w in WARPINGS])
 def test_inverse_cdf_draws_are_lossless(toy_pair, name, warping):
     _check(toy_pair, name, warping)
 
