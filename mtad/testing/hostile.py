@@ -502,7 +502,7 @@ def _checkout_text(checkout: Path) -> str:
     """A checkout's commit and the files it changes beyond it (what ran is that commit plus them)."""
     def git(*a: str) -> str:
         return subprocess.run(["git", "-C", str(checkout), *a], capture_output=True, text=True,
-                              timeout=30).stdout.strip()
+                              timeout=30).stdout.rstrip("\n")  # porcelain lines start with a space
 
     changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()]
     return f"commit `{git('rev-parse', '--short', 'HEAD')}`" + (
