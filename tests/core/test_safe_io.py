@@ -8,7 +8,6 @@ import contextlib
 import os
 import signal
 import socket
-import time
 from pathlib import Path
 
 import pytest
@@ -66,10 +65,8 @@ def test_a_reader_refuses_anything_but_a_regular_file_at_once(specials, reader, 
     path, what = specials[name]
     if name == "dangling" and reader == "read_json":
         what = "symbolic link"
-    t0 = time.perf_counter()
-    with deadline(5), pytest.raises(io.UnsafeResultsFile) as e:
+    with deadline(5), pytest.raises(io.UnsafeResultsFile) as e:  # a hang fails, no timing asserted
         getattr(io, reader)(path)
-    assert time.perf_counter() - t0 < 1.0
     message = str(e.value)
     assert "\n" not in message and str(path) in message and what in message
 
