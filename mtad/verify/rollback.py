@@ -135,7 +135,9 @@ class Rollback:
             # the draft's, so the last row is drawn too) takes fresh random numbers, as the host
             # path's sequential draws do: committing a second row of the same pending draws would
             # reuse the first draw's random numbers (one uniform under the inverse CDF), and the
-            # second token would depend on the first
+            # second token would depend on the first. No version bump: on the CPU this branch runs
+            # only under the inverse CDF (new, no committed record, fingerprints unchanged); the host
+            # path (every committed BiLD record) draws sequentially as before
             if not picked:
                 picked.append(i)
                 return pending.commit(i, ctx.generator)
