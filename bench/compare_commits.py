@@ -29,6 +29,7 @@ import json
 import math
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -89,6 +90,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--new", default="HEAD")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="results/bench/compare_commits.md")
+    ap.add_argument("--keep", default=None, metavar="DIR",
+                    help="also copy every recorded run's JSON here (COMMIT_ROUND.json): each commit's own "
+                         "goals table, `python bench/overhead.py --report DIR/COMMIT_ROUND.json`")
     args = ap.parse_args(argv)
     if args.summary:
         for (system, vocab), (lo, hi) in summary(Path(args.summary)).items():
@@ -119,6 +123,9 @@ def main(argv: list[str] | None = None) -> None:
                     print(f"[round {rnd}] {c}", file=sys.stderr, flush=True)
                     out = Path(tmp) / f"{c}_{rnd}.json"
                     run(c, out)
+                    if args.keep:
+                        Path(args.keep).mkdir(parents=True, exist_ok=True)
+                        shutil.copyfile(out, Path(args.keep) / out.name)
                     runs[c].append(per_token(out))
                     walls[c].append(per_token(out, "wall"))
         finally:

@@ -94,6 +94,16 @@ def result_line(compared: dict[str, Any]) -> str:
     return f"{first} differs"
 
 
+#: The per-record metrics an audit row keeps of both records (``metrics``), for the statistical
+#: audit (``mtad.run.audit_stats``): what the tables aggregate per example.
+METRICS = ("new_tokens", "steps", "nll_sum", "perplexity", "score")
+
+
+def record_metrics(record: dict) -> dict[str, Any]:
+    """``METRICS`` of a record (None where it holds no such field)."""
+    return {k: record.get(k) for k in METRICS}
+
+
 def sample_records(records: list[dict], n: int, seed: int, point: str) -> list[dict]:
     """``n`` records drawn without replacement, the same for the same (seed, point)."""
     rng = random.Random(f"{seed}:{point}")
@@ -223,7 +233,8 @@ def audit_point(folder: Path, n: int, seed: int, builder: _Builder, done: set, o
             now = regenerated_record(pair, task, _scorer(cfg, task), ex, ids, res, r, turn, previous)
             compared = compare_records(r, now)
             row.update(result=result_line(compared), **compared, recorded_tokens=len(r["output_ids"]),
-                       regenerated_tokens=len(res.output_ids))
+                       regenerated_tokens=len(res.output_ids),
+                       metrics={"recorded": record_metrics(r), "regenerated": record_metrics(now)})
         except Exception as e:  # noqa: BLE001  (a record that cannot be regenerated is a finding)
             row.update(result=f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200],
                        diverged_at=None)
@@ -471,6 +482,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--records", default=None, metavar="I,J,...",
                    help="audit these example indices (every turn) instead of a random draw of --n")
     p.add_argument("--notes", type=Path, default=None, help="Markdown appended to --table (About this audit)")
+    p.add_argument("--stat-table", type=Path, default=None, metavar="FILE.md",
+                   help="also (re)write the statistical audit of the POINTs (mtad.run.audit_stats) from --out")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="this machine's setting (e.g. task.data_dir=DIR), repeatable; never taken from a folder")
     args = p.parse_args(argv)
@@ -499,10 +512,18 @@ def main(argv: list[str] | None = None) -> int:
     shown = [shown_path(f) for f in folders]
     rows = read_jsonl(args.out) if args.out is not None and args.out.exists() else []
     command = "mtad-audit " + " ".join(
-        [f"--n {args.n}", f"--seed {args.seed}"] + ([f"--out {shown_path(args.out)}"] if args.out else [])
+        ([f"--records {args.records}"] if args.records else [f"--n {args.n}"]) + [f"--seed {args.seed}"]
+        + ([f"--out {shown_path(args.out)}"] if args.out else [])
         + ([f"POINT x{len(args.points)}"] if args.points else []) + ([f"--all {args.all}"] if args.all else []))
 
     def write_table():
+        if args.stat_table is not None:
+            from mtad.run import audit_stats
+
+            totals = {shown_path(f): len({r["example_id"] for r in read_jsonl(f / "samples.jsonl")}) for f in folders}
+            args.stat_table.parent.mkdir(parents=True, exist_ok=True)
+            notes = args.notes.read_text() if args.notes is not None and args.notes.exists() else None
+            write_text_atomic(args.stat_table, audit_stats.render(rows, shown, totals, command, notes))
         if args.table is not None:
             args.table.parent.mkdir(parents=True, exist_ok=True)
             notes = args.notes.read_text() if args.notes is not None and args.notes.exists() else None

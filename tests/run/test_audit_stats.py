@@ -1,0 +1,82 @@
+"""The statistical audit (``mtad.run.audit_stats``): regenerated metrics against committed ones,
+paired by example, with a stated criterion."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+from mtad.run.audit import main as audit_main
+from mtad.run.audit_stats import compare_point, render
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = ROOT / "results/sweeps/table2_smoke/22805486e9c6"  # SpD on the tiny pair: any CPU reproduces it
+
+
+def _smoke_point() -> Path:
+    return SMOKE
+
+
+def _rows(n: int, shift_ppl: float = 0.0, shift_be: float = 0.0, flip: int = 0, seed: int = 0) -> list[dict]:
+    """Audit rows of ``n`` examples whose regenerated records are independent draws from the
+    committed ones' distribution, plus planted shifts."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        def draw(shift_p=0.0, shift_b=0.0, score=None):
+            tokens = 64
+            steps = max(1, round(tokens / (3.0 + shift_b + rng.gauss(0, 0.3))))
+            nll = tokens * max(0.01, 0.2 + shift_p + rng.gauss(0, 0.05))
+            return {"new_tokens": tokens, "steps": steps, "nll_sum": nll, "perplexity": None,
+                    "score": score if score is not None else float(rng.random() < 0.6)}
+        rec = draw()
+        now = draw(shift_ppl, shift_be, score=(1.0 if i < flip else None))
+        rows.append({"point": "p", "decoder": "spd", "task": "t", "example_id": f"ex{i}", "index": i, "turn": 0,
+                     "result": "diverged at token 0", "point_last_run": "x", "audited_on": "y",
+                     "metrics": {"recorded": rec, "regenerated": now}})
+    return rows
+
+
+def test_same_distribution_is_consistent_and_planted_shifts_are_not():
+    assert compare_point(_rows(40))["verdict"] == "consistent"
+    shifted = compare_point(_rows(40, shift_ppl=0.1))
+    assert shifted["verdict"] == "not consistent: perplexity"
+    assert shifted["metrics"]["perplexity"]["low"] > 1.0  # regenerated perplexity higher
+    assert compare_point(_rows(40, shift_be=1.5))["verdict"] == "not consistent: block efficiency"
+
+
+def test_identical_records_agree_without_an_interval():
+    rows = _rows(5)
+    for r in rows:
+        r["metrics"]["regenerated"] = dict(r["metrics"]["recorded"])
+        r["result"] = "identical"
+    c = compare_point(rows)
+    assert c["verdict"] == "consistent" and c["identical"] == 5
+    # every pair differing alike (a constant shift) is a difference, not "no spread, so fine"
+    for r in rows:
+        r["metrics"]["regenerated"]["steps"] += 1
+    assert compare_point(rows)["verdict"] == "not consistent: block efficiency"
+
+
+def test_turns_are_pooled_per_example():
+    rows = _rows(3)
+    second = json.loads(json.dumps(rows[0]))
+    second["turn"] = 1
+    rows.append(second)
+    c = compare_point(rows)
+    assert c["examples"] == 3 and c["records"] == 4
+
+
+def test_audit_keeps_both_records_metrics_and_writes_the_statistical_table(tmp_path):
+    point = tmp_path / "point"
+    shutil.copytree(_smoke_point(), point)
+    out, stat = tmp_path / "audit.jsonl", tmp_path / "stat.md"
+    assert audit_main([str(point), "--records", "0,1", "--out", str(out), "--stat-table", str(stat)]) == 0
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert rows and all(set(r["metrics"]) == {"recorded", "regenerated"} for r in rows)
+    assert all(r["metrics"]["recorded"]["new_tokens"] == r["metrics"]["regenerated"]["new_tokens"] for r in rows)
+    text = stat.read_text()
+    assert "| consistent |" in text and "--records 0,1" in text
+    assert render(rows, [rows[0]["point"], "other"], {}).count("| not audited |") == 1
