@@ -74,8 +74,8 @@ def diverging_points(audit_dir: Path | None) -> set[Path]:
     out = set()
     for path in sorted(audit_dir.glob("*.jsonl")):
         for row in _lines(path):
-            if row.get("point") and row.get("result") not in (None, "identical") \
-                    and not str(row.get("result")).startswith("error"):
+            result = str(row.get("result") or "identical")  # "identical through token T": a prefix agreed
+            if row.get("point") and not result.startswith(("identical", "error")):
                 out.add((base / row["point"]).resolve())
     return out
 

@@ -84,10 +84,48 @@ def compare_records(recorded: dict, regenerated: dict) -> dict[str, Any]:
     return {"fields": fields, "first_field": first, "diverged_at": k}
 
 
+def compare_prefix(recorded: dict, regenerated: dict, nll_sum: float | None, score: Any) -> dict[str, Any]:
+    """``compare_records`` for a regeneration stopped after its first steps (``--prefix``, the
+    engine's ``stop_after``: the steps it ran are the full run's, drafts unshortened): tokens and
+    accepted tokens per step over the steps it ran (``compared_tokens``, ``compared_steps``); the
+    step count is not compared; NLL and perplexity of the *committed* tokens under today's target
+    (``nll_sum``, one teacher-forced pass) and the score of the committed text today (``score``)."""
+    n_tok, n_steps = len(regenerated["output_ids"]), int(regenerated["steps"])
+    rec_tokens = list(recorded["output_ids"])
+    k = first_difference(rec_tokens[:n_tok], list(regenerated["output_ids"]))
+    fields: dict[str, str] = {"tokens": "same" if k is None else "differs", "steps": "not compared"}
+    fields["accepted_per_step"] = ("same" if list(recorded.get("accepted_per_step") or [])[:n_steps]
+                                   == list(regenerated.get("accepted_per_step") or []) else "differs")
+    redone = {"nll_sum": nll_sum, "score": score}
+    if nll_sum is not None and rec_tokens:
+        import math
+        redone["perplexity"] = math.exp(nll_sum / len(rec_tokens))
+    for name in ("nll_sum", "perplexity", "score"):
+        if name not in recorded or redone.get(name) is None:
+            fields[name] = "not compared"
+        elif name == "score":
+            fields[name] = "same" if recorded[name] == redone[name] or _same_number(recorded[name], redone[name]) else "differs"
+        else:
+            fields[name] = "same" if _same_number(recorded[name], redone[name]) else "differs"
+    first = next((f for f in COMPARED if fields[f] == "differs"), None)
+    rel = None
+    if nll_sum is not None and recorded.get("nll_sum"):
+        rel = abs(nll_sum - float(recorded["nll_sum"])) / max(1.0, abs(float(recorded["nll_sum"])))
+    return {"fields": fields, "first_field": first, "diverged_at": k, "compared_tokens": n_tok,
+            "compared_steps": n_steps, "nll_relative_difference": rel}
+
+
+def agrees(row: dict) -> bool:
+    """Whether an audit row found its record identical (over a prefix: through it)."""
+    return row.get("result") == "identical" or str(row.get("result", "")).startswith("identical through")
+
+
 def result_line(compared: dict[str, Any]) -> str:
     """``identical``, ``diverged at token k``, or ``FIELD differs`` (tokens the same)."""
     first = compared["first_field"]
     if first is None:
+        if compared.get("compared_tokens") is not None:
+            return f"identical through token {compared['compared_tokens']}"
         return "identical"
     if first == "tokens":
         return f"diverged at token {compared['diverged_at']}"
@@ -177,8 +215,28 @@ def regenerated_record(pair, task, scorer, ex, ids, res, recorded: dict, turn: i
     return now
 
 
+def committed_nll_and_score(pair, task, scorer, ex, ids, recorded: dict, previous: list[str]
+                            ) -> tuple[float | None, Any]:
+    """The NLL of the committed tokens under today's target (the run's own computation,
+    ``regenerated_record``) and the score of the committed text today: None where the record
+    holds no such field."""
+    from mtad.core.metrics import token_logprobs
+
+    nll = None
+    if "nll_sum" in recorded or "perplexity" in recorded:
+        nll = float(-token_logprobs(pair.target, ids, recorded["output_ids"], pair.vocab_size).sum())
+    score = None
+    if "score" in recorded and scorer is not None:
+        text = recorded["text"]
+        value = scorer.score(ex, [*previous, text] if task.num_turns(ex) > 1 else text)
+        fields = dict(scorer.record_fields(value)) if hasattr(scorer, "record_fields") else {"score": value}
+        score = fields.get("score")
+    return nll, score
+
+
 def audit_point(folder: Path, n: int, seed: int, builder: _Builder, done: set, out: Path | None,
-                machine: dict, indices: set[int] | None = None, overrides: list[str] | tuple = ()) -> list[dict]:
+                machine: dict, indices: set[int] | None = None, overrides: list[str] | tuple = (),
+                prefix: int | None = None) -> list[dict]:
     """Audit ``n`` sampled records of ``folder`` (those not in ``done``); append each row to
     ``out`` as it finishes; return the rows. ``indices``: these examples' records instead of a
     random draw. ``overrides``: this machine's settings (``key=value``), never the folder's."""
@@ -229,12 +287,19 @@ def audit_point(folder: Path, n: int, seed: int, builder: _Builder, done: set, o
                 raise ValueError(f"example {index} is {ex.id} today, the record says {r['example_id']}")
             previous = [by_key[(ex.id, t)]["text"] for t in range(turn)]
             ids = task.render(ex, pair.tokenizer, turn, previous)
-            res = engine.generate(ids, int(cfg.max_new_tokens), seed=int(cfg.seed) + 1000 * index + turn)
-            now = regenerated_record(pair, task, _scorer(cfg, task), ex, ids, res, r, turn, previous)
-            compared = compare_records(r, now)
+            res = engine.generate(ids, int(cfg.max_new_tokens), seed=int(cfg.seed) + 1000 * index + turn,
+                                  stop_after=prefix)
+            if prefix is not None and res.stop_reason == "stop_after":
+                compared = compare_prefix(r, res.to_record(), *committed_nll_and_score(
+                    pair, task, _scorer(cfg, task), ex, ids, r, previous))
+                now = None
+            else:
+                now = regenerated_record(pair, task, _scorer(cfg, task), ex, ids, res, r, turn, previous)
+                compared = compare_records(r, now)
             row.update(result=result_line(compared), **compared, recorded_tokens=len(r["output_ids"]),
                        regenerated_tokens=len(res.output_ids),
-                       metrics={"recorded": record_metrics(r), "regenerated": record_metrics(now)})
+                       **({"metrics": {"recorded": record_metrics(r), "regenerated": record_metrics(now)}}
+                          if now is not None else {"prefix": prefix}))
         except Exception as e:  # noqa: BLE001  (a record that cannot be regenerated is a finding)
             row.update(result=f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200],
                        diverged_at=None)
@@ -336,11 +401,11 @@ def grouping(rows: list[dict]) -> list[str]:
         for (code, mach), rs in sorted(groups.items()):
             firsts: dict[str, int] = {}
             for r in rs:
-                if r["result"] != "identical":
+                if not agrees(r):
                     key = r.get("first_field") or ("tokens" if r.get("diverged_at") is not None else "error")
                     firsts[key] = firsts.get(key, 0) + 1
             shown = ", ".join(f"{k} {v}" for k, v in sorted(firsts.items())) or "–"
-            out.append(f"| {code} | {mach} | {len(rs)} | {sum(r['result'] == 'identical' for r in rs)} | {shown} |")
+            out.append(f"| {code} | {mach} | {len(rs)} | {sum(agrees(r) for r in rs)} | {shown} |")
         out.append("")
     return out
 
@@ -353,8 +418,8 @@ def field_counts(rows: list[dict]) -> list[str]:
         fields = r.get("fields")
         if fields is None:  # a token-only row
             fields = {f: "not compared" for f in COMPARED}
-            if r.get("result") == "identical" or r.get("diverged_at") is not None:
-                fields["tokens"] = "same" if r["result"] == "identical" else "differs"
+            if agrees(r) or r.get("diverged_at") is not None:
+                fields["tokens"] = "same" if agrees(r) else "differs"
         for f in COMPARED:
             counts[f][fields.get(f, "not compared")] += 1
     lines = ["Per field (the first differing one decides a record's result; NLL and perplexity within a "
@@ -380,7 +445,12 @@ def render_table(rows: list[dict], points: list[str] | None = None, command: str
         "machine; `derived:` when derived from the repository's history, `docs/results.md`) and "
         "*point's last run* gives the summary's provenance (the last run that touched the point). "
         "Bit-identical regeneration of bfloat16 records needs the same float kernels: a divergence "
-        "on another kind of machine is not by itself a code change.",
+        "on another kind of machine is not by itself a code change. Rows audited over a prefix "
+        "(`--prefix K`, `compare_prefix`) regenerate the run's steps up to its K-th token, drafts "
+        "unshortened, and compare tokens and accepted tokens per step over those steps (`identical "
+        "through token T`); their NLL and perplexity are those of the committed tokens under today's "
+        "target (one pass; the relative difference is shown when not zero) and their score that of the "
+        "committed text today, so those fields are compared whole; the step count is not compared.",
         "",
     ]
     machines = sorted({r["audited_on"] for r in rows})
@@ -399,7 +469,9 @@ def render_table(rows: list[dict], points: list[str] | None = None, command: str
             threads = f"{r.get('threads', '2?')} / {r.get('recorded_threads') or '?'}"
             made_by = describe_provenance(record_origin(point, r["index"], r["turn"], origins))
             compared = ", ".join(f for f, v in (r.get("fields") or {"tokens": "same"}).items() if v != "not compared")
-            cells = [f"`{point}`", r["decoder"], r["task"], f"{r['index']}/{r['turn']}", r["result"],
+            result = r["result"] + (f" (NLL relative difference {r['nll_relative_difference']:.1e})"
+                                    if r.get("nll_relative_difference") else "")
+            cells = [f"`{point}`", r["decoder"], r["task"], f"{r['index']}/{r['turn']}", result,
                      compared, threads, made_by, r["point_last_run"]]
             lines.append("| " + " | ".join(map(md_cell, cells)) + " |")
     lines.append("")
@@ -412,15 +484,18 @@ def render_table(rows: list[dict], points: list[str] | None = None, command: str
             rs = by_point[point]
             ks = [r["diverged_at"] for r in rs if r.get("diverged_at") is not None]
             same = {_kind(r["point_last_run"]) == _kind(r["audited_on"]) for r in rs}
-            lines.append(f"| `{md_cell(point)}` | {len(rs)} | {sum(r['result'] == 'identical' for r in rs)} | "
+            lines.append(f"| `{md_cell(point)}` | {len(rs)} | {sum(agrees(r) for r in rs)} | "
                          f"{('token ' + str(min(ks))) if ks else '–'} | {md_cell(rs[0]['point_last_run'])} | "
                          f"{'unknown' if 'machine not recorded' in rs[0]['point_last_run'] else ('yes' if same == {True} else 'no')} |")
         lines.append("")
-    identical = sum(1 for r in rows if r["result"] == "identical")
-    lines.append(f"{identical} of {len(rows)} audited records identical, over {len(by_point)} points.")
+    identical = sum(1 for r in rows if agrees(r))
+    prefixed = sum(1 for r in rows if r.get("compared_tokens") is not None)
+    lines.append(f"{identical} of {len(rows)} audited records identical, over {len(by_point)} points"
+                 + (f" ({prefixed} records audited over a prefix, {sum(1 for r in rows if r.get('compared_tokens') is not None and agrees(r))} "
+                    "of them identical through it)." if prefixed else "."))
     if rows:
         lines += ["", *field_counts(rows), *grouping(rows)]
-    not_repro = sorted(p for p, rs in by_point.items() if any(r["result"] != "identical" for r in rs))
+    not_repro = sorted(p for p, rs in by_point.items() if any(not agrees(r) for r in rs))
     if not_repro:
         lines += ["", "Points with a record not reproduced: " + ", ".join(f"`{md_cell(p)}`" for p in not_repro) + "."]
     if points is not None:
@@ -482,12 +557,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--records", default=None, metavar="I,J,...",
                    help="audit these example indices (every turn) instead of a random draw of --n")
     p.add_argument("--notes", type=Path, default=None, help="Markdown appended to --table (About this audit)")
+    p.add_argument("--prefix", type=int, default=None, metavar="K",
+                   help="regenerate each record's steps up to its K-th token only (compare_prefix): tokens "
+                        "and accepted per step over those steps, NLL/perplexity of the committed tokens "
+                        "and the committed text's score recomputed whole")
     p.add_argument("--stat-table", type=Path, default=None, metavar="FILE.md",
                    help="also (re)write the statistical audit of the POINTs (mtad.run.audit_stats) from --out")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="this machine's setting (e.g. task.data_dir=DIR), repeatable; never taken from a folder")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.prefix is not None and args.prefix < 1:
+        print(f"mtad-audit: --prefix must be at least 1 token, not {args.prefix}", file=sys.stderr)
+        return 2
     if args.n < 1:
         print(f"mtad-audit: --n must be at least 1, not {args.n}", file=sys.stderr)
         return 2
@@ -513,6 +595,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = read_jsonl(args.out) if args.out is not None and args.out.exists() else []
     command = "mtad-audit " + " ".join(
         ([f"--records {args.records}"] if args.records else [f"--n {args.n}"]) + [f"--seed {args.seed}"]
+        + ([f"--prefix {args.prefix}"] if args.prefix else [])
         + ([f"--out {shown_path(args.out)}"] if args.out else [])
         + ([f"POINT x{len(args.points)}"] if args.points else []) + ([f"--all {args.all}"] if args.all else []))
 
@@ -558,7 +641,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"mtad-audit: {e}", file=sys.stderr)
             return 2
     for f in folders:
-        for row in audit_point(f, args.n, args.seed, builder, done, args.out, machine, indices, args.override):
+        for row in audit_point(f, args.n, args.seed, builder, done, args.out, machine, indices, args.override,
+                               args.prefix):
             rows.append(row)
             if args.out is None:
                 print(json.dumps(row))

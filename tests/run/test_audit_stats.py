@@ -80,3 +80,33 @@ def test_audit_keeps_both_records_metrics_and_writes_the_statistical_table(tmp_p
     text = stat.read_text()
     assert "| consistent |" in text and "--records 0,1" in text
     assert render(rows, [rows[0]["point"], "other"], {}).count("| not audited |") == 1
+
+
+def test_prefix_audit_compares_the_steps_it_ran_and_the_committed_records_whole(tmp_path):
+    point = tmp_path / "point"
+    shutil.copytree(SMOKE, point)
+    out, table = tmp_path / "prefix.jsonl", tmp_path / "prefix.md"
+    assert audit_main([str(point), "--records", "0,1,2", "--prefix", "2", "--out", str(out), "--table", str(table)]) == 0
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    stopped = [r for r in rows if r.get("compared_tokens") is not None]
+    assert stopped, "a 2-token prefix of a longer record stops early"
+    for r in stopped:
+        assert r["result"] == f"identical through token {r['compared_tokens']}"
+        assert r["fields"]["steps"] == "not compared" and r["fields"]["nll_sum"] == "same"
+        assert 2 <= r["compared_tokens"] < r["recorded_tokens"]
+    # a change planted past the prefix is not seen in the tokens; one in the NLL is
+    recs = [json.loads(x) for x in (point / "samples.jsonl").read_text().splitlines()]
+    target = next(x for x in recs if x["index"] == stopped[0]["index"])
+    target["output_ids"][-1] = (target["output_ids"][-1] + 1) % 40
+    (point / "samples.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recs))
+    out2 = tmp_path / "prefix2.jsonl"
+    assert audit_main([str(point), "--records", str(stopped[0]["index"]), "--prefix", "2", "--out", str(out2)]) == 0
+    row = json.loads(out2.read_text().splitlines()[0])
+    assert row["fields"]["tokens"] == "same" and row["result"] == "nll_sum differs"
+    assert "audited over a prefix" in table.read_text()
+    from mtad.analysis.provenance_marks import diverging_points
+    audit_dir = tmp_path / "results" / "audit"
+    audit_dir.mkdir(parents=True)
+    (audit_dir / "a.jsonl").write_text(json.dumps({"point": "p1", "result": "identical through token 4"}) + "\n"
+                                       + json.dumps({"point": "p2", "result": "nll_sum differs"}) + "\n")
+    assert diverging_points(audit_dir) == {(tmp_path / "p2").resolve()}
