@@ -16,6 +16,13 @@ interval over those pairs; the same for the ratio to SpD within each commit's ru
 are made under a temporary folder and removed; the commits' own ``bench/overhead.py`` runs, with
 this checkout's interpreter (the same packages for both).
 
+``--bench speed`` runs the commits' own ``bench/speed.py`` on a real pair instead (the arguments
+after ``--`` are speed's: ``--tasks humaneval:0-4 --modes sample --fixed-length temperature=1
+top_k=0 top_p=1.0``); its rows are keyed by task/mode, and "overhead" is the time outside the
+models' forward passes (speed's ``timed - forward``). Every table also gives each commit's wall
+time per emitted token as a multiple of SpD's. ``--keep DIR`` keeps every run's JSON;
+``--render-kept DIR`` writes the table again from them.
+
     python bench/compare_commits.py --summary results/bench/compare_commits_argmax_bild_cpu.md
 
 prints a record's new / old estimates per system and vocabulary as ranges over its other
@@ -61,6 +68,10 @@ def per_token(path: Path, key: str = "overhead") -> dict[tuple[str, str, int], f
     rows = json.loads(path.read_text())["rows"]
     acc: dict = defaultdict(list)
     for r in rows:
+        if "setting" not in r:  # bench/speed.py's rows: outside = timed span - forward
+            value = (r.get("timed", r["wall"]) - r["forward"]) if key == "overhead" else r["wall"]
+            acc[(f"{r['task']}/{r['mode']}", r["decoder"], r["prompt"])].append(value / max(r["tokens"], 1))
+            continue
         acc[(r["setting"], r["system"], r["prompt"])].append(r[key] / max(r["tokens"], 1))
     return {k: sum(v) / len(v) for k, v in acc.items()}
 
@@ -90,6 +101,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--new", default="HEAD")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="results/bench/compare_commits.md")
+    ap.add_argument("--bench", choices=("overhead", "speed"), default="overhead",
+                    help="the commits' own bench/overhead.py (tiny models) or bench/speed.py (a real pair; "
+                         "give it --fixed-length and the rows' tasks/modes after --)")
+    ap.add_argument("--render-kept", default=None, metavar="DIR",
+                    help="no run: write the table from an earlier run's --keep folder (same --old/--new/--rounds)")
     ap.add_argument("--keep", default=None, metavar="DIR",
                     help="also copy every recorded run's JSON here (COMMIT_ROUND.json): each commit's own "
                          "goals table, `python bench/overhead.py --report DIR/COMMIT_ROUND.json`")
@@ -105,19 +121,33 @@ def main(argv: list[str] | None = None) -> None:
     old, new = _git("rev-parse", "--short=10", args.old), _git("rev-parse", "--short=10", args.new)
     runs: dict[str, list[dict]] = {old: [], new: []}
     walls: dict[str, list[dict]] = {old: [], new: []}
+    if args.render_kept:  # the table again from an earlier run's --keep folder
+        for rnd in range(args.rounds):
+            for c in (old, new):
+                runs[c].append(per_token(Path(args.render_kept) / f"{c}_{rnd}.json"))
+                walls[c].append(per_token(Path(args.render_kept) / f"{c}_{rnd}.json", "wall"))
+    else:
+        _measure(args, extra, old, new, runs, walls)
+    _write(args, extra, old, new, runs, walls)
+
+
+def _measure(args, extra: list[str], old: str, new: str, runs: dict, walls: dict) -> None:
     with tempfile.TemporaryDirectory(prefix="mtad-compare-") as tmp:
         trees = {}
         for c in (old, new):
             trees[c] = Path(tmp) / c
             _git("worktree", "add", "--detach", "-q", str(trees[c]), c)
         def run(c: str, out: Path, *more: str) -> None:  # the commit's own overhead bench
-            cmd = [sys.executable, "bench/overhead.py", *extra, "--no-ops", *more, "--out", str(out)]
+            cmd = ([sys.executable, "bench/overhead.py", *extra, "--no-ops", *more, "--out", str(out)]
+                   if args.bench == "overhead" else
+                   [sys.executable, "bench/speed.py", *extra, *more, "--out", str(out)])
             subprocess.run(cmd, cwd=trees[c], check=True, stdout=subprocess.DEVNULL,
                            env={**os.environ, "PYTHONPATH": str(trees[c])})
 
         try:
             for c in (old, new):  # warm-up, not recorded: a short run of each (page cache, imports)
-                run(c, Path(tmp) / f"{c}_warm.json", "--prompts", "1", "--max-new-tokens", "4")
+                run(c, Path(tmp) / f"{c}_warm.json", *(("--prompts", "1", "--max-new-tokens", "4")
+                                                         if args.bench == "overhead" else ("--max-new-tokens", "4")))
             for rnd in range(args.rounds):
                 for c in (old, new) if rnd % 2 == 0 else (new, old):
                     print(f"[round {rnd}] {c}", file=sys.stderr, flush=True)
@@ -132,6 +162,9 @@ def main(argv: list[str] | None = None) -> None:
             for c in (old, new):
                 subprocess.run(["git", "worktree", "remove", "--force", str(trees[c])], cwd=ROOT,
                                capture_output=True)
+
+
+def _write(args, extra: list[str], old: str, new: str, runs: dict, walls: dict) -> None:
     keys = sorted(set(runs[old][0]) & set(runs[new][0]))
     settings = sorted({k[0] for k in keys})
     systems = list(dict.fromkeys(k[1] for k in keys))
@@ -139,17 +172,19 @@ def main(argv: list[str] | None = None) -> None:
     exe = Path(sys.executable)
     interpreter = exe.relative_to(ROOT) if exe.is_relative_to(ROOT) else exe.name  # no machine paths
     lines = [
-        f"# Harness overhead per emitted token, {new} against {old} (bench/compare_commits.py)",
+        f"# {'Harness overhead' if args.bench == 'overhead' else 'Time outside the models and wall time'} "
+        f"per emitted token, {new} against {old} (bench/compare_commits.py, bench/{args.bench}.py)",
         "",
         f"Command: `python bench/compare_commits.py --old {args.old} --new {args.new} --rounds {args.rounds} "
-        f"--out {args.out} -- {' '.join(extra)}`",
+        f"{'--bench speed ' if args.bench == 'speed' else ''}--out {args.out} -- {' '.join(extra)}`",
         f"Machine: {cpu.get('model')}, {cpu.get('usable_cpus')} usable CPUs; interpreter {interpreter}. Rounds: {args.rounds}, commits alternating; each cell: geometric mean over "
         "rounds x prompts of new / old overhead per emitted token [95% bootstrap interval]; then each "
         "commit's ratio to SpD (same pairs); last, new / old of the wall time per emitted token (the whole "
-        "generation call, models included: a change may move time into or out of the models' passes).",
+        "generation call, models included: a change may move time into or out of the models' passes), "
+        "and each commit's wall time per emitted token as a multiple of SpD's (same pairs).",
         "",
-        "| setting | system | new / old | old x SpD | new x SpD | wall new / old |",
-        "| --- | --- | ---: | ---: | ---: | ---: |",
+        "| setting | system | new / old | old x SpD | new x SpD | wall new / old | old wall x SpD | new wall x SpD |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for s in settings:
         for name in systems:
@@ -169,8 +204,15 @@ def main(argv: list[str] | None = None) -> None:
                 cells.append(f"{rg:.2f} [{rlo:.2f}, {rhi:.2f}]")
             wg, wlo, whi = _geo_ci([walls[new][r][k] / walls[old][r][k] for r in range(args.rounds)
                                     for k in keys if k[0] == s and k[1] == name])
+            for c in (old, new):
+                if name == "spd":
+                    cells.append("1.00")
+                    continue
+                wrg, wrlo, wrhi = _geo_ci([walls[c][r][(s, name, p)] / walls[c][r][(s, "spd", p)]
+                                          for r in range(args.rounds) for (ss, nn, p) in keys if ss == s and nn == name])
+                cells.append(f"{wrg:.2f} [{wrlo:.2f}, {wrhi:.2f}]")
             lines.append(f"| {s} | {name} | {g:.2f} [{lo:.2f}, {hi:.2f}] | {cells[0]} | {cells[1]} | "
-                         f"{wg:.2f} [{wlo:.2f}, {whi:.2f}] |")
+                         f"{wg:.2f} [{wlo:.2f}, {whi:.2f}] | {cells[2]} | {cells[3]} |")
     text = "\n".join(lines) + "\n"
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)
