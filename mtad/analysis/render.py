@@ -54,6 +54,7 @@ from mtad.analysis.provenance_marks import (
     MARKS,
     audit_folder,
     diverging_points,
+    identical_records,
     mark_cells,
     marks_footnote,
 )
@@ -598,8 +599,9 @@ def render(
         md += [md_text(f"Settings of every point: {shared}."), ""]
     tex, csv_parts, marks_used = [], [], []
     diverging = diverging_points(audit_folder(sweep_dir))
+    identical = identical_records(audit_folder(sweep_dir))
     for pair, (text, _) in tables.items():
-        shown, used = mark_cells(text, df[df["pair"] == pair], diverging)
+        shown, used = mark_cells(text, df[df["pair"] == pair], diverging, identical)
         marks_used += [m for m in used if m not in marks_used]
         md.append(
             to_markdown(shown, title=f"{pair}" if not knobs else f"{pair}: {what}", metrics=metrics)

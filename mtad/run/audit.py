@@ -24,6 +24,7 @@ any code change; the table prints both machines so a reader can tell.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import random
@@ -329,6 +330,7 @@ def _kind(described: str) -> str:
 DRAW_CHANGES = (("b32eec4", "draws on the distributions' supports; no decoder version bumped"),)
 
 
+@functools.lru_cache(maxsize=4096)
 def _is_ancestor(older: str, commit: str) -> bool | None:
     """Whether ``older`` is ``commit`` or one of its ancestors (None: not in this history)."""
     import subprocess

@@ -57,3 +57,29 @@ def test_marks_say_several_commits_unknown_commit_dirty_tree_and_audit_divergenc
     note = marks_footnote(used)
     assert "c: records made by runs at more than one commit" in note and "d: records made from a checkout" in note
     assert marks_footnote([]) is None
+
+
+def test_r_marks_records_made_before_a_change_of_draws_unless_an_identical_regeneration_shows_them_unaffected(tmp_path):
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    old, new = (subprocess.run(["git", "-C", str(root), "rev-parse", rev], capture_output=True, text=True,
+                               check=True).stdout.strip() for rev in ("b32eec4^", "HEAD"))
+    before = {"segment": "s1", "git": {"commit": old, "dirty": False}}
+    after = {"segment": "s2", "git": {"commit": new, "dirty": False}}
+    added_before = {"segment": "d3", "git": "unknown", "derived": {"added_in": old}}
+    p_old = _point(tmp_path / "old", [before], ["s1", "s1"])
+    p_new = _point(tmp_path / "new", [after], ["s2"])
+    p_added = _point(tmp_path / "added", [added_before], ["d3"])
+    assert point_marks(p_old) == "r" and point_marks(p_new) == "" and point_marks(p_added) == "ur"
+    # a whole-record audit that found one of its pre-change records identical: shown unaffected
+    audit = tmp_path / "results" / "audit"
+    audit.mkdir(parents=True)
+    (audit / "a.jsonl").write_text(json.dumps({"point": "old", "index": 1, "turn": 0, "result": "identical"}) + "\n"
+                                   + json.dumps({"point": "added", "index": 0, "turn": 0,
+                                                 "result": "identical through token 16"}) + "\n")
+    from mtad.analysis.provenance_marks import identical_records
+
+    same = identical_records(audit)
+    assert same == {(p_old.resolve(), 1, 0)}  # a prefix that agreed is not a whole record
+    assert point_marks(p_old, frozenset(), same) == "" and point_marks(p_added, frozenset(), same) == "ur"
