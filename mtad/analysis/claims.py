@@ -129,6 +129,7 @@ FIELDS = (
     "holm_p",
     "holm_verdict",
     "detail",
+    "marks",
 )
 
 
@@ -167,6 +168,10 @@ class Row:
     holm_verdict: str = OPEN
     detail: str = ""
     headline: bool = field(default=False, compare=False)
+    #: the point folders the row compares (every task's, for a pooled row) and their provenance
+    #: marks together (``mtad.analysis.provenance_marks``; ``mark_rows``)
+    points: tuple[str, ...] = field(default=(), compare=False)
+    marks: str = field(default="", compare=False)
 
 
 # ------------------------------------------------------------------------------ verdicts
@@ -550,10 +555,13 @@ def _choose(records: Records, spec: Spec, task: str) -> tuple[Point | None, list
     return best[1], best[2], "; ".join(notes)
 
 
-def _pairs(records: Records, spec: Spec, task: str) -> tuple[list, list, str]:
+def _pairs(records: Records, spec: Spec, task: str, used: list[str] | None = None) -> tuple[list, list, str]:
+    """Paired per-example values of ``spec`` on ``task``; ``used`` collects the point folders."""
     pa, partners, detail = _choose(records, spec, task)
     if pa is None:
         return [], [], detail
+    if used is not None:
+        used += [p.where for p in (pa, *partners) if p.where and p.where not in used]
     if len(spec.b) == 1:
         xs, ys = paired(pa.records, partners[0].records, spec.value)
     else:
@@ -569,7 +577,9 @@ def compare(records: Records, spec: Spec, seed: int = 0) -> Row:
     row = Row(spec.claim, spec.task, spec.comparison, spec.metric, spec.paper, headline=spec.headline)
     if spec.size:
         row.size = OPEN
-    xs, ys, detail = _pairs(records, spec, spec.task)
+    used: list[str] = []
+    xs, ys, detail = _pairs(records, spec, spec.task, used)
+    row.points = tuple(used)
     if not xs:
         row.detail = detail or "no paired examples with this metric"
         return row
@@ -606,9 +616,9 @@ def compare_pooled(records: Records, spec: Spec, seed: int = 0) -> Row:
     row = Row(spec.claim, ALL, spec.comparison, spec.metric, spec.paper, headline=spec.headline)
     if spec.size:
         row.size = OPEN
-    per_task, why = {}, []
+    per_task, why, used = {}, [], []
     for t in spec.tasks:
-        xs, ys, detail = _pairs(records, spec, t)
+        xs, ys, detail = _pairs(records, spec, t, used)
         if detail.startswith("settings differ"):
             why.append(detail)
         per_task[t] = (xs, ys)
@@ -617,6 +627,7 @@ def compare_pooled(records: Records, spec: Spec, seed: int = 0) -> Row:
         row.detail = "; ".join([f"no records: no task has pairs of {spec.comparison}", *why])
         return row
     row = _fill(row, iv, spec.test, spec.size, "; ".join([what, *why]))
+    row.points = tuple(used)
     return row if full else _withhold(row)
 
 
@@ -708,7 +719,25 @@ def evaluate_claims(records: Records, speed_file: str | Path, seed: int = 0) -> 
     rows = [compare(records, spec, seed) for spec in specs()]
     rows += speed_rows(Path(speed_file), seed) + energy_rows(records)
     adjust(rows)
+    mark_rows(rows)
     return sorted(rows, key=lambda r: r.claim)  # stable: rows keep their order within a claim
+
+
+def mark_rows(rows: Sequence[Row]) -> None:
+    """Each row's ``marks``: the provenance marks of the points it compares, together (a mark
+    any of them carries, ``MARKS`` order), with the audits of the results tree they are in."""
+    from mtad.analysis.provenance_marks import MARKS, audit_folder, diverging_points, identical_records, point_marks
+
+    audits: dict = {}
+    for r in rows:
+        found: set[str] = set()
+        for where in r.points:
+            audit_dir = audit_folder(Path(where))
+            if audit_dir not in audits:
+                audits[audit_dir] = (diverging_points(audit_dir), identical_records(audit_dir))
+            if Path(where).is_dir():
+                found |= set(point_marks(where, *audits[audit_dir]))
+        r.marks = "".join(m for m in MARKS if m in found)
 
 
 def task_data(records: Records) -> dict[str, list[tuple[str, bool | None]]]:

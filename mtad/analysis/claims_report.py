@@ -109,8 +109,21 @@ def _headline(rows: Sequence[Row]) -> list[str]:
     ]
     for r in (r for r in rows if r.headline):
         out.append(_row(r.claim, r.task, r.comparison, r.metric, r.paper, _fmt(r.estimate), _ci(r),
-                        r.n, r.verdict, r.size, r.holm_verdict))
+                        _n(r), r.verdict, r.size, r.holm_verdict))
     return out + [""]
+
+
+def _n(r: Row) -> str:
+    """n, with the provenance marks of the row's points (``30 [cd]``, as the tables show them)."""
+    return f"{r.n} [{r.marks}]" if r.marks else str(r.n)
+
+
+def _marks_note(rows: Sequence[Row]) -> list[str]:
+    from mtad.analysis.provenance_marks import MARKS, marks_footnote
+
+    note = marks_footnote((m for m in MARKS if any(m in r.marks for r in rows)), where="a row's n",
+                          whose="the records of the points it compares (any of them)")
+    return [md_text(note), ""] if note else []
 
 
 def _row(*cells) -> str:
@@ -167,6 +180,7 @@ def write_markdown(rows: Sequence[Row], notes: Sequence[str], path: Path, extra:
     counts, holm = verdict_counts(rows), verdict_counts(rows, "holm_verdict")
     out += ["Direction verdicts: " + ", ".join(f"{v}: {counts[v]}" for v in counts)
             + "; after Holm: " + ", ".join(f"{v}: {holm[v]}" for v in holm), ""]
+    out += _marks_note(rows)
     out += _headline(rows)
     if data:
         out += _task_data(data)
@@ -179,7 +193,7 @@ def write_markdown(rows: Sequence[Row], notes: Sequence[str], path: Path, extra:
         ]
         for r in (r for r in rows if r.claim == claim):
             p = f"{r.p_value:.2g}" if not _nan(r.p_value) else ""
-            out.append(_row(r.task, r.comparison, r.metric, r.paper, _fmt(r.estimate), _ci(r), r.n,
+            out.append(_row(r.task, r.comparison, r.metric, r.paper, _fmt(r.estimate), _ci(r), _n(r),
                             r.verdict, r.size, p, r.holm_verdict, r.detail))
         out.append("")
     out += _multiplicity(rows)

@@ -131,10 +131,10 @@ def mark_cells(text: pd.DataFrame, points: pd.DataFrame, diverging: set[Path],
     return shown, [m for m in MARKS if m in used]
 
 
-def marks_footnote(used: Iterable[str]) -> str | None:
+def marks_footnote(used: Iterable[str], where: str = "a point's n", whose: str = "the point's records") -> str | None:
     """The footnote explaining ``used`` marks; None when none is used."""
     used = list(used)
     if not used:
         return None
-    return ("Letters in brackets after a point's n mark where the point's records stand (their segments, "
+    return (f"Letters in brackets after {where} mark where {whose} stand (their segments, "
             "docs/results.md): " + "; ".join(f"{m}: {MARKS[m]}" for m in used) + ".")

@@ -562,3 +562,19 @@ def test_the_claims_names_are_the_stages_axes():
     names = {s.a for s in claims.specs()} | {b for s in claims.specs() for b in s.b}
     assert names <= set(claims.DECODERS)
     assert {s.task for s in claims.specs()} <= {*claims.TASKS, claims.ALL}
+
+
+def test_rows_carry_the_provenance_marks_of_the_points_they_compare():
+    from mtad.analysis.claims import Row, mark_rows
+    from mtad.analysis.claims_report import _n
+    from mtad.analysis.provenance_marks import MARKS, point_marks
+
+    root = Path(__file__).resolve().parents[2]
+    a, b = (str(root / "results/claims/claims" / h) for h in ("91fe0ab31dcc", "2dd6fda05e12"))
+    rows = [Row(1, "spider", "x vs y", "m", "p", n=30, points=(a,)), Row(1, "all", "x vs y", "m", "p", n=60, points=(a, b)),
+            Row(4, "all", "speed", "m", "p", n=5)]
+    mark_rows(rows)
+    assert "r" in rows[0].marks  # every record of that point was made before b32eec4
+    union = set(point_marks(a)) | set(point_marks(b))
+    assert set(rows[1].marks) >= union - {"a"} and rows[1].marks == "".join(m for m in MARKS if m in rows[1].marks)
+    assert rows[2].marks == "" and _n(rows[2]) == "5" and _n(rows[0]) == f"30 [{rows[0].marks}]"
