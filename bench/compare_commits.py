@@ -129,6 +129,25 @@ def main(argv: list[str] | None = None) -> None:
     else:
         _measure(args, extra, old, new, runs, walls)
     _write(args, extra, old, new, runs, walls)
+    if args.bench == "overhead" and (args.keep or args.render_kept):
+        _goals(Path(args.keep or args.render_kept), new, args.rounds, Path(args.out))
+
+
+def _goals(kept: Path, commit: str, rounds: int, out: Path) -> None:
+    """The goals table of ``commit``'s runs (``bench/overhead.py``'s report, with its per-cell
+    verdicts and the misses taken apart), every round's rows pooled as repeats of one run."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import overhead
+
+    saved = [json.loads((kept / f"{commit}_{r}.json").read_text()) for r in range(rounds)]
+    rows = [dict(row, repeat=r * 100 + row["repeat"]) for r, one in enumerate(saved) for row in one["rows"]]
+    systems = saved[0]["args"]["systems"].split(",")
+    report = overhead.summarize(rows, systems, saved[0]["args"]["tree_limit"])
+    header = [*saved[0]["header"], "", f"Goals of commit {commit}: its {rounds} run(s) of `bench/compare_commits.py` "
+              f"pooled (each round's rows as repeats), from `{kept.name}/{commit}_*.json`."]
+    target = out.with_name(f"{out.stem}_goals_{commit}.md")
+    target.write_text(overhead.markdown(report, header) + overhead.misses_table(report, {}))
+    print(f"written: {target}")
 
 
 def _measure(args, extra: list[str], old: str, new: str, runs: dict, walls: dict) -> None:

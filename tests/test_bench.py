@@ -339,3 +339,44 @@ def test_every_named_bench_script_is_there_or_named_with_its_commit():
                     rf"git show [0-9a-f]{{7,40}}:bench/{name}\.py", text):
                 bad.append(f"{path.relative_to(root)}: bench/{name}.py")
     assert not bad, "scripts named but neither in bench/ nor given a commit:\n" + "\n".join(bad)
+
+
+def test_compare_commits_reads_speed_rows_and_pools_rounds_into_a_goals_table(tmp_path):
+    """``--bench speed``: speed's rows keyed by task/mode, outside = timed - forward; ``_goals``
+    pools a commit's kept rounds as repeats of one run and writes overhead's goals table."""
+    import compare_commits
+
+    rows = [dict(task="humaneval", mode="sample", decoder="spd", prompt=3, tokens=4, wall=2.0, timed=3.0, forward=2.0),
+            dict(task="humaneval", mode="sample", decoder="mcss", prompt=3, tokens=2, wall=2.0, forward=1.5)]
+    (tmp_path / "s.json").write_text(json.dumps({"rows": rows}))
+    assert compare_commits.per_token(tmp_path / "s.json") == {
+        ("humaneval/sample", "spd", 3): pytest.approx(0.25), ("humaneval/sample", "mcss", 3): pytest.approx(0.25)}
+    assert compare_commits.per_token(tmp_path / "s.json", "wall")[("humaneval/sample", "mcss", 3)] == pytest.approx(1.0)
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    for r in range(2):
+        runs = []
+        for prompt in range(3):
+            runs += [dict(setting="S", system="spd", prompt=prompt, repeat=0, overhead=1.0, wall=4.0, tokens=8, steps=2,
+                          target_calls=2, draft_calls=8, target_forward=2.0, draft_forward=1.0),
+                     dict(setting="S", system="mcss", prompt=prompt, repeat=0, overhead=3.0 + r + 0.1 * prompt, wall=6.0, tokens=8,
+                          steps=2, target_calls=2, draft_calls=8, target_forward=2.0, draft_forward=1.0)]
+        (kept / f"abc_{r}.json").write_text(json.dumps({"rows": runs, "header": ["# h"],
+                                                         "args": {"systems": "spd,mcss", "tree_limit": 1.5}}))
+    compare_commits._goals(kept, "abc", 2, tmp_path / "cmp.md")
+    text = (tmp_path / "cmp_goals_abc.md").read_text()
+    # per prompt the two rounds pool: (3 + 4 + 0.2 p) / 2 over SpD's 1: 3.5, 3.6, 3.7
+    assert "| S | mcss_le_1.5x_spd | 3.60 [" in text and "| missed |" in text
+
+
+def test_beam_floor_sets_the_least_beam_work_beside_spd_measured_alongside(tmp_path):
+    """``--beam-floor``: per greedy setting and beam decoder, the floor per depth, both tokens per
+    step, the added floor per token against the goal's allowance, and a verdict; seconds on tiny
+    sizes."""
+    md = tmp_path / "floor.md"
+    overhead.main(["--beam-floor", "--vocabs", "257", "--hidden", "16", "--draft-hidden", "16", "--drafts", "equal",
+                   "--prompts", "1", "--max-new-tokens", "4", "--systems", "spd,tree_mtad", "--md", str(md)])
+    lines = [x for x in md.read_text().splitlines() if x.startswith("| V257/equal/greedy")]
+    assert [x.split("|")[2].strip() for x in lines] == ["tree_mtad"]
+    cells = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert float(cells[3]) > 0 and float(cells[2]) > 0 and cells[10].startswith(("floor alone", "reachable"))
