@@ -262,7 +262,13 @@ def support(
         probs = probs.float()
     if probs.numel() <= DENSE_MAX:
         return torch.arange(probs.numel(), device=probs.device), probs.clamp_min(0)
-    ids = torch.nonzero(probs > 0).flatten()
+    positive = probs > 0
+    if probs.device.type == "cpu" and bool(positive.all()):
+        # a whole row (plain temperature): the same ids and masses as the scan below, without
+        # it (a nonzero over the vocabulary costs far more than a check and a copy); on an
+        # accelerator the check would be a synchronisation of its own, so the scan stays
+        return torch.arange(probs.numel()), probs.clone()
+    ids = torch.nonzero(positive).flatten()
     return ids, probs[ids]
 
 

@@ -378,6 +378,15 @@ def compress_support(
     P, Q = as_support(P), as_support(Q)
     (p_ids, p_vals), (q_ids, q_vals) = P.positive(), Q.positive()
     cand_t = torch.tensor([int(c) for c in cands], dtype=torch.long)
+    if len(p_ids) == P.size or len(q_ids) == P.size:
+        # a whole row on either side (plain temperature): the union is the vocabulary, column j
+        # is token j; the same columns and values as the mark below, without its scans
+        def whole(ids: torch.Tensor, vals: torch.Tensor) -> torch.Tensor:
+            if len(ids) == P.size:
+                return vals.clone()
+            return torch.zeros(P.size, dtype=vals.dtype).index_put_((ids,), vals)
+
+        return Compressed(whole(p_ids, p_vals), whole(q_ids, q_vals), cand_t.tolist(), torch.arange(P.size))
     if 16 * (len(p_ids) + len(q_ids)) > P.size:
         mark = torch.zeros(P.size, dtype=torch.bool)
         for ids in (p_ids, q_ids, cand_t):
