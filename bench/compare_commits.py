@@ -130,7 +130,28 @@ def main(argv: list[str] | None = None) -> None:
         _measure(args, extra, old, new, runs, walls)
     _write(args, extra, old, new, runs, walls)
     if args.bench == "overhead" and (args.keep or args.render_kept):
-        _goals(Path(args.keep or args.render_kept), new, args.rounds, Path(args.out))
+        for c in (old, new):  # each commit's own goals table: the verdicts before and after
+            _goals(Path(args.keep or args.render_kept), c, args.rounds, Path(args.out))
+
+
+def goal_counts(report: dict) -> str:
+    """Markdown: per mode, the goals against SpD met / missed / unresolved, and of the others how
+    many have tokens per step as the larger factor (SpD's tokens per step over the system's above
+    its ratio per step: the rule's acceptance with these models, which the goal excuses)."""
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for setting, v in report.items():
+        mode = setting.split("/")[-1]
+        for g, goal in v["goals"].items():
+            if not g.endswith("x_spd"):
+                continue
+            d, spd = v["systems"][g.split("_le_")[0]], v["systems"]["spd"]
+            step = (d.get("vs_spd_per_step") or {}).get("estimate", 0.0)
+            by_tokens = goal["verdict"] != "met" and spd["tokens_per_step"] / d["tokens_per_step"] > step
+            counts[mode][goal["verdict"] + (", tokens per step the larger factor" if by_tokens else "")] += 1
+    lines = ["### Cells by verdict (goal: <= 1.5x SpD per emitted token)", "", "| mode | verdict | cells |", "| --- | --- | ---: |"]
+    for mode in sorted(counts):
+        lines += [f"| {mode} | {k} | {n} |" for k, n in sorted(counts[mode].items())]
+    return "\n".join(lines) + "\n"
 
 
 def _goals(kept: Path, commit: str, rounds: int, out: Path) -> None:
@@ -146,7 +167,8 @@ def _goals(kept: Path, commit: str, rounds: int, out: Path) -> None:
     header = [*saved[0]["header"], "", f"Goals of commit {commit}: its {rounds} run(s) of `bench/compare_commits.py` "
               f"pooled (each round's rows as repeats), from `{kept.name}/{commit}_*.json`."]
     target = out.with_name(f"{out.stem}_goals_{commit}.md")
-    target.write_text(overhead.markdown(report, header) + overhead.misses_table(report, {}))
+    target.write_text(overhead.markdown(report, header) + overhead.misses_table(report, {})
+                      + "\n" + goal_counts(report) + "\n")
     print(f"written: {target}")
 
 
