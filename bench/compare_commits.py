@@ -217,7 +217,8 @@ def _write(args, extra: list[str], old: str, new: str, runs: dict, walls: dict) 
         f"per emitted token, {new} against {old} (bench/compare_commits.py, bench/{args.bench}.py)",
         "",
         f"Command: `python bench/compare_commits.py --old {args.old} --new {args.new} --rounds {args.rounds} "
-        f"{'--bench speed ' if args.bench == 'speed' else ''}--out {args.out} -- {' '.join(extra)}`",
+        f"{'--bench speed ' if args.bench == 'speed' else ''}--keep DIR --out {args.out} -- {' '.join(extra)}`"
+        + (f"; this table rendered from the kept runs by `... --render-kept {args.render_kept}`" if args.render_kept else ""),
         f"Machine: {cpu.get('model')}, {cpu.get('usable_cpus')} usable CPUs; interpreter {interpreter}. Rounds: {args.rounds}, commits alternating; each cell: geometric mean over "
         "rounds x prompts of new / old overhead per emitted token [95% bootstrap interval]; then each "
         "commit's ratio to SpD (same pairs); last, new / old of the wall time per emitted token (the whole "
