@@ -380,3 +380,36 @@ def test_beam_floor_sets_the_least_beam_work_beside_spd_measured_alongside(tmp_p
     assert [x.split("|")[2].strip() for x in lines] == ["tree_mtad"]
     cells = [c.strip() for c in lines[0].strip("|").split("|")]
     assert float(cells[3]) > 0 and float(cells[2]) > 0 and cells[10].startswith(("floor alone", "reachable"))
+
+
+def test_docs_quote_the_held_out_goals_rerun_counts():
+    """docs/speed.md's verdict counts for the goals table re-run commit against commit are the
+    committed records' (each commit's goals table, recomputed from the kept runs)."""
+    import compare_commits
+
+    root = Path(__file__).resolve().parent.parent
+    kept = root / "results/bench/goals_heldout_cpu"
+
+    def counts(mode_dir: str, commit: str, rounds: int) -> dict[tuple[str, str], int]:
+        saved = [json.loads((kept / mode_dir / f"{commit}_{r}.json").read_text()) for r in range(rounds)]
+        rows = [dict(row, repeat=r * 100 + row["repeat"]) for r, one in enumerate(saved) for row in one["rows"]]
+        report = overhead.summarize(rows, saved[0]["args"]["systems"].split(","), 1.5)
+        out = {}
+        for line in compare_commits.goal_counts(report).splitlines():
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if len(cells) == 3 and cells[2].isdigit():
+                out[(cells[0], cells[1])] = int(cells[2])
+        return out
+
+    doc = " ".join((root / "docs/speed.md").read_text().split())
+    old, new = counts("plain", "691f6ca7ea", 2), counts("plain", "32c4dacbec", 2)
+    tps = ", tokens per step the larger factor"
+    assert (f"before {old[('sample_nok', 'met')]} met, {old[('sample_nok', 'missed')]} missed, "
+            f"{old[('sample_nok', 'missed' + tps)]} missed where tokens per step are the larger factor, "
+            f"{old[('sample_nok', 'unresolved')]} unresolved; after {new[('sample_nok', 'met')]} met, "
+            f"{new[('sample_nok', 'missed')]} missed, {new[('sample_nok', 'missed' + tps)]} missed and "
+            f"{new[('sample_nok', 'unresolved' + tps)]} unresolved where tokens per step") in doc
+    old, new = counts("modes", "691f6ca7ea", 1), counts("modes", "32c4dacbec", 1)
+    assert f"greedy {new[('greedy', 'met')]} met after ({old[('greedy', 'met')]} before)" in doc
+    assert f"top-k {new[('sample', 'met')]} met after and before" in doc and old[("sample", "met")] == new[("sample", "met")]
+    assert f"cells {new[('sample_nok', 'met')]} met after, {old[('sample_nok', 'met')]} before" in doc
