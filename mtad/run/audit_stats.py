@@ -17,7 +17,8 @@ Per example (its turns pooled, as the tables pool them, ``docs/results.md``):
 Each comparison is paired by example, with a percentile bootstrap interval over examples at
 ``LEVEL`` = 1 - 0.05 / 3 (95% with a Bonferroni correction over the three metrics of a point).
 **Criterion:** a point is *consistent* when every interval holds "no difference" (ratio 1,
-difference 0) and *not consistent* otherwise (the metrics named). Consistent says the audit
+difference 0) and *not consistent* otherwise (the metrics named); with fewer than
+``MIN_EXAMPLES`` (5) audited examples it gets no verdict. Consistent says the audit
 found no disagreement at its sample size, not that the metrics are equal: the intervals say how
 large a difference it could have missed. A metric whose paired differences are all equal has
 no bootstrap interval: all zero is "no difference" (the records agree); all equal and non-zero
@@ -35,6 +36,8 @@ from mtad.core.escape import md_cell
 #: The interval level: 95% with a Bonferroni correction over the three metrics of a point.
 LEVEL = 1 - 0.05 / 3
 METRIC_NAMES = ("perplexity", "block efficiency", "score")
+#: Fewer paired examples than this get no verdict: a bootstrap over so few pairs is no interval.
+MIN_EXAMPLES = 5
 
 
 def per_example(rows: list[dict], which: str) -> dict[str, dict[str, float | None]]:
@@ -79,7 +82,8 @@ def compare_point(rows: list[dict]) -> dict[str, Any]:
     rec, now = per_example(rows, "recorded"), per_example(rows, "regenerated")
     exs = sorted(rec)
     result: dict[str, Any] = {"examples": len(exs), "records": len(rows),
-                              "identical": sum(r.get("result") == "identical" for r in rows), "metrics": {}}
+                              "identical": sum((r.get("fields") or {}).get("tokens") == "same" for r in rows),
+                              "metrics": {}}
     pairs = {
         "perplexity": [(rec[e]["log_ppl"], now[e]["log_ppl"]) for e in exs],
         "block efficiency": [(rec[e]["be"], now[e]["be"]) for e in exs],
@@ -111,6 +115,7 @@ def compare_point(rows: list[dict]) -> dict[str, Any]:
     differing = [k for k, v in result["metrics"].items() if v is not None and v["consistent"] is False]
     compared = [k for k, v in result["metrics"].items() if v is not None]
     result["verdict"] = ("nothing compared" if not compared else
+                         f"too few examples for a verdict (fewer than {MIN_EXAMPLES})" if len(exs) < MIN_EXAMPLES else
                          "consistent" if not differing else "not consistent: " + ", ".join(differing))
     return result
 
@@ -144,7 +149,7 @@ def render(rows: list[dict], points: list[str], total_examples: dict[str, int], 
     lines += ["Each cell: committed → regenerated over the audited examples; the paired estimate "
               f"[{LEVEL:.1%} interval] (perplexity: geometric mean and ratio; block efficiency and score: "
               "means and difference).", "",
-              "| point | decoder | task | examples audited (of) | tokens identical | made by (point's last run) | "
+              "| point | decoder | task | examples audited (of) | records with the same tokens | made by (point's last run) | "
               "perplexity | block efficiency | score | verdict |",
               "|:--|:--|:--|--:|--:|:--|:--|:--|:--|:--|"]
     by_point: dict[str, list[dict]] = defaultdict(list)
@@ -166,6 +171,7 @@ def render(rows: list[dict], points: list[str], total_examples: dict[str, int], 
             _cell(c["metrics"]["score"]), c["verdict"]]) + " |")
     lines += ["", f"{sum(v == 'consistent' for v in verdicts)} of {len(verdicts)} audited points consistent; "
               f"{sum(v.startswith('not consistent') for v in verdicts)} not consistent; "
+              f"{sum(v.startswith('too few') for v in verdicts)} with too few examples; "
               f"{len(points) - len(verdicts)} not audited."]
     if notes:
         lines += ["", "## About this audit", "", notes.strip()]

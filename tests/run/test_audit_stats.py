@@ -52,6 +52,7 @@ def test_identical_records_agree_without_an_interval():
     for r in rows:
         r["metrics"]["regenerated"] = dict(r["metrics"]["recorded"])
         r["result"] = "identical"
+        r["fields"] = {"tokens": "same"}
     c = compare_point(rows)
     assert c["verdict"] == "consistent" and c["identical"] == 5
     # every pair differing alike (a constant shift) is a difference, not "no spread, so fine"
@@ -78,7 +79,8 @@ def test_audit_keeps_both_records_metrics_and_writes_the_statistical_table(tmp_p
     assert rows and all(set(r["metrics"]) == {"recorded", "regenerated"} for r in rows)
     assert all(r["metrics"]["recorded"]["new_tokens"] == r["metrics"]["regenerated"]["new_tokens"] for r in rows)
     text = stat.read_text()
-    assert "| consistent |" in text and "--records 0,1" in text
+    # two identical records: the point's two examples, too few for a verdict (tested above on more)
+    assert "| 2 (2) | 2 of 2 |" in text and "too few examples for a verdict" in text and "--records 0,1" in text
     assert render(rows, [rows[0]["point"], "other"], {}).count("| not audited |") == 1
 
 
@@ -110,3 +112,11 @@ def test_prefix_audit_compares_the_steps_it_ran_and_the_committed_records_whole(
     (audit_dir / "a.jsonl").write_text(json.dumps({"point": "p1", "result": "identical through token 4"}) + "\n"
                                        + json.dumps({"point": "p2", "result": "nll_sum differs"}) + "\n")
     assert diverging_points(audit_dir) == {(tmp_path / "p2").resolve()}
+
+
+def test_too_few_examples_get_no_verdict_and_same_tokens_are_counted_by_field():
+    rows = _rows(4, shift_ppl=0.5)
+    for r in rows[:2]:
+        r["fields"] = {"tokens": "same"}
+    c = compare_point(rows)
+    assert c["verdict"].startswith("too few examples") and c["identical"] == 2
