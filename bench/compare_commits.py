@@ -36,7 +36,6 @@ import json
 import math
 import os
 import random
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -196,7 +195,9 @@ def _measure(args, extra: list[str], old: str, new: str, runs: dict, walls: dict
                     run(c, out)
                     if args.keep:
                         Path(args.keep).mkdir(parents=True, exist_ok=True)
-                        shutil.copyfile(out, Path(args.keep) / out.name)
+                        # kept records name no path of this machine: the temporary folder as <tmp>
+                        (Path(args.keep) / out.name).write_text(
+                            out.read_text().replace(str(Path(tmp)), "<tmp>").replace(str(ROOT) + "/", ""))
                     runs[c].append(per_token(out))
                     walls[c].append(per_token(out, "wall"))
         finally:
