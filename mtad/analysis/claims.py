@@ -726,7 +726,13 @@ def evaluate_claims(records: Records, speed_file: str | Path, seed: int = 0) -> 
 def mark_rows(rows: Sequence[Row]) -> None:
     """Each row's ``marks``: the provenance marks of the points it compares, together (a mark
     any of them carries, ``MARKS`` order), with the audits of the results tree they are in."""
-    from mtad.analysis.provenance_marks import MARKS, audit_folder, diverging_points, identical_records, point_marks
+    from mtad.analysis.provenance_marks import (
+        MARKS,
+        audit_folder,
+        diverging_points,
+        identical_records,
+        point_marks,
+    )
 
     audits: dict = {}
     for r in rows:

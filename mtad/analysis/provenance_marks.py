@@ -21,7 +21,6 @@ and ``marks_footnote`` gives the footnote that explains the marks used.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -42,9 +41,13 @@ MARKS = {
 
 
 def _lines(path: Path) -> list[dict]:
-    if not path.exists():
+    """The JSON lines of a file in a results folder, read through ``mtad.core.io`` (a link, a FIFO
+    or an oversized line is refused in one line, never followed, waited on or held whole)."""
+    from mtad.core.io import read_jsonl
+
+    if not path.exists() and not path.is_symlink():
         return []
-    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    return read_jsonl(path)
 
 
 def point_marks(folder: str | Path, diverging: set[Path] | frozenset = frozenset(),

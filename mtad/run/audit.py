@@ -216,14 +216,17 @@ def regenerated_record(pair, task, scorer, ex, ids, res, recorded: dict, turn: i
     return now
 
 
-def committed_nll_and_score(pair, task, scorer, ex, ids, recorded: dict, previous: list[str]
-                            ) -> tuple[float | None, Any]:
+def committed_nll_and_score(pair, task, scorer, ex, ids, recorded: dict, previous: list[str],
+                            max_new: int) -> tuple[float | None, Any]:
     """The NLL of the committed tokens under today's target (the run's own computation,
     ``regenerated_record``) and the score of the committed text today: None where the record
     holds no such field."""
     from mtad.core.metrics import token_logprobs
 
     nll = None
+    if len(recorded["output_ids"]) > max_new:  # no teacher-forced pass over a forged, longer record
+        raise ValueError(f"the record holds {len(recorded['output_ids'])} tokens, more than its point's "
+                         f"max_new_tokens ({max_new}) allows")
     if "nll_sum" in recorded or "perplexity" in recorded:
         nll = float(-token_logprobs(pair.target, ids, recorded["output_ids"], pair.vocab_size).sum())
     score = None
@@ -292,7 +295,7 @@ def audit_point(folder: Path, n: int, seed: int, builder: _Builder, done: set, o
                                   stop_after=prefix)
             if prefix is not None and res.stop_reason == "stop_after":
                 compared = compare_prefix(r, res.to_record(), *committed_nll_and_score(
-                    pair, task, _scorer(cfg, task), ex, ids, r, previous))
+                    pair, task, _scorer(cfg, task), ex, ids, r, previous, int(cfg.max_new_tokens)))
                 now = None
             else:
                 now = regenerated_record(pair, task, _scorer(cfg, task), ex, ids, res, r, turn, previous)

@@ -120,3 +120,33 @@ def test_too_few_examples_get_no_verdict_and_same_tokens_are_counted_by_field():
         r["fields"] = {"tokens": "same"}
     c = compare_point(rows)
     assert c["verdict"].startswith("too few examples") and c["identical"] == 2
+
+
+def test_a_forged_longer_record_gets_no_teacher_forced_pass_and_an_audit_fifo_is_refused(tmp_path):
+    import os
+    import signal
+
+    import pytest
+
+    from mtad.analysis.provenance_marks import diverging_points, identical_records
+    from mtad.core.io import UnsafeResultsFile
+
+    point = tmp_path / "point"
+    shutil.copytree(SMOKE, point)
+    recs = [json.loads(x) for x in (point / "samples.jsonl").read_text().splitlines()]
+    recs[0]["output_ids"] = recs[0]["output_ids"] * 5000  # far past the point's max_new_tokens
+    (point / "samples.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recs))
+    out = tmp_path / "p.jsonl"
+    assert audit_main([str(point), "--records", str(recs[0]["index"]), "--prefix", "1", "--out", str(out)]) == 0
+    row = json.loads(out.read_text().splitlines()[0])
+    assert row["result"].startswith("error: ValueError: the record holds") and "max_new_tokens" in row["result"]
+    audit = tmp_path / "results" / "audit"
+    audit.mkdir(parents=True)
+    os.mkfifo(audit / "a.jsonl")
+    signal.alarm(5)  # a hang fails the test
+    try:
+        for reader in (diverging_points, identical_records):
+            with pytest.raises(UnsafeResultsFile):
+                reader(audit)
+    finally:
+        signal.alarm(0)
