@@ -237,3 +237,47 @@ def _tag(model: nn.Module, kind: str) -> None:
 def kernel_of(model: nn.Module) -> str:
     """The kernel last applied to ``model`` (``default`` if none)."""
     return getattr(getattr(model, "config", None), "mtad_kernel", "default")
+
+
+#: How ``bf16_linears_in_float32`` computes a bfloat16 linear, as audit rows and docs state it.
+BF16_IN_FLOAT32 = "bfloat16 linears in float32"
+
+
+def _float32_forward(self, x: torch.Tensor) -> torch.Tensor:
+    x2d = x.reshape(-1, x.shape[-1]).float()
+    w, rows = self._w32, x2d.shape[0]
+    if rows <= WXT_MAX_ROWS:  # (W @ x.T).T, as ``wxt``: the fast BLAS call for few rows
+        y = torch.mm(w, (x2d.repeat(2, 1) if rows == 1 else x2d).t())[:, :rows].t().contiguous()
+    else:
+        y = x2d @ w.t()
+    if self._b32 is not None:
+        y += self._b32
+    return y.to(x.dtype).reshape(*x.shape[:-1], w.shape[0])
+
+
+def bf16_linears_in_float32(model: nn.Module) -> int:
+    """Compute every bfloat16 ``nn.Linear`` of ``model`` (output head included) in float32, in place;
+    returns how many were changed (0 for a model without bfloat16 linears, or one already changed).
+
+    A host setting for CPUs that emulate bfloat16 (AVX2 only), where torch's bfloat16 matmul
+    runs ~5x (prefill) to ~2x (decoding) slower than float32 on this project's 2-core machine
+    (``docs/results.md``). The input and a float32 copy of the weight (bfloat16 values are exact
+    in float32, so every product is exact) are multiplied with float32 accumulation, the bias
+    added, and the sum rounded to bfloat16 once: the arithmetic of a native bfloat16 matmul
+    (AVX-512 BF16, AMX), in the summation order of float32 BLAS. Not bit-identical to any
+    machine's bfloat16 kernel, so never a point's setting: the audit names it where it was used
+    (``mtad-audit --bf16-linears float32``). Costs a float32 copy of the bfloat16 weights.
+    """
+    import types
+
+    changed = 0
+    for _, m in _linears(model):
+        if m.weight.dtype != torch.bfloat16 or getattr(m, "_w32", None) is not None:
+            continue
+        if getattr(m, "kernel", "default") != "default":
+            raise ValueError(f"{BF16_IN_FLOAT32}: a linear with kernel {m.kernel!r} is not a bfloat16 matmul")
+        m._w32 = m.weight.detach().float()
+        m._b32 = None if m.bias is None else m.bias.detach().float()
+        m.forward = types.MethodType(_float32_forward, m)
+        changed += 1
+    return changed

@@ -159,8 +159,10 @@ def this_machine() -> dict[str, Any]:
 class _Builder:
     """``mtad.run.evaluate.build`` with the model pair loaded once per model config."""
 
-    def __init__(self):
+    def __init__(self, bf16_linears: str = "bfloat16"):
         self._pairs: dict[str, Any] = {}
+        #: "float32": the pair's bfloat16 linears computed in float32 (``--bf16-linears``)
+        self.bf16_linears = bf16_linears
 
     def build(self, cfg):
         from hydra.utils import instantiate
@@ -177,6 +179,11 @@ class _Builder:
         if key not in self._pairs:
             self._pairs.clear()  # one pair in memory at a time
             self._pairs[key] = load_pair(cfg.model)
+            if self.bf16_linears == "float32":
+                from mtad.models.kernels import bf16_linears_in_float32
+
+                for model in (self._pairs[key].target, self._pairs[key].draft):
+                    bf16_linears_in_float32(model)
         pair = self._pairs[key]
         task_cfg = OmegaConf.to_container(cfg.task, resolve=True)
         task_cfg.pop("scorer", None)
@@ -568,6 +575,10 @@ def main(argv: list[str] | None = None) -> int:
                         "and the committed text's score recomputed whole")
     p.add_argument("--stat-table", type=Path, default=None, metavar="FILE.md",
                    help="also (re)write the statistical audit of the POINTs (mtad.run.audit_stats) from --out")
+    p.add_argument("--bf16-linears", choices=("bfloat16", "float32"), default="bfloat16",
+                   help="float32: compute the pair's bfloat16 linears in float32 (exact products, float32 "
+                        "accumulation, one rounding to bfloat16; mtad.models.kernels.bf16_linears_in_float32), "
+                        "several times faster on a CPU that emulates bfloat16; rows name it in audited_on")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="this machine's setting (e.g. task.data_dir=DIR), repeatable; never taken from a folder")
     args = p.parse_args(argv)
@@ -601,6 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "mtad-audit " + " ".join(
         ([f"--records {args.records}"] if args.records else [f"--n {args.n}"]) + [f"--seed {args.seed}"]
         + ([f"--prefix {args.prefix}"] if args.prefix else [])
+        + ([f"--bf16-linears {args.bf16_linears}"] if args.bf16_linears != "bfloat16" else [])
         + ([f"--out {shown_path(args.out)}"] if args.out else [])
         + ([f"POINT x{len(args.points)}"] if args.points else []) + ([f"--all {args.all}"] if args.all else []))
 
@@ -633,7 +645,11 @@ def main(argv: list[str] | None = None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
     done = {(str(Path(r["point"])), r["index"], r["turn"]) for r in rows if r.get("seed") == args.seed}
     done |= {(str(f), i, t) for f in folders for (pt, i, t) in list(done) if pt == shown_path(f)}
-    builder, machine = _Builder(), this_machine()
+    builder, machine = _Builder(args.bf16_linears), this_machine()
+    if args.bf16_linears == "float32":  # another kernel: rows say so, and never count as this machine's kind
+        from mtad.models.kernels import BF16_IN_FLOAT32
+
+        machine = {**machine, "device": {**(machine.get("device") or {}), "kernel_note": BF16_IN_FLOAT32}}
     from mtad.run.config import ConfigError
     from mtad.run.results import BadResultsFile
     from mtad.run.results.described import describe, rebuild

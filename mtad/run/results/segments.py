@@ -76,7 +76,8 @@ def machine(prov: Mapping[str, Any] | None) -> str:
     if not isinstance(info, Mapping):
         return "machine not recorded"
     bf16 = "native bf16" if info.get("native_bf16") else "no native bf16"
-    return f"{info.get('model') or 'CPU'} ({bf16}, {info.get('torch_capability') or '?'})"
+    note = f"; {device['kernel_note']}" if device.get("kernel_note") else ""  # e.g. mtad-audit --bf16-linears
+    return f"{info.get('model') or 'CPU'} ({bf16}, {info.get('torch_capability') or '?'}{note})"
 
 
 def commit(prov: Mapping[str, Any] | None) -> str:
