@@ -575,6 +575,11 @@ def main(argv: list[str] | None = None) -> int:
                         "and the committed text's score recomputed whole")
     p.add_argument("--stat-table", type=Path, default=None, metavar="FILE.md",
                    help="also (re)write the statistical audit of the POINTs (mtad.run.audit_stats) from --out")
+    p.add_argument("--coverage", type=Path, default=None, metavar="FILE.md",
+                   help="write which of the POINTs (or --all) the audits in --audits cover, and how "
+                        "(mtad.run.audit_coverage), then stop")
+    p.add_argument("--audits", type=Path, default=Path("results/audit"), metavar="DIR",
+                   help="--coverage: the folder of audit files (*.jsonl) read (default results/audit)")
     p.add_argument("--bf16-linears", choices=("bfloat16", "float32"), default="bfloat16",
                    help="float32: compute the pair's bfloat16 linears in float32 (exact products, float32 "
                         "accumulation, one rounding to bfloat16; mtad.models.kernels.bf16_linears_in_float32), "
@@ -629,6 +634,18 @@ def main(argv: list[str] | None = None) -> int:
             notes = args.notes.read_text() if args.notes is not None and args.notes.exists() else None
             write_text_atomic(args.table, render_table([r for r in rows if r["point"] in shown], shown, command, notes))
 
+    if args.coverage is not None:
+        from mtad.run import audit_coverage
+
+        if not args.audits.is_dir():
+            print(f"mtad-audit: --audits {args.audits}: no such folder", file=sys.stderr)
+            return 2
+        args.coverage.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(args.coverage, audit_coverage.render(
+            folders, args.audits, f"mtad-audit{' --all ' + args.all if args.all else ''}"
+            f"{' POINT x' + str(len(args.points)) if args.points else ''} --audits {shown_path(args.audits)} "
+            f"--coverage {shown_path(args.coverage)}"))
+        return 0
     if args.made_before is not None:
         args.made_before.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(args.made_before, "\n".join([

@@ -1,0 +1,72 @@
+"""``mtad-audit --coverage``: every committed point with the audits that reached it, and counts
+grouped by what they say they are grouped by."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mtad.models.kernels import BF16_IN_FLOAT32
+from mtad.run.audit import committed_points
+from mtad.run.audit import main as audit_main
+from mtad.run.audit_coverage import PREFIX, TOKENS, WHOLE, coverage, kind, outcome, render
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMAND = "mtad-audit --all results --audits results/audit --coverage results/audit/coverage.md"
+FIELDS = ("tokens", "steps", "accepted_per_step", "nll_sum", "perplexity", "score")
+
+
+def _row(point, result, first=None, prefix=None, fields=True, on="abc on CPU (no native bf16, AVX2)"):
+    r = {"point": point, "decoder": "spd", "task": "humaneval", "result": result, "audited_on": on}
+    if fields:
+        r["fields"] = {f: "same" for f in FIELDS}
+        r["first_field"] = first
+    if prefix is not None:
+        r["prefix"] = prefix
+    return r
+
+
+def test_rows_are_classified_by_comparison_and_first_differing_field():
+    assert (kind(_row("p", "identical")), outcome(_row("p", "identical"))) == (WHOLE, "identical")
+    assert kind(_row("p", "x", prefix=16)) == PREFIX
+    assert outcome(_row("p", "identical through token 19", prefix=16)) == "identical through the prefix"
+    assert outcome(_row("p", "nll_sum differs", first="nll_sum")) == "nll_sum"
+    assert outcome(_row("p", "diverged at token 3", first="tokens")) == "tokens"
+    old = _row("p", "diverged at token 1", fields=False)
+    assert (kind(old), outcome(old)) == (TOKENS, "tokens")
+    assert outcome(_row("p", "error: ValueError: example 3 is x today")) == "error"
+
+
+def test_every_point_is_listed_and_the_counts_add_up():
+    files = {"a.jsonl": [_row("p1", "identical"), _row("p1", "diverged at token 1", fields=False),
+                         _row("elsewhere", "identical")],
+             "b.jsonl": [_row("p2", "nll_sum differs", first="nll_sum", prefix=16,
+                              on=f"abc on CPU (no native bf16, AVX2; {BF16_IN_FLOAT32})"),
+                         _row("p3", "identical", fields=False)]}
+    text = "\n".join(coverage(["p1", "p2", "p3", "p4"], files))
+    assert text.startswith("2 of 4 committed points have a whole-record or prefix audit (1 whole record at widest, "
+                           "1 prefix), 1 only token-only rows, 1 none.")
+    assert "| whole record | identical | 1 |" in text and "| tokens only | tokens | 1 |" in text
+    assert "| prefix | nll_sum | 1 |" in text and "elsewhere" not in text
+    assert f"| prefix 16 | 1 nll_sum (prefix) | {BF16_IN_FLOAT32} |" in text
+    assert "| `p4` | – | 0 | not audited | – | – |" in text
+
+
+def test_committed_coverage_rerenders_identically(monkeypatch):
+    """results/audit/coverage.md is what the committed audit files say: a new audit row needs a
+    re-render (the command on its second line) in the same commit."""
+    monkeypatch.chdir(ROOT)
+    new = render(committed_points(Path("results")), Path("results/audit"), COMMAND)
+    assert COMMAND in (ROOT / "results/audit/coverage.md").read_text()
+    assert new == (ROOT / "results/audit/coverage.md").read_text()
+
+
+def test_the_cli_writes_it_and_refuses_a_missing_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    assert audit_main(["--all", "results", "--audits", str(tmp_path / "nowhere"), "--coverage",
+                       str(tmp_path / "c.md")]) == 2
+    assert "--audits" in capsys.readouterr().err
+    (tmp_path / "x.jsonl").write_text(json.dumps(_row("results/sweeps/table2_smoke/22805486e9c6", "identical")) + "\n")
+    assert audit_main(["--all", "results", "--audits", str(tmp_path), "--coverage", str(tmp_path / "c.md")]) == 0
+    n = len(committed_points(Path("results")))
+    assert f"1 of {n} committed points have a whole-record or prefix audit" in (tmp_path / "c.md").read_text()
