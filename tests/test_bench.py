@@ -413,3 +413,23 @@ def test_docs_quote_the_held_out_goals_rerun_counts():
     assert f"greedy {new[('greedy', 'met')]} met after ({old[('greedy', 'met')]} before)" in doc
     assert f"top-k {new[('sample', 'met')]} met after and before" in doc and old[("sample", "met")] == new[("sample", "met")]
     assert f"cells {new[('sample_nok', 'met')]} met after, {old[('sample_nok', 'met')]} before" in doc
+
+
+def test_docs_quote_the_committed_draw_floor():
+    """docs/speed.md's draw-floor counts and ranges are the committed record's."""
+    root = Path(__file__).resolve().parent.parent
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in (root / "results/bench/draw_floor_cpu.md").read_text().splitlines()
+            if line.startswith("| V")]
+    reach = [r for r in rows if r[-1].startswith("reachable")]
+    miss = [r for r in rows if r[-1].startswith("floor alone misses")]
+    assert len(reach) + len(miss) == len(rows) == 28
+    doc = " ".join((root / "docs/speed.md").read_text().split())
+    assert f"Of the {len(rows)} cells, {len(reach)} are reachable in principle" in doc
+    assert f"In {len(miss)} cells the floor alone misses the goal" in doc
+    for vocab, floor_words, measured_words in (("V32000/", "floor alone", "measured"), ("V151936/", "floor", "measured")):
+        sub = [r for r in reach if r[0].startswith(vocab)]
+        lo, hi = min(float(r[9]) for r in sub), max(float(r[9]) for r in sub)
+        mlo, mhi = min(float(r[8]) for r in sub), max(float(r[8]) for r in sub)
+        assert f"{floor_words} {lo:.2f}-{hi:.2f}x" in doc and f"{measured_words} {mlo:.2f}-{mhi:.2f}x" in doc
+    assert {r[1] for r in miss if r[0].startswith("V32000/")} == {"mcns"}
