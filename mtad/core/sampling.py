@@ -63,6 +63,7 @@ all import from it.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -135,12 +136,16 @@ def uniforms(n: int, gen: torch.Generator) -> torch.Tensor:  # [n] float64 on th
 def cdf_index(
     masses: torch.Tensor,  # [..., n] non-negative masses (negative entries count as 0), any device
     u: torch.Tensor,  # [..., k] float64 uniforms on the masses' device
+    nonneg: bool = False,  # the caller has clamped the masses at 0 already
 ) -> tuple[torch.Tensor, torch.Tensor]:  # [..., k] int64 indices, [..., 1] float64 totals
     """Inverse-CDF draws: for each uniform, the first entry whose cumulative mass exceeds
     ``u * total`` (float64 cumulative masses, summed where the masses are). The target is kept
     below the total (a product rounded up to it would point past the last entry with mass), so
-    an index always has mass when the total is positive and finite (the caller checks it)."""
-    c = masses.to(torch.float64).clamp_min(0).cumsum(-1)
+    an index always has mass when the total is positive and finite (the caller checks it).
+    ``nonneg``: the masses are clamped already (a clamp of clamped masses changes no bit), so
+    the vocabulary-long clamp is not made twice."""
+    c = masses.to(torch.float64)
+    c = (c if nonneg else c.clamp_min(0)).cumsum(-1)
     total = c[..., -1:]
     t = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
     return torch.searchsorted(c, t.contiguous(), right=True), total
@@ -185,19 +190,19 @@ def cdf_positions(
             if not replacement:
                 masses[out[-1]] = 0.0
         return out
-    x = vals.to(torch.float64).clamp_min(0)
+    x = vals.clamp_min(0).to(torch.float64)  # clamped in the masses' dtype: the same values
     if not replacement:
         nz = int((x > 0).sum())
         if min(k, nz) == 0:
             return []
     u = uniforms(k, gen)
     if replacement:
-        j, total = cdf_index(x, u)
+        j, total = cdf_index(x, u, nonneg=True)
         _check_total(float(total))
         return j.tolist()
     out: list[int] = []
     for i in range(min(k, nz)):
-        j, total = cdf_index(x, u[i : i + 1])
+        j, total = cdf_index(x, u[i : i + 1], nonneg=True)
         _check_total(float(total))
         out.append(int(j))
         x[out[-1]] = 0.0
@@ -250,6 +255,13 @@ class Support(NamedTuple):
         return (self.ids, self.vals) if bool(keep.all()) else (self.ids[keep], self.vals[keep])
 
 
+@functools.lru_cache(maxsize=8)
+def whole_ids(n: int) -> torch.Tensor:  # [n] int64 on the host: 0..n-1
+    """The ids of a whole host row (``arange(n)``), made once per length: a support's ids are
+    only ever read (no caller writes into them), so every whole row of that length shares them."""
+    return torch.arange(n)
+
+
 def support(
     probs: torch.Tensor,  # [V] non-negative (negative entries count as 0)
 ) -> tuple[torch.Tensor, torch.Tensor]:  # ids [n] ascending int64, masses [n] (float32 or wider)
@@ -262,12 +274,13 @@ def support(
         probs = probs.float()
     if probs.numel() <= DENSE_MAX:
         return torch.arange(probs.numel(), device=probs.device), probs.clamp_min(0)
-    positive = probs > 0
-    if probs.device.type == "cpu" and bool(positive.all()):
+    if probs.device.type == "cpu" and bool(probs.min() > 0):
         # a whole row (plain temperature): the same ids and masses as the scan below, without
-        # it (a nonzero over the vocabulary costs far more than a check and a copy); on an
-        # accelerator the check would be a synchronisation of its own, so the scan stays
-        return torch.arange(probs.numel()), probs.clone()
+        # it (a nonzero over the vocabulary costs far more than a check and a copy; the least
+        # entry is positive exactly when every entry is, nan failing both); on an accelerator
+        # the check would be a synchronisation of its own, so the scan stays
+        return whole_ids(probs.numel()), probs.clone()
+    positive = probs > 0
     ids = torch.nonzero(positive).flatten()
     return ids, probs[ids]
 
@@ -597,7 +610,7 @@ def device_draws(
         state = generator.get_state()
         (u,) = to_device([uniforms(1, generator)], rows.device)
         x = rows.clamp_min(0) if entries is None else torch.where(entries, rows.clamp_min(0), 0)
-        j, total = cdf_index(x, u.expand(rows.shape[0], 1))
+        j, total = cdf_index(x, u.expand(rows.shape[0], 1), nonneg=True)
         sizes = torch.where(total > 0, 1.0, 0.0).double()  # no draw from a row without mass
         parts = [j.reshape(-1).double(), sizes.reshape(-1)] + [e.reshape(-1).double() for e in extra]
         host = torch.cat(parts).cpu().tolist()  # one read
@@ -659,11 +672,11 @@ def device_multinomial(
     if inverse_cdf(generator):  # k uniforms cross (see the module docstring), the draws come back
         (u,) = to_device([uniforms(k, generator)], vals.device)
         if replacement:
-            idx, total = cdf_index(x, u)
+            idx, total = cdf_index(x, u, nonneg=True)
         else:
             left, picks = x.clone(), []
             for i in range(k):
-                j, t = cdf_index(left, u[i : i + 1])
+                j, t = cdf_index(left, u[i : i + 1], nonneg=True)
                 total = t if i == 0 else total
                 picks.append(j)
                 left[j] = 0

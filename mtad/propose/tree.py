@@ -225,11 +225,11 @@ def _device_cdf_level(x: torch.Tensor, k: int, generator: torch.Generator,
     u = u.view(f, k)
     masses = x.clamp_min(0)
     if replacement:
-        j, total = cdf_index(masses, u)  # [F, k]
+        j, total = cdf_index(masses, u, nonneg=True)  # [F, k]
     else:
         masses, picks = masses.clone(), []
         for i in range(k):
-            ji, t = cdf_index(masses, u[:, i : i + 1])
+            ji, t = cdf_index(masses, u[:, i : i + 1], nonneg=True)
             total = t if i == 0 else total
             picks.append(ji)
             masses.scatter_(1, ji, 0)

@@ -60,3 +60,25 @@ def test_compress_support_with_a_whole_row_is_the_marks_answer():
         assert torch.equal(got.P, Pc) and torch.equal(got.Q, Qc) and got.cands == c_at and torch.equal(got.cols, cols)
         got.P[0] = -1.0  # the rules may update their columns in place: never the caller's row
         assert P.vals[0] > 0
+
+
+def test_the_whole_row_check_and_the_clamp_skipped_once_change_nothing():
+    """``support``'s check by the least entry takes the scan for a row with a zero or a nan; a
+    whole row's ids are shared (read only); ``cdf_index(..., nonneg=True)`` on clamped masses
+    draws what the clamping call draws, bit for bit."""
+    from mtad.core.sampling import cdf_index, whole_ids
+
+    g = torch.Generator().manual_seed(1)
+    row = torch.softmax(torch.randn(V, generator=g), -1)
+    for bad in (0.0, float("nan")):
+        r = row.clone()
+        r[17] = bad
+        ids, vals = support(r)
+        ref_ids, ref_vals = _scan(r)
+        assert torch.equal(ids, ref_ids) and torch.equal(vals, ref_vals) and 17 not in ids.tolist()
+    assert support(row)[0] is whole_ids(V) and torch.equal(whole_ids(V), torch.arange(V))
+    for masses in (row, torch.where(torch.rand(V, generator=g) < 0.5, row, 0.0), row.double()):
+        x = masses.clamp_min(0)
+        u = torch.rand(3, 5, dtype=torch.float64, generator=g)
+        for a, b in zip(cdf_index(x.expand(3, V), u), cdf_index(x.expand(3, V), u, nonneg=True)):
+            assert torch.equal(a, b)
