@@ -433,3 +433,18 @@ def test_docs_quote_the_committed_draw_floor():
         mlo, mhi = min(float(r[8]) for r in sub), max(float(r[8]) for r in sub)
         assert f"{floor_words} {lo:.2f}-{hi:.2f}x" in doc and f"{measured_words} {mlo:.2f}-{mhi:.2f}x" in doc
     assert {r[1] for r in miss if r[0].startswith("V32000/")} == {"mcns"}
+
+
+def test_docs_quote_the_leaner_rows_record():
+    """docs/speed.md's new / old ranges for 3e00381 are the committed record's (both vocabularies)."""
+    import compare_commits
+
+    root = Path(__file__).resolve().parent.parent
+    got = compare_commits.summary(root / "results/bench/compare_commits_leaner_rows_plain_cpu.md")
+    doc = " ".join((root / "docs/speed.md").read_text().split())
+    names = {"specinfer": "SpecInfer", "mcns": "MCNS", "mcss": "MCSS", "spectr": "SpecTr",
+             "beam_specinfer": "beam SpecInfer", "tree_mtad": "tree-MTAD", "mtad": "MTAD", "spd": "SpD"}
+    for system, name in names.items():
+        lo = min(got[(system, v)][0] for v in ("V32000", "V151936"))
+        hi = max(got[(system, v)][1] for v in ("V32000", "V151936"))
+        assert f"{name} {lo:.2f}-{hi:.2f}x" in doc, system
