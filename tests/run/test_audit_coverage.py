@@ -70,3 +70,13 @@ def test_the_cli_writes_it_and_refuses_a_missing_folder(tmp_path, monkeypatch, c
     assert audit_main(["--all", "results", "--audits", str(tmp_path), "--coverage", str(tmp_path / "c.md")]) == 0
     n = len(committed_points(Path("results")))
     assert f"1 of {n} committed points have a whole-record or prefix audit" in (tmp_path / "c.md").read_text()
+
+
+def test_the_docs_claim_of_full_coverage_is_the_committed_tables():
+    """docs/results.md says every committed point has a whole-record or prefix audit: the committed
+    coverage table must say so too (N of N, none left)."""
+    doc = " ".join((ROOT / "docs/results.md").read_text().split())
+    if "Every committed point has a whole-record or prefix audit there." in doc:
+        n = len(committed_points(ROOT / "results"))
+        assert (f"{n} of {n} committed points have a whole-record or prefix audit"
+                in (ROOT / "results/audit/coverage.md").read_text())
