@@ -448,3 +448,21 @@ def test_docs_quote_the_leaner_rows_record():
         lo = min(got[(system, v)][0] for v in ("V32000", "V151936"))
         hi = max(got[(system, v)][1] for v in ("V32000", "V151936"))
         assert f"{name} {lo:.2f}-{hi:.2f}x" in doc, system
+
+
+def test_docs_quote_the_offline_five_prompt_record():
+    """docs/speed.md's wall and outside-the-models ratios on the offline pair (5 prompts) are the
+    committed record's."""
+    root = Path(__file__).resolve().parent.parent
+    cells = {}
+    for line in (root / "results/bench/compare_commits_offline5_plain_humaneval_cpu.md").read_text().splitlines():
+        c = [x.strip() for x in line.strip().strip("|").split("|")]
+        if len(c) == 8 and c[0] == "humaneval/sample":
+            cells[c[1]] = [x.split()[0] for x in c[2:]]
+    doc = " ".join((root / "docs/speed.md").read_text().split())
+    names = {"specinfer": "SpecInfer", "mcss": "MCSS", "tree_mtad": "tree-MTAD"}
+    for s, name in names.items():
+        new_old, old_x, new_x, wall, old_wall, new_wall = cells[s]
+        assert f"{name} {old_wall}x and {new_wall}x" in doc and f"{name} {old_x}x and {new_x}x" in doc
+        assert f"{name} {wall}x" in doc and f"{name} {new_old}x" in doc
+    assert f"SpD {cells['spd'][3]}x" in doc and f"SpD {cells['spd'][0]}x" in doc
