@@ -19,6 +19,12 @@ Markdown table from ``--out`` after every record and names the points given that
 audited record yet. Bit-identical regeneration needs the same float kernels: bfloat16 records
 made on another kind of CPU (AVX-512 BF16 / AMX / AVX2 emulation) or GPU may diverge without
 any code change; the table prints both machines so a reader can tell.
+
+``--prefix K`` regenerates a record's steps up to its K-th token (``compare_prefix``);
+``--stat-table`` compares metrics where bits cannot match (``mtad.run.audit_stats``);
+``--bf16-linears float32`` computes the pair's bfloat16 linears in float32 on a CPU that
+emulates bfloat16 (``mtad.models.kernels.bf16_linears_in_float32``; rows name it); ``--coverage
+FILE.md`` lists every point with the audits that reached it (``mtad.run.audit_coverage``).
 """
 
 from __future__ import annotations
