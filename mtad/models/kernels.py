@@ -108,6 +108,14 @@ def pack_int8_weight_only(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     return q.contiguous(), scales.to(torch.bfloat16)
 
 
+def _wxt(w: torch.Tensor, x2d: torch.Tensor) -> torch.Tensor:  # [rows, out], row-major
+    """``x2d @ w.T`` as ``(w @ x2d.T).T``; a single row is duplicated first, because the BLAS
+    matrix-vector path runs on one thread while the 2-column product uses all of them."""
+    rows = x2d.shape[0]
+    y = torch.mm(w, x2d.repeat(2, 1).t())[:, :1] if rows == 1 else torch.mm(w, x2d.t())
+    return y.t().contiguous()  # mm(W, x.T) is [out, rows]: row-major so callers may .view() it
+
+
 class KernelLinear(nn.Linear):
     """``nn.Linear`` whose ``forward`` uses the kernel named by ``self.kernel``."""
 
@@ -135,12 +143,7 @@ class KernelLinear(nn.Linear):
             x2d = x.reshape(-1, x.shape[-1])
             rows = x2d.shape[0]
             if rows <= self.max_rows:
-                if rows == 1:  # matrix-vector BLAS is single-threaded: use 2 columns
-                    y = torch.mm(w, x2d.repeat(2, 1).t())[:, :1]
-                else:
-                    y = torch.mm(w, x2d.t())
-                # mm(W, x.T) is [out, rows]; make it row-major so callers may .view() it
-                y = y.t().contiguous()
+                y = _wxt(w, x2d)
                 if self.bias is not None:
                     y += self.bias
                 return y.reshape(*x.shape[:-1], w.shape[0])
@@ -247,7 +250,7 @@ def _float32_forward(self, x: torch.Tensor) -> torch.Tensor:
     x2d = x.reshape(-1, x.shape[-1]).float()
     w, rows = self._w32, x2d.shape[0]
     if rows <= WXT_MAX_ROWS:  # (W @ x.T).T, as ``wxt``: the fast BLAS call for few rows
-        y = torch.mm(w, (x2d.repeat(2, 1) if rows == 1 else x2d).t())[:, :rows].t().contiguous()
+        y = _wxt(w, x2d)
     else:
         y = x2d @ w.t()
     if self._b32 is not None:
