@@ -55,12 +55,12 @@ def test_tune_sets_both_thresholds_once_and_the_provenance_says_so():
 
 
 def test_the_entry_points_tune_and_the_library_does_not():
-    """Every run (``mtad.run.evaluate.run``, whatever launched it), ``mtad-bench``, ``mtad-audit``
+    """Every run (``mtad.run.evaluate.run``, whatever launched it), ``mtad-bench``, ``mtad-audit``, ``mtad-rerun``
     and the overhead / speed benchmarks call ``tune``; importing the engine does not."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    for rel in ("mtad/run/evaluate.py", "mtad/run/bench.py", "mtad/run/audit.py",
+    for rel in ("mtad/run/evaluate.py", "mtad/run/bench.py", "mtad/run/audit.py", "mtad/run/rerun.py",
                 "bench/overhead.py", "bench/speed.py"):
         assert "allocator.tune()" in (root / rel).read_text(), rel
     probe = "import mtad.core.engine, mtad.core.allocator as a; print(a.state()['tuned'])"

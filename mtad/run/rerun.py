@@ -1,0 +1,182 @@
+"""Rerun committed points with today's code, resumably, and swap the new records in.
+
+    mtad-rerun POINT... [--staging reruns] [--swap] [--status]
+
+A point whose records were made by code that has since changed its draws
+(``mtad.run.audit.DRAW_CHANGES``; ``results/audit/rerun_candidates.md`` lists them) is rebuilt
+from its folder (``mtad.run.results.described``: the project's ``conf/`` members by name, the
+folder's knobs; refused in one line when the rebuilt identity is not the folder's) and run by
+``mtad.run.evaluate.run`` into a staging folder, ``STAGING/<the point's path>`` (committed, so
+that a rerun longer than one sitting resumes where it stopped, from any later checkout; its
+records carry their own segments). The run uses the thread count that made the committed
+records (their summary's ``torch_threads``).
+
+``--swap`` replaces the point's ``samples.jsonl``, ``segments.jsonl``, ``summary.json`` and
+``config.json`` by the staged ones, only when the staging folder holds a record for every
+(example, turn) the point holds and the same identity; the point's ``point.json`` is kept, and the
+staging folder is removed. The replaced records stay in the repository's history; the note of the
+commit that swaps lists every number that changed (``mtad-render``, ``mtad-claims`` re-rendered).
+
+``--status`` prints, per point, how many of its records are staged, and stops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("mtad.rerun")
+
+#: What a swap replaces in the point folder (``point.json`` is the point's own and stays).
+SWAPPED = ("samples.jsonl", "segments.jsonl", "summary.json", "config.json")
+DEFAULT_STAGING = Path("reruns")
+
+
+class RerunRefused(Exception):
+    """A point that cannot be rerun or swapped as asked; the message says why and what to do."""
+
+
+def staging_of(point: Path, staging: Path) -> Path:
+    """``staging/<point's path relative to the checkout>`` (absolute points keep their last parts)."""
+    from mtad.core.io import shown_path
+
+    shown = Path(shown_path(point))
+    parts = shown.parts[1:] if shown.is_absolute() else shown.parts
+    return staging.joinpath(*[p for p in parts if p not in ("..", ".")])
+
+
+def _keys(folder: Path) -> set[tuple[str, int]]:
+    from mtad.run.results import PointFolder, record_key
+
+    if not (folder / "samples.jsonl").exists():
+        return set()
+    return {record_key(r) for r in PointFolder(folder).check().records}
+
+
+def rebuilt_config(point: Path, overrides: list[str] | tuple = ()):
+    """The point's config as this checkout runs it; RerunRefused when it is not the same point."""
+    from mtad.run.results.described import describe, rebuild, report
+
+    rebuilt = rebuild(describe(point), overrides)
+    report(rebuilt, point)
+    if rebuilt.identity_differs:
+        raise RerunRefused(f"{point}: today's config for it is another point (identity differs: "
+                           f"{'; '.join(rebuilt.ignored) or 'a default changed'}); a rerun would not "
+                           "replace its records, run it as a new point instead")
+    return rebuilt.cfg
+
+
+def status(point: Path, staging: Path) -> str:
+    want, have = _keys(point), _keys(staging_of(point, staging))
+    return f"{point}: {len(want & have)} of {len(want)} records staged in {staging_of(point, staging)}"
+
+
+def rerun(point: Path, staging: Path, overrides: list[str] | tuple = ()) -> Path:
+    """Run (or resume) ``point`` into its staging folder; returns the folder."""
+    import torch
+
+    from mtad.run.evaluate import run
+    from mtad.run.results import PointFolder, read_json
+
+    cfg = rebuilt_config(point, overrides)
+    pf = PointFolder(point)
+    summary = read_json(pf.file("summary.json")) or {}
+    threads = (summary.get("provenance") or {}).get("torch_threads")
+    if isinstance(threads, int) and threads > 0:
+        torch.set_num_threads(threads)
+    stored = pf.point()
+    target = staging_of(point, staging)
+    target.mkdir(parents=True, exist_ok=True)
+    run(cfg, output_dir=target, overrides=list(stored.get("overrides") or []),
+        choices=dict(stored.get("choices") or {}))
+    return target
+
+
+def swap(point: Path, staging: Path) -> list[str]:
+    """Replace the point's records by the staged ones (see the module docstring); returns the
+    files replaced. RerunRefused when the staging folder is not complete or not the same point."""
+    from mtad.core.io import write_json_atomic
+    from mtad.run.results import PointFolder, read_json
+
+    target = staging_of(point, staging)
+    want, have = _keys(point), _keys(target)
+    if not want <= have:
+        raise RerunRefused(f"{point}: {len(want - have)} of its {len(want)} records are not staged in "
+                           f"{target}; run `mtad-rerun {point}` to finish them, then --swap")
+    mine, staged = PointFolder(point).identity_hash(), PointFolder(target).identity_hash()
+    if mine is None or mine != staged:
+        raise RerunRefused(f"{point}: the staging folder {target} holds point {staged}, not {mine}; "
+                           "remove it and rerun")
+    if not (target / "summary.json").exists():
+        raise RerunRefused(f"{point}: {target} has no summary.json (the rerun did not finish); rerun it")
+    for name in SWAPPED:
+        if name.endswith(".json"):
+            data: dict[str, Any] = read_json(target / name) or {}
+            # the run wrote the staging path as its output_dir; the records live in the point
+            if "output_dir" in data:
+                data["output_dir"] = str(point)
+            if isinstance(data.get("config"), dict) and "output_dir" in data["config"]:
+                data["config"]["output_dir"] = str(point)
+            write_json_atomic(point / name, data)
+        else:
+            shutil.copyfile(target / name, point / (name + ".swap"))
+            (point / (name + ".swap")).replace(point / name)
+    shutil.rmtree(target)
+    return list(SWAPPED)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="mtad-rerun", description=__doc__.split("\n\n")[0])
+    p.add_argument("points", nargs="+", metavar="POINT", help="committed point folders")
+    p.add_argument("--staging", type=Path, default=DEFAULT_STAGING,
+                   help=f"where reruns are staged (default {DEFAULT_STAGING}/)")
+    p.add_argument("--swap", action="store_true", help="swap completed reruns into their points (runs nothing)")
+    p.add_argument("--status", action="store_true", help="print how much of each point is staged, and stop")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="this machine's setting (e.g. task.data_dir=DIR), repeatable; never a knob of the point")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from mtad.run.config import ConfigError
+    from mtad.run.results import BadResultsFile
+    from mtad.run.results.targets import UntrustedConfig
+
+    points = [Path(x) for x in args.points]
+    for f in points:
+        if not (f / "samples.jsonl").is_file() or not (f / "point.json").is_file():
+            print(f"mtad-rerun: {f} is not a committed point folder (point.json and samples.jsonl)", file=sys.stderr)
+            return 2
+    if args.status:
+        for f in points:
+            print(status(f, args.staging))
+        return 0
+    try:
+        if args.swap:
+            for f in points:
+                swap(f, args.staging)
+                print(f"mtad-rerun: {f}: swapped in the rerun's records ({', '.join(SWAPPED)})")
+            return 0
+        for f in points:  # every point checked before the first record is made
+            rebuilt_config(f, args.override)
+        for f in points:
+            rerun(f, args.staging, args.override)
+            print(status(f, args.staging))
+    except (RerunRefused, ConfigError, UntrustedConfig, BadResultsFile) as e:
+        print(f"mtad-rerun: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cli() -> None:
+    from mtad.core import allocator
+    from mtad.run.results import exit_on_bad_results
+
+    allocator.tune()  # as a run's own entry point does (mtad.core.allocator)
+    exit_on_bad_results(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,74 @@
+"""``mtad-rerun``: a committed point rerun by today's code into a staging folder, resumably, and
+swapped in only when complete and the same point."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from mtad.run.rerun import main as rerun_main
+from mtad.run.rerun import staging_of
+from mtad.run.results.segments import SEGMENTS_FILE
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = ROOT / "results/sweeps/table2_smoke/22805486e9c6"  # SpD on the tiny pair (2 records)
+
+
+def _records(folder: Path) -> list[dict]:
+    return [json.loads(x) for x in (folder / "samples.jsonl").read_text().splitlines()]
+
+
+def test_rerun_stages_resumes_and_swaps_only_a_complete_rerun(tmp_path, capsys):
+    point = tmp_path / "results" / "p"
+    shutil.copytree(SMOKE, point)
+    before = _records(point)
+    staging = tmp_path / "staging"
+    stage = staging_of(point, staging)
+    # a swap with nothing staged is refused in one line, and the point is untouched
+    assert rerun_main([str(point), "--staging", str(staging), "--swap"]) == 2
+    assert "2 of its 2 records are not staged" in capsys.readouterr().err
+    assert _records(point) == before
+    # a half-finished rerun (one record staged, as if interrupted) is refused too ...
+    assert rerun_main([str(point), "--staging", str(staging)]) == 0
+    staged = _records(stage)
+    assert len(staged) == len(before)
+    (stage / "samples.jsonl").write_text(json.dumps(staged[0]) + "\n")
+    (stage / "summary.json").unlink()
+    assert rerun_main([str(point), "--staging", str(staging), "--swap"]) == 2
+    assert "1 of its 2 records are not staged" in capsys.readouterr().err
+    # ... and resumes: only the missing record is made, in a second segment
+    assert rerun_main([str(point), "--staging", str(staging)]) == 0
+    resumed = _records(stage)
+    assert resumed[0] == staged[0] and len(resumed) == 2
+    assert len((stage / SEGMENTS_FILE).read_text().splitlines()) == 2
+    assert rerun_main([str(point), "--staging", str(staging), "--status"]) == 0
+    assert "2 of 2 records staged" in capsys.readouterr().out
+    # swapped: the point's records are the rerun's, each with a segment that resolves to a line
+    # of its segments.jsonl; point.json is the point's own; the staging folder is gone
+    point_json = (point / "point.json").read_text()
+    assert rerun_main([str(point), "--staging", str(staging), "--swap"]) == 0
+    after = _records(point)
+    segs = {json.loads(x)["segment"] for x in (point / SEGMENTS_FILE).read_text().splitlines()}
+    assert all(r["segment"] in segs for r in after) and len(after) == len(before)
+    assert (point / "point.json").read_text() == point_json and not stage.exists()
+    assert json.loads((point / "config.json").read_text())["output_dir"] == str(point)
+    # the tiny pair's draws did not change: today's code makes the committed tokens
+    key = lambda r: (r["index"], r["turn"])  # noqa: E731
+    assert sorted((key(r), r["output_ids"]) for r in after) == sorted((key(r), r["output_ids"]) for r in before)
+
+
+def test_rerun_refuses_a_point_todays_config_does_not_rebuild(tmp_path, capsys):
+    point = tmp_path / "p"
+    shutil.copytree(SMOKE, point)
+    stored = json.loads((point / "point.json").read_text())
+    stored["identity_hash"] = "000000000000"  # another point's identity than today's config builds
+    (point / "point.json").write_text(json.dumps(stored))
+    assert rerun_main([str(point), "--staging", str(tmp_path / "s")]) == 2
+    assert "identity differs" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+
+
+def test_rerun_refuses_a_folder_that_is_no_point(tmp_path, capsys):
+    assert rerun_main([str(tmp_path), "--staging", str(tmp_path / "s")]) == 2
+    assert "is not a committed point folder" in capsys.readouterr().err
