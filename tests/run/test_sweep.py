@@ -404,12 +404,12 @@ def test_render_options_per_profile_are_checked_and_indexed(tmp_path):
     is refused, naming it."""
     from mtad.analysis.figures import PARETO_X
     from mtad.run.sweep.execute import write_index
-    from mtad.run.sweep.plan import RENDER_OPTIONS
+    from mtad.run.sweep.plan import RENDER_OPTIONS, render_options
     assert set(RENDER_OPTIONS["pareto_x"]) == set(PARETO_X)
     for name in ("table2", "ablation_tau", "ablation_gamma", "ablation_width"):
-        assert sw.load(ROOT / f"experiments/{name}.yaml", profile="cpu").render == {
+        assert render_options(ROOT / f"experiments/{name}.yaml", "cpu") == {
             "pareto_x": "block_efficiency", "speedups": False}
-    assert sw.load(TABLE2).render == {}  # paper: tokens/s on GPUs
+    assert render_options(TABLE2) == {}  # paper: tokens/s on GPUs
     sweep = sw.load(TABLE2, profile="cpu", root=tmp_path)
     write_index(sweep)
     assert json.loads((sweep.dir / "sweep.json").read_text())["render"] == {

@@ -200,6 +200,7 @@ def load(
                     f"sweep {sweep_file} has no profile {profile!r}; profiles: {sorted(profiles) or 'none'}"
                 )
             extra = [str(o) for o in profiles[profile]]
+        render = _render_options(meta, sweep_file, profile)  # before any point is composed
         base_overrides, hydra_overrides = [], []
         for o in [*extra, *overrides]:
             (hydra_overrides if is_hydra_override(o) else base_overrides).append(o)
@@ -214,13 +215,6 @@ def load(
             "holds; requested: only the first `limit`, so that the points of an ablation share "
             "their examples)"
         )
-    render = (meta.get("render") or {}).get(profile or "paper") or {}
-    for key, value in render.items():
-        if key not in RENDER_OPTIONS or value not in RENDER_OPTIONS[key]:
-            raise ValueError(
-                f"{sweep_file}: sweep.render.{profile or 'paper'}.{key}={value!r}: the options are "
-                + "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in RENDER_OPTIONS.items())
-            )
     root = Path(root if root is not None else meta.get("root") or "results/sweeps")
     if search is None:
         search = [root] if explicit_root or not meta.get("search") else list(meta["search"])
@@ -236,6 +230,27 @@ def load(
         hydra_overrides=hydra_overrides,
         render=dict(render),
     )
+
+
+def _render_options(meta: dict, sweep_file: Path, profile: str | None) -> dict:
+    """The file's ``sweep.render.<profile>`` (``paper`` without one), each option checked."""
+    render = (meta.get("render") or {}).get(profile or "paper") or {}
+    for key, value in render.items():
+        if key not in RENDER_OPTIONS or value not in RENDER_OPTIONS[key]:
+            raise ValueError(
+                f"{sweep_file}: sweep.render.{profile or 'paper'}.{key}={value!r}: the options are "
+                + "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in RENDER_OPTIONS.items())
+            )
+    return dict(render)
+
+
+def render_options(sweep_file: str | Path, profile: str | None = None, conf_dir: Path = CONF_DIR) -> dict:
+    """The render options ``load`` gives ``sweep_file`` under ``profile``, without composing its
+    points (ValueError naming the option when one is not in ``RENDER_OPTIONS``)."""
+    sweep_file = Path(sweep_file)
+    with Composer(sweep_file, conf_dir) as composer:
+        meta = OmegaConf.to_container(composer([]).get("sweep") or {}, resolve=False)
+    return _render_options(meta, sweep_file, profile)
 
 
 def _point(composer: Composer, job: list[str], sweep_file: Path, conf_dir: Path) -> Point:
