@@ -337,9 +337,12 @@ def _kind(described: str) -> str:
 #: Commits that changed what decoders draw for a seed without changing the points' identities
 #: (no decoder ``version`` bumped), oldest first: the records a point holds from before such a
 #: commit are not what today's code makes of that point. Found in the history: b32eec4 moved
-#: sampling and verification onto the distributions' supports (``git show b32eec4``); the
-#: committed audit regenerates records made before it diverging at their first tokens on the
-#: machine kind that made them. From 308b998 on, ``tests/decoders/test_draw_fingerprints.py``
+#: sampling and verification onto the distributions' supports (``git show b32eec4``): a vector
+#: longer than ``DENSE_MAX`` (every vocabulary row of the offline pair, top-k 10 or not) is drawn
+#: over its nonzero entries, another random stream. ``bench/regen_at_commit.py`` shows it
+#: (``results/audit/code/``): the code that made a tree-MTAD/Spider point regenerates its records
+#: bit for bit on this machine, today's diverges; bisected, 14f95e2 keeps them, b32eec4 does not.
+#: From 308b998 on, ``tests/decoders/test_draw_fingerprints.py``
 #: refuses a change of a decoder's draws that bumps no version, and its fingerprints have only
 #: been extended since (0d9b98c, 0f7b0b0: new decoders and cases). Decoder version bumps (BiLD's
 #: 206271d) change the identity instead: records of the old version are another point.
@@ -526,7 +529,18 @@ def render_table(rows: list[dict], points: list[str] | None = None, command: str
     return "\n".join(lines) + "\n"
 
 
-def made_before_draw_changes(folders: list[Path]) -> list[str]:
+def staged_records(folder: Path, staging: Path = Path("reruns")) -> int:
+    """How many of ``folder``'s (example, turn) records a rerun has staged (``mtad.run.rerun``)."""
+    from mtad.run.rerun import staging_of
+
+    stage = staging_of(folder, staging) / "samples.jsonl"
+    if not stage.is_file():
+        return 0
+    want = {record_key(r) for r in read_jsonl(folder / "samples.jsonl")}
+    return len(want & {record_key(r) for r in read_jsonl(stage)})
+
+
+def made_before_draw_changes(folders: list[Path], staging: Path = Path("reruns")) -> list[str]:
     """Markdown: for every point folder, how many of its records were made before each commit of
     ``DRAW_CHANGES`` (by their segments, ``code_group``) and how many by runs whose commit
     nothing recorded: the points to regenerate with today's code so that every record of a
@@ -538,7 +552,9 @@ def made_before_draw_changes(folders: list[Path]) -> list[str]:
                   "segment's run was on a commit before it, or that were added to the repository "
                   "before it; *not recorded*, records whose run's commit nothing recorded (added after "
                   "it: made before or after).", "",
-                  "| point | records | before | not recorded |", "|:--|--:|--:|--:|"]
+                  "*rerun staged*: records of the point rerun by today's code so far (`mtad-rerun`, "
+                  "`reruns/<point>/`; swapped in when all are).", "",
+                  "| point | records | before | not recorded | rerun staged |", "|:--|--:|--:|--:|--:|"]
         totals = [0, 0, 0, 0]
         for f in folders:
             point = shown_path(f)
@@ -547,7 +563,8 @@ def made_before_draw_changes(folders: list[Path]) -> list[str]:
             before = sum(g.startswith(("run on a commit before", "added before")) for g in groups)
             unknown = sum(g == "run's commit not recorded" for g in groups)
             if before or unknown:
-                lines.append(f"| `{point}` | {len(groups)} | {before} | {unknown} |")
+                staged = staged_records(f, staging)
+                lines.append(f"| `{point}` | {len(groups)} | {before} | {unknown} | {staged} |")
                 totals = [totals[0] + 1, totals[1] + len(groups), totals[2] + before, totals[3] + unknown]
         lines += ["", f"{totals[0]} of {len(folders)} points hold such records: {totals[2]} records made "
                   f"before `{change}`, {totals[3]} whose run's commit is not recorded, of {totals[1]} records "
