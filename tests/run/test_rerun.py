@@ -72,3 +72,20 @@ def test_rerun_refuses_a_point_todays_config_does_not_rebuild(tmp_path, capsys):
 def test_rerun_refuses_a_folder_that_is_no_point(tmp_path, capsys):
     assert rerun_main([str(tmp_path), "--staging", str(tmp_path / "s")]) == 2
     assert "is not a committed point folder" in capsys.readouterr().err
+
+
+def test_the_rerun_candidates_count_the_staged_records(tmp_path, monkeypatch):
+    from mtad.run.audit import made_before_draw_changes, staged_records
+
+    point = tmp_path / "results" / "p"
+    shutil.copytree(SMOKE, point)
+    monkeypatch.chdir(tmp_path)
+    staging = Path("reruns")
+    assert staged_records(point, staging) == 0
+    stage = staging_of(point, staging)
+    stage.mkdir(parents=True)
+    first = (point / "samples.jsonl").read_text().splitlines()[0]
+    (stage / "samples.jsonl").write_text(first + "\n")
+    assert staged_records(point, staging) == 1
+    row = next(x for x in made_before_draw_changes([point], staging) if x.startswith("| `"))
+    assert row.endswith("| 2 | 2 | 0 | 1 |")  # 2 records, both made before b32eec4, 1 staged
