@@ -14,8 +14,10 @@ records (their summary's ``torch_threads``).
 ``--swap`` replaces the point's ``samples.jsonl``, ``segments.jsonl``, ``summary.json`` and
 ``config.json`` by the staged ones, only when the staging folder holds a record for every
 (example, turn) the point holds and the same identity; the point's ``point.json`` is kept, and the
-staging folder is removed. The replaced records stay in the repository's history; the note of the
-commit that swaps lists every number that changed (``mtad-render``, ``mtad-claims`` re-rendered).
+staging folder is removed. The replaced files are kept in ``STAGING/replaced/<the point's path>``
+(outside ``results/``: no reader takes them for a point), so the old and new records can be
+compared by code; the note of the commit that swaps lists every number that changed
+(``mtad-render``, ``mtad-claims`` re-rendered).
 
 ``--status`` prints, per point, how many of its records are staged, and stops.
 """
@@ -47,6 +49,11 @@ def staging_of(point: Path, staging: Path) -> Path:
     shown = Path(shown_path(point))
     parts = shown.parts[1:] if shown.is_absolute() else shown.parts
     return staging.joinpath(*[p for p in parts if p not in ("..", ".")])
+
+
+def replaced_of(point: Path, staging: Path) -> Path:
+    """Where a swap keeps the point's replaced files: ``staging/replaced/<point's path>``."""
+    return staging_of(point, staging / "replaced")
 
 
 def _keys(folder: Path) -> set[tuple[str, int]]:
@@ -113,6 +120,11 @@ def swap(point: Path, staging: Path) -> list[str]:
                            "remove it and rerun")
     if not (target / "summary.json").exists():
         raise RerunRefused(f"{point}: {target} has no summary.json (the rerun did not finish); rerun it")
+    aside = replaced_of(point, staging)
+    aside.mkdir(parents=True, exist_ok=True)
+    for name in SWAPPED:
+        if (point / name).is_file():
+            shutil.copyfile(point / name, aside / name)
     for name in SWAPPED:
         if name.endswith(".json"):
             data: dict[str, Any] = read_json(target / name) or {}

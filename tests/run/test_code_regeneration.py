@@ -9,6 +9,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = ROOT / "results/audit/code/tree_spider_73ed108fddbb.jsonl"
 POINT = ROOT / "results/claims/claims/73ed108fddbb"
+#: Where ``mtad-rerun --swap`` keeps the point's records from before its rerun (the ones the rows
+#: regenerate), once the rerun is swapped in.
+REPLACED = ROOT / "reruns/replaced/results/claims/claims/73ed108fddbb"
+MADE = REPLACED if (REPLACED / "samples.jsonl").is_file() else POINT
 
 
 def _rows() -> list[dict]:
@@ -22,9 +26,9 @@ def _commit(prefix: str, rows: list[dict]) -> str:
 
 def test_the_code_that_made_the_records_regenerates_them_and_todays_does_not():
     rows = _rows()
-    committed = {r["index"]: r for r in map(json.loads, (POINT / "samples.jsonl").read_text().splitlines())
+    committed = {r["index"]: r for r in map(json.loads, (MADE / "samples.jsonl").read_text().splitlines())
                  if r["turn"] == 0}
-    made_by = {json.loads(x)["git"]["commit"] for x in (POINT / "segments.jsonl").read_text().splitlines()}
+    made_by = {json.loads(x)["git"]["commit"] for x in (MADE / "segments.jsonl").read_text().splitlines()}
     old = _commit("7d2faf40", rows)
     assert old in made_by  # the commit the point's segments name
     whole = [r for r in rows if r["kernel"] == "bfloat16" and r["max_new"] is None]

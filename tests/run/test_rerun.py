@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from mtad.run.rerun import main as rerun_main
-from mtad.run.rerun import staging_of
+from mtad.run.rerun import replaced_of, staging_of
 from mtad.run.results.segments import SEGMENTS_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,6 +52,8 @@ def test_rerun_stages_resumes_and_swaps_only_a_complete_rerun(tmp_path, capsys):
     segs = {json.loads(x)["segment"] for x in (point / SEGMENTS_FILE).read_text().splitlines()}
     assert all(r["segment"] in segs for r in after) and len(after) == len(before)
     assert (point / "point.json").read_text() == point_json and not stage.exists()
+    kept = replaced_of(point, staging)  # the replaced records, for a before/after comparison
+    assert [json.loads(x) for x in (kept / "samples.jsonl").read_text().splitlines()] == before
     assert json.loads((point / "config.json").read_text())["output_dir"] == str(point)
     # the tiny pair's draws did not change: today's code makes the committed tokens
     key = lambda r: (r["index"], r["turn"])  # noqa: E731
