@@ -17,7 +17,9 @@ that made the records and today's side by side (``mtad-audit`` compares today's 
 ``--bf16-linears float32`` the pair's bfloat16 linears are computed in float32 (exact products,
 one rounding; several times faster where bfloat16 is emulated): the same kernel for every
 commit, not the recorded one, so compare such rows only with each other. Rows are appended, and a
-(commit, record, length, kernel) already in ``--out`` is skipped: an interrupted run resumes.
+(commit, record, length, kernel, threads) already in ``--out`` is skipped: an interrupted run
+resumes. ``--nll-only`` generates nothing: each commit's target NLL of the committed tokens (the
+run's own one teacher-forced pass), beside the committed ``nll_sum``.
 Threads: one (``--threads``), as the offline pair's committed runs recorded.
 """
 
@@ -109,6 +111,19 @@ def _child(args) -> None:
         if ex.id != rec["example_id"]:
             raise SystemExit(f"example {index} is {ex.id} at this commit, the record says {rec['example_id']}")
         ids = task.render(ex, pair.tokenizer, 0, [])
+        if args.nll_only:  # the commit's NLL of the committed tokens, nothing generated
+            try:
+                from mtad.core.metrics import token_logprobs
+            except ImportError:
+                from mtad.metrics import token_logprobs
+            t0 = time.perf_counter()
+            lp = token_logprobs(pair.target, ids, rec["output_ids"], pair.vocab_size)
+            print(json.dumps({"index": index, "example_id": rec["example_id"], "max_new": 0,
+                              "prompt_tokens": len(ids), "committed_prompt_tokens": rec.get("prompt_tokens"),
+                              "nll_sum_of_committed_tokens": float(-lp.sum()),
+                              "committed_nll_sum": rec.get("nll_sum"), "settings_not_in_commit_conf": missing,
+                              "seconds": round(time.perf_counter() - t0, 1)}), flush=True)
+            continue
         t0 = time.perf_counter()
         res = engine.generate(ids, max_new, seed=int(cfg.seed) + 1000 * index)
         out = [int(t) for t in res.output_ids]
@@ -132,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-new", type=int, default=None, help="tokens to regenerate (default the point's)")
     p.add_argument("--bf16-linears", choices=("bfloat16", "float32"), default="bfloat16")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--nll-only", action="store_true",
+                   help="generate nothing: each commit's target NLL of the committed tokens (one pass), "
+                        "beside the committed nll_sum")
     p.add_argument("--out", type=Path, default=None, help="JSON lines, appended (resumes)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--worktree", type=Path, default=None, help=argparse.SUPPRESS)
@@ -152,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None and args.out.exists():
         for line in args.out.read_text().splitlines():
             r = json.loads(line)
-            done.add((r["code_commit"], r["point"], r["index"], r["max_new"], r["kernel"]))
+            done.add((r["code_commit"], r["point"], r["index"], r["max_new"], r["kernel"], r.get("threads", 1)))
     shown_point = str(point.relative_to(ROOT)) if point.is_relative_to(ROOT) else str(point)
     for commit in args.commits.split(","):
         full = subprocess.run(["git", "rev-parse", commit], cwd=ROOT, capture_output=True, text=True)
@@ -160,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"--commits: {commit!r} is not a commit of this repository", file=sys.stderr)
             return 2
         sha = full.stdout.strip()
-        todo = [i for i in args.records if (sha, shown_point, i, args.max_new, args.bf16_linears) not in done]
+        length = 0 if args.nll_only else args.max_new
+        todo = [i for i in args.records
+                if (sha, shown_point, i, length, args.bf16_linears, args.threads) not in done]
         if not todo:
             continue
         with tempfile.TemporaryDirectory() as tmp:
@@ -170,13 +190,15 @@ def main(argv: list[str] | None = None) -> int:
                 cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--worktree", str(tree),
                        "--point", str(point), "--records", ",".join(map(str, todo)),
                        "--bf16-linears", args.bf16_linears, "--threads", str(args.threads)]
+                if args.nll_only:
+                    cmd += ["--nll-only"]
                 if args.max_new:
                     cmd += ["--max-new", str(args.max_new)]
                 child = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.PIPE, text=True)
                 for line in child.stdout:
                     row = {"code_commit": sha, "point": shown_point, "kernel": args.bf16_linears,
                            "threads": args.threads, **json.loads(line)}
-                    row["max_new"] = args.max_new  # the option as given (None: the point's)
+                    row["max_new"] = 0 if args.nll_only else args.max_new  # as given (None: the point's)
                     print(json.dumps(row), flush=True)
                     if args.out is not None:
                         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -280,11 +280,15 @@ def audit_point(folder: Path, n: int, seed: int, builder: _Builder, done: set, o
     examples = task.load()
     import torch
 
-    # the thread count of the run that made the records (a bfloat16 matmul's reduction order
-    # may depend on it); the last run's when the records predate segments
-    recorded_threads = (summary.get("provenance") or {}).get("torch_threads")
-    if isinstance(recorded_threads, int) and recorded_threads > 0:
-        torch.set_num_threads(recorded_threads)
+    # the thread count of the run that made the records, at most this machine's CPUs
+    # (described.recorded_threads); the last run's when the records predate segments
+    from mtad.run.results.described import recorded_threads as threads_of
+
+    use_threads = threads_of(summary, shown_path(folder))
+    if use_threads is not None:
+        torch.set_num_threads(use_threads)
+    prov = summary.get("provenance") if isinstance(summary.get("provenance"), dict) else {}
+    recorded_threads = prov.get("torch_threads") if isinstance(prov.get("torch_threads"), int) else None
     rows = []
     for r in picked:
         index, turn = int(r["index"]), int(r["turn"])

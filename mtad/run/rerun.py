@@ -88,12 +88,13 @@ def rerun(point: Path, staging: Path, overrides: list[str] | tuple = ()) -> Path
 
     from mtad.run.evaluate import run
     from mtad.run.results import PointFolder, read_json
+    from mtad.run.results.described import recorded_threads
 
     cfg = rebuilt_config(point, overrides)
     pf = PointFolder(point)
     summary = read_json(pf.file("summary.json")) or {}
-    threads = (summary.get("provenance") or {}).get("torch_threads")
-    if isinstance(threads, int) and threads > 0:
+    threads = recorded_threads(summary, point)  # at most this machine's CPUs
+    if threads is not None:
         torch.set_num_threads(threads)
     stored = pf.point()
     target = staging_of(point, staging)

@@ -56,3 +56,28 @@ def test_the_docs_state_it():
     assert "results/audit/code/tree_spider_73ed108fddbb.jsonl" in text
     assert "regenerates records 14 and 15 bit for bit" in text and "at tokens 1 and 3" in text
     assert "`14f95e2` still makes the committed tokens and `b32eec4` is the first commit" in text
+
+
+def _staged_or_swapped() -> Path:
+    """The rerun's records of the point: staged (``reruns/<point>``) or swapped in."""
+    staged = ROOT / "reruns/results/claims/claims/73ed108fddbb"
+    return staged if (staged / "samples.jsonl").is_file() else POINT
+
+
+def test_the_nll_depends_on_the_machine_not_on_the_code():
+    nll = [json.loads(x) for x in (ROOT / "results/audit/code/tree_spider_73ed108fddbb_nll.jsonl").read_text().splitlines()]
+    assert {r["code_commit"][:8] for r in nll} >= {"7d2faf40"} and len({r["code_commit"] for r in nll}) >= 2
+    values = {round(r["nll_sum_of_committed_tokens"], 12) for r in nll}
+    assert len(values) == 1  # every commit, every thread count: one NLL on this machine
+    (value,) = values
+    assert round(value, 4) == 0.4284 and round(nll[0]["committed_nll_sum"], 4) == 0.4768
+    committed = {r["index"]: r for r in map(json.loads, (MADE / "samples.jsonl").read_text().splitlines())}
+    assert round(committed[0]["prefill_time"], 1) == 10.3
+    rerun = {r["index"]: r for r in map(json.loads, (_staged_or_swapped() / "samples.jsonl").read_text().splitlines())}
+    assert set(rerun) >= {0, 1, 2, 5}
+    diffs = []
+    for i in (0, 1, 2, 5):
+        assert rerun[i]["output_ids"] == committed[i]["output_ids"]
+        diffs.append(rerun[i]["nll_sum"] - committed[i]["nll_sum"])
+    assert (round(min(diffs), 3), round(max(diffs), 3)) == (-0.070, 0.045)
+    assert 100 < rerun[0]["prefill_time"] < 130  # this machine's prefill of the same prompt

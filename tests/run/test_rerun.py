@@ -91,3 +91,17 @@ def test_the_rerun_candidates_count_the_staged_records(tmp_path, monkeypatch):
     assert staged_records(point, staging) == 1
     row = next(x for x in made_before_draw_changes([point], staging) if x.startswith("| `"))
     assert row.endswith("| 2 | 2 | 0 | 1 |")  # 2 records, both made before b32eec4, 1 staged
+
+
+def test_a_stored_thread_count_is_a_hint_capped_at_this_machines_cpus(caplog):
+    import os
+
+    from mtad.run.results.described import recorded_threads
+
+    assert recorded_threads({"provenance": {"torch_threads": 1}}) == 1
+    for bad in (None, {}, {"provenance": "x"}, {"provenance": {"torch_threads": "8"}},
+                {"provenance": {"torch_threads": 0}}, {"provenance": {"torch_threads": True}}):
+        assert recorded_threads(bad) is None
+    huge = {"provenance": {"torch_threads": 10**6}}
+    assert recorded_threads(huge, "p") == (os.cpu_count() or 1)
+    assert "this machine has" in caplog.text

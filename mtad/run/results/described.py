@@ -347,3 +347,22 @@ def report(rebuilt: Rebuilt, where: Any) -> None:
     line = rebuilt.report(where)
     if line:
         log.warning("%s", line)
+
+
+def recorded_threads(summary: Any, where: Any = None) -> int | None:
+    """The thread count to regenerate a folder's records with: the ``torch_threads`` its summary
+    recorded (a bfloat16 matmul's reduction order may depend on it), as a hint and never more
+    than this machine's CPUs (a stored number decides no host resource beyond that; one line
+    when it is cut); None when nothing usable was recorded (the reader's own count runs)."""
+    import os
+
+    prov = summary.get("provenance") if isinstance(summary, dict) else None
+    n = prov.get("torch_threads") if isinstance(prov, dict) else None
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        return None
+    cpus = os.cpu_count() or 1
+    if n > cpus:
+        log.warning("%s: the records were made with %d threads; this machine has %d CPUs, so %d run",
+                    where if where is not None else "folder", n, cpus, cpus)
+        return cpus
+    return n
