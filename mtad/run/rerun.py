@@ -19,7 +19,11 @@ staging folder is removed. The replaced files are kept in ``STAGING/replaced/<th
 compared by code; the note of the commit that swaps lists every number that changed
 (``mtad-render``, ``mtad-claims`` re-rendered).
 
-``--status`` prints, per point, how many of its records are staged, and stops.
+``--status`` prints, per point, how many of its records are staged, and stops. ``--compare
+FILE.md`` writes, per point, its committed records against the rerun's (staged, or swapped in and
+compared with the replaced ones), paired by example over the examples both hold, with the
+statistical audit's statistics and criterion (``mtad.run.audit_stats``): whether the rerun's
+metrics are consistent with the committed ones, and by how much they moved.
 """
 
 from __future__ import annotations
@@ -142,6 +146,75 @@ def swap(point: Path, staging: Path) -> list[str]:
     return list(SWAPPED)
 
 
+def compared_records(point: Path, staging: Path) -> tuple[list[dict], str]:
+    """Audit-style rows (``metrics``: recorded / regenerated, ``fields.tokens``) pairing the
+    point's committed records with its rerun's, and which records were compared."""
+    from mtad.core.io import read_jsonl
+    from mtad.run.audit import record_metrics
+    from mtad.run.results import record_key
+
+    stage, replaced = staging_of(point, staging), replaced_of(point, staging)
+    if (replaced / "samples.jsonl").is_file():
+        old, new, what = replaced / "samples.jsonl", point / "samples.jsonl", "swapped in"
+    else:
+        old, new, what = point / "samples.jsonl", stage / "samples.jsonl", "staged"
+    if not new.is_file():
+        return [], "no rerun"
+    committed = {record_key(r): r for r in read_jsonl(old)}
+    rows = []
+    for r in read_jsonl(new):
+        c = committed.get(record_key(r))
+        if c is None:
+            continue
+        same = c["output_ids"] == r["output_ids"]
+        rows.append({"example_id": r["example_id"], "turn": r["turn"], "fields": {"tokens": "same" if same else "differs"},
+                     "metrics": {"recorded": record_metrics(c), "regenerated": record_metrics(r)}})
+    return rows, what
+
+
+def rerun_points(staging: Path) -> list[Path]:
+    """The points with a rerun under ``staging``: staged (``staging/<point>``) or swapped in
+    (``staging/replaced/<point>``), as paths relative to the checkout, sorted."""
+    out = set()
+    for samples in staging.rglob("samples.jsonl"):
+        rel = samples.parent.relative_to(staging)
+        if rel.parts and rel.parts[0] == "replaced":
+            rel = Path(*rel.parts[1:])
+        out.add(rel)
+    return sorted(out)
+
+
+def render_compare(points: list[Path], staging: Path) -> str:
+    """Markdown: each point's committed metrics against its rerun's (``--compare``)."""
+    from mtad.core.io import shown_path
+    from mtad.run import audit_stats
+    from mtad.run.audit_stats import LEVEL, MIN_EXAMPLES, _cell, compare_point
+
+    lines = ["# Reruns: committed records against today's code", "",
+             f"Made by `mtad-rerun --compare` (`mtad.run.rerun`). Per point, the committed records "
+             "against its rerun's (made by today's code: `mtad-rerun`, staged in `reruns/<point>/` "
+             "until swapped in), paired by example over the examples both hold, as the statistical "
+             f"audit compares them (`{audit_stats.__name__}`: perplexity as the ratio of geometric means "
+             "rerun / committed, block efficiency and score as differences of means, each with a "
+             f"percentile bootstrap interval at {LEVEL:.1%}; *consistent* when every interval holds "
+             f"no difference; no verdict under {MIN_EXAMPLES} examples). A record's NLL also depends "
+             "on the machine kind that ran its teacher-forced pass (`docs/results.md`), so a "
+             "perplexity ratio here holds that difference as well as the draws'.", "",
+             "| point | rerun | examples | same tokens | perplexity | block efficiency | score | verdict |",
+             "|:--|:--|--:|--:|:--|:--|:--|:--|"]
+    for p in points:
+        rows, what = compared_records(p, staging)
+        if not rows:
+            lines.append(f"| `{shown_path(p)}` | {what} | 0 | – | – | – | – | – |")
+            continue
+        c = compare_point(rows)
+        m = c["metrics"]
+        lines.append(f"| `{shown_path(p)}` | {what} | {c['examples']} | {c['identical']} of {c['records']} | "
+                     f"{_cell(m.get('perplexity'))} | {_cell(m.get('block efficiency'))} | {_cell(m.get('score'))} | "
+                     f"{c['verdict']} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="mtad-rerun", description=__doc__.split("\n\n")[0])
     p.add_argument("points", nargs="+", metavar="POINT", help="committed point folders")
@@ -149,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"where reruns are staged (default {DEFAULT_STAGING}/)")
     p.add_argument("--swap", action="store_true", help="swap completed reruns into their points (runs nothing)")
     p.add_argument("--status", action="store_true", help="print how much of each point is staged, and stop")
+    p.add_argument("--compare", type=Path, default=None, metavar="FILE.md",
+                   help="write each point's committed metrics against its rerun's, and stop")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="this machine's setting (e.g. task.data_dir=DIR), repeatable; never a knob of the point")
     args = p.parse_args(argv)
@@ -165,6 +240,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.status:
         for f in points:
             print(status(f, args.staging))
+        return 0
+    if args.compare is not None:
+        from mtad.core.io import write_text_atomic
+
+        args.compare.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(args.compare, render_compare(points, args.staging))
         return 0
     try:
         if args.swap:

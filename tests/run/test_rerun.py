@@ -55,6 +55,10 @@ def test_rerun_stages_resumes_and_swaps_only_a_complete_rerun(tmp_path, capsys):
     kept = replaced_of(point, staging)  # the replaced records, for a before/after comparison
     assert [json.loads(x) for x in (kept / "samples.jsonl").read_text().splitlines()] == before
     assert json.loads((point / "config.json").read_text())["output_dir"] == str(point)
+    # --compare pairs the replaced records with the swapped-in ones
+    assert rerun_main([str(point), "--staging", str(staging), "--compare", str(tmp_path / "cmp.md")]) == 0
+    row = (tmp_path / "cmp.md").read_text().splitlines()[-1]
+    assert "| swapped in | 2 | 2 of 2 |" in row and "too few examples" in row
     # the tiny pair's draws did not change: today's code makes the committed tokens
     key = lambda r: (r["index"], r["turn"])  # noqa: E731
     assert sorted((key(r), r["output_ids"]) for r in after) == sorted((key(r), r["output_ids"]) for r in before)
@@ -105,3 +109,14 @@ def test_a_stored_thread_count_is_a_hint_capped_at_this_machines_cpus(caplog):
     huge = {"provenance": {"torch_threads": 10**6}}
     assert recorded_threads(huge, "p") == (os.cpu_count() or 1)
     assert "this machine has" in caplog.text
+
+
+def test_the_committed_rerun_comparison_is_what_the_committed_records_say(monkeypatch):
+    """reruns/compare.md is re-rendered from the committed records and reruns: a rerun's new
+    records need a re-render in the same commit."""
+    from mtad.run.rerun import render_compare, rerun_points
+
+    monkeypatch.chdir(ROOT)
+    points = rerun_points(Path("reruns"))
+    assert points, "reruns/ holds no rerun"
+    assert render_compare(points, Path("reruns")) == (ROOT / "reruns/compare.md").read_text()
