@@ -19,6 +19,14 @@ staging folder is removed. The replaced files are kept in ``STAGING/replaced/<th
 compared by code; the note of the commit that swaps lists every number that changed
 (``mtad-render``, ``mtad-claims`` re-rendered).
 
+Other folders that hold the same point (the same identity, e.g. a Table 2 cell's folder of 100
+examples whose first 30 came from a claims folder of 30) get the rerun's records too, for the
+records they hold that were made before a change of draws (``mtad.run.audit.DRAW_CHANGES``) and
+that the rerun made: what a rerun of that folder would make for them (same point, seeds, code
+and machine). Their other records stay; their replaced files are kept the same way; their
+segments gain the rerun's; their summaries are rewritten from their records. Only with
+``--share-with ROOT`` (e.g. ``results``): the folders of the point under ROOT.
+
 ``--status`` prints, per point, how many of its records are staged, and stops. ``--compare
 FILE.md`` writes, per point, its committed records against the rerun's (staged, or swapped in and
 compared with the replaced ones), paired by example over the examples both hold, with the
@@ -146,6 +154,71 @@ def swap(point: Path, staging: Path) -> list[str]:
     return list(SWAPPED)
 
 
+def share(point: Path, staging: Path, root: Path = Path("results")) -> dict[str, int]:
+    """After ``swap(point)``: give every other folder under ``root`` that holds the same point
+    the swapped-in records for its records made before a change of draws (module docstring).
+    Returns {folder: records replaced}."""
+    from mtad.core.io import read_jsonl, rewrite_jsonl, shown_path
+    from mtad.run.audit import DRAW_CHANGES, code_group
+    from mtad.run.results import PointFolder, record_key
+    from mtad.run.results.segments import SEGMENT_FIELD, SEGMENTS_FILE, segments
+    from mtad.run.results.store import Catalog
+
+    mine = PointFolder(point)
+    h = mine.identity_hash()
+    new = {record_key(r): r for r in read_jsonl(point / "samples.jsonl")}
+    new_segs = segments(mine)
+    out = {}
+    for other in Catalog([root]).folders(h or ""):
+        if other.path.resolve() == point.resolve() or not other.file("samples.jsonl").is_file():
+            continue
+        segs = segments(other)
+        records = read_jsonl(other.file("samples.jsonl"))
+        replaced, used = 0, {}
+        rows = []
+        for r in records:
+            k = record_key(r)
+            before = any(code_group(segs.get(str(r.get(SEGMENT_FIELD))), change).startswith(
+                ("run on a commit before", "added before")) for change, _ in DRAW_CHANGES)
+            if before and k in new:
+                rows.append(new[k])
+                used[str(new[k][SEGMENT_FIELD])] = new_segs[str(new[k][SEGMENT_FIELD])]
+                replaced += 1
+            else:
+                rows.append(r)
+        if not replaced:
+            continue
+        aside = replaced_of(other.path, staging)
+        aside.mkdir(parents=True, exist_ok=True)
+        for name in ("samples.jsonl", SEGMENTS_FILE):
+            if other.file(name).is_file():
+                shutil.copyfile(other.file(name), aside / name)
+        kept = [s for s in read_jsonl(other.file(SEGMENTS_FILE))] if other.file(SEGMENTS_FILE).is_file() else []
+        still = {str(r.get(SEGMENT_FIELD)) for r in rows}
+        kept = [s for s in kept if str(s.get(SEGMENT_FIELD)) in still and str(s.get(SEGMENT_FIELD)) not in used]
+        rewrite_jsonl(other.file(SEGMENTS_FILE), kept + list(used.values()))
+        rewrite_jsonl(other.file("samples.jsonl"), rows)
+        refresh_summary(other.path)
+        out[shown_path(other.path)] = replaced
+    return out
+
+
+def refresh_summary(folder: Path) -> None:
+    """Rewrite ``folder``'s summary from its records (a resume with nothing left to make)."""
+    from mtad.run.evaluate import run
+    from mtad.run.results import PointFolder, requested_limit
+
+    cfg = rebuilt_config(folder)
+    pf = PointFolder(folder)
+    if not pf.finished(pf.identity_hash() or "", requested_limit(cfg)):
+        log.warning("%s: not finished (records missing); its summary is left as it was, "
+                    "run the point to finish it", folder)
+        return
+    stored = pf.point()
+    run(cfg, output_dir=folder, overrides=list(stored.get("overrides") or []),
+        choices=dict(stored.get("choices") or {}))
+
+
 def compared_records(point: Path, staging: Path) -> tuple[list[dict], str]:
     """Audit-style rows (``metrics``: recorded / regenerated, ``fields.tokens``) pairing the
     point's committed records with its rerun's, and which records were compared."""
@@ -224,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--status", action="store_true", help="print how much of each point is staged, and stop")
     p.add_argument("--compare", type=Path, default=None, metavar="FILE.md",
                    help="write each point's committed metrics against its rerun's, and stop")
+    p.add_argument("--share-with", type=Path, default=None, metavar="ROOT",
+                   help="--swap: also give the folders of the same point under ROOT (e.g. results) the "
+                        "rerun's records for theirs made before a change of draws")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="this machine's setting (e.g. task.data_dir=DIR), repeatable; never a knob of the point")
     args = p.parse_args(argv)
@@ -252,6 +328,10 @@ def main(argv: list[str] | None = None) -> int:
             for f in points:
                 swap(f, args.staging)
                 print(f"mtad-rerun: {f}: swapped in the rerun's records ({', '.join(SWAPPED)})")
+                if args.share_with is not None:
+                    for other, n in share(f, args.staging, args.share_with).items():
+                        print(f"mtad-rerun: {other} (the same point): {n} records made before a change "
+                              "of draws replaced by the rerun's")
             return 0
         for f in points:  # every point checked before the first record is made
             rebuilt_config(f, args.override)

@@ -120,3 +120,33 @@ def test_the_committed_rerun_comparison_is_what_the_committed_records_say(monkey
     points = rerun_points(Path("reruns"))
     assert points, "reruns/ holds no rerun"
     assert render_compare(points, Path("reruns")) == (ROOT / "reruns/compare.md").read_text()
+
+
+def test_a_swap_gives_other_folders_of_the_point_the_rerun_records_made_before_a_draw_change(tmp_path, capsys):
+    from mtad.run.rerun import replaced_of
+
+    results = tmp_path / "results"
+    a, b = results / "claims" / "a", results / "table" / "b"
+    shutil.copytree(SMOKE, a)
+    shutil.copytree(SMOKE, b)
+    # b's second record made after the change of draws (its own segment, on today's commit)
+    import subprocess
+
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    recs = _records(b)
+    recs[1]["segment"] = "after00000"
+    (b / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    with open(b / SEGMENTS_FILE, "a") as f:
+        f.write(json.dumps({"segment": "after00000", "git": {"commit": head, "dirty": False}}) + "\n")
+    before_b = _records(b)
+    staging = tmp_path / "staging"
+    assert rerun_main([str(a), "--staging", str(staging)]) == 0
+    assert rerun_main([str(a), "--staging", str(staging), "--swap", "--share-with", str(results)]) == 0
+    assert "1 records made before a change of draws replaced" in capsys.readouterr().out
+    after_b, after_a = _records(b), {(r["index"], r["turn"]): r for r in _records(a)}
+    assert after_b[0] == after_a[(after_b[0]["index"], after_b[0]["turn"])]  # the rerun's record
+    assert after_b[1] == before_b[1]  # made after the change: kept
+    segs = {json.loads(x)["segment"] for x in (b / SEGMENTS_FILE).read_text().splitlines()}
+    assert {r["segment"] for r in after_b} <= segs
+    assert [json.loads(x) for x in (replaced_of(b, staging) / "samples.jsonl").read_text().splitlines()] == before_b
+    assert json.loads((b / "summary.json").read_text())["records"] == 2
