@@ -83,3 +83,15 @@ def test_r_marks_records_made_before_a_change_of_draws_unless_an_identical_regen
     same = identical_records(audit)
     assert same == {(p_old.resolve(), 1, 0)}  # a prefix that agreed is not a whole record
     assert point_marks(p_old, frozenset(), same) == "" and point_marks(p_added, frozenset(), same) == "ur"
+
+
+def test_marks_say_records_from_more_than_one_machine_kind(tmp_path):
+    cpu = lambda native: {"cpu_info": {"model": "AMD EPYC", "native_bf16": native,  # noqa: E731
+                                       "torch_capability": "AVX512" if native else "AVX2"}}
+    git = {"commit": "a" * 40, "dirty": False}
+    native = {"segment": "s1", "git": git, "device": cpu(True)}
+    emulated = {"segment": "s2", "git": git, "device": cpu(False)}
+    unrecorded = {"segment": "s3", "git": git, "device": {"cpu": "x86_64"}}
+    assert point_marks(_point(tmp_path / "one", [native], ["s1", "s1"])) == ""
+    assert point_marks(_point(tmp_path / "two", [native, emulated], ["s1", "s2"])) == "k"
+    assert point_marks(_point(tmp_path / "unrecorded", [native, unrecorded], ["s1", "s3"])) == "k"
