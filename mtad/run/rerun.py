@@ -9,7 +9,10 @@ folder's knobs; refused in one line when the rebuilt identity is not the folder'
 ``mtad.run.evaluate.run`` into a staging folder, ``STAGING/<the point's path>`` (committed, so
 that a rerun longer than one sitting resumes where it stopped, from any later checkout; its
 records carry their own segments). The run uses the thread count that made the committed
-records (their summary's ``torch_threads``).
+records (their summary's ``torch_threads``, at most this machine's CPUs). A rerun replaces
+committed records, so it runs from a clean checkout (a frozen worktree): uncommitted changes
+outside the staging folder are refused in one line (``--allow-dirty`` overrides; the records'
+segments then say dirty).
 
 ``--swap`` replaces the point's ``samples.jsonl``, ``segments.jsonl``, ``summary.json`` and
 ``config.json`` by the staged ones, only when the staging folder holds a record for every
@@ -288,6 +291,22 @@ def render_compare(points: list[Path], staging: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def uncommitted(staging: Path) -> list[str]:
+    """Tracked files with uncommitted changes, outside the staging folder (a rerun's own)."""
+    from mtad.run.provenance import git_info
+
+    info = git_info()
+    inside = staging.resolve()
+    from mtad.core.io import REPO_ROOT
+
+    out = []
+    for c in info.get("changed") or []:
+        path = (Path(REPO_ROOT) / c).resolve()
+        if inside != path and inside not in path.parents:
+            out.append(c)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="mtad-rerun", description=__doc__.split("\n\n")[0])
     p.add_argument("points", nargs="+", metavar="POINT", help="committed point folders")
@@ -300,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--share-with", type=Path, default=None, metavar="ROOT",
                    help="--swap: also give the folders of the same point under ROOT (e.g. results) the "
                         "rerun's records for theirs made before a change of draws")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="rerun from a checkout with uncommitted changes (its segments say so)")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="this machine's setting (e.g. task.data_dir=DIR), repeatable; never a knob of the point")
     args = p.parse_args(argv)
@@ -333,6 +354,11 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"mtad-rerun: {other} (the same point): {n} records made before a change "
                               "of draws replaced by the rerun's")
             return 0
+        dirty = [] if args.allow_dirty else uncommitted(args.staging)
+        if dirty:
+            raise RerunRefused(f"uncommitted changes ({', '.join(dirty[:5])}{' ...' if len(dirty) > 5 else ''}): "
+                               "a rerun replaces committed records, so run it from a clean checkout "
+                               "(git worktree add ../frozen HEAD), or pass --allow-dirty")
         for f in points:  # every point checked before the first record is made
             rebuilt_config(f, args.override)
         for f in points:

@@ -30,7 +30,7 @@ def test_rerun_stages_resumes_and_swaps_only_a_complete_rerun(tmp_path, capsys):
     assert "2 of its 2 records are not staged" in capsys.readouterr().err
     assert _records(point) == before
     # a half-finished rerun (one record staged, as if interrupted) is refused too ...
-    assert rerun_main([str(point), "--staging", str(staging)]) == 0
+    assert rerun_main([str(point), "--staging", str(staging), "--allow-dirty"]) == 0
     staged = _records(stage)
     assert len(staged) == len(before)
     (stage / "samples.jsonl").write_text(json.dumps(staged[0]) + "\n")
@@ -38,7 +38,7 @@ def test_rerun_stages_resumes_and_swaps_only_a_complete_rerun(tmp_path, capsys):
     assert rerun_main([str(point), "--staging", str(staging), "--swap"]) == 2
     assert "1 of its 2 records are not staged" in capsys.readouterr().err
     # ... and resumes: only the missing record is made, in a second segment
-    assert rerun_main([str(point), "--staging", str(staging)]) == 0
+    assert rerun_main([str(point), "--staging", str(staging), "--allow-dirty"]) == 0
     resumed = _records(stage)
     assert resumed[0] == staged[0] and len(resumed) == 2
     assert len((stage / SEGMENTS_FILE).read_text().splitlines()) == 2
@@ -70,7 +70,7 @@ def test_rerun_refuses_a_point_todays_config_does_not_rebuild(tmp_path, capsys):
     stored = json.loads((point / "point.json").read_text())
     stored["identity_hash"] = "000000000000"  # another point's identity than today's config builds
     (point / "point.json").write_text(json.dumps(stored))
-    assert rerun_main([str(point), "--staging", str(tmp_path / "s")]) == 2
+    assert rerun_main([str(point), "--staging", str(tmp_path / "s"), "--allow-dirty"]) == 2
     assert "identity differs" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
 
@@ -140,7 +140,7 @@ def test_a_swap_gives_other_folders_of_the_point_the_rerun_records_made_before_a
         f.write(json.dumps({"segment": "after00000", "git": {"commit": head, "dirty": False}}) + "\n")
     before_b = _records(b)
     staging = tmp_path / "staging"
-    assert rerun_main([str(a), "--staging", str(staging)]) == 0
+    assert rerun_main([str(a), "--staging", str(staging), "--allow-dirty"]) == 0
     assert rerun_main([str(a), "--staging", str(staging), "--swap", "--share-with", str(results)]) == 0
     assert "1 records made before a change of draws replaced" in capsys.readouterr().out
     after_b, after_a = _records(b), {(r["index"], r["turn"]): r for r in _records(a)}
@@ -150,3 +150,22 @@ def test_a_swap_gives_other_folders_of_the_point_the_rerun_records_made_before_a
     assert {r["segment"] for r in after_b} <= segs
     assert [json.loads(x) for x in (replaced_of(b, staging) / "samples.jsonl").read_text().splitlines()] == before_b
     assert json.loads((b / "summary.json").read_text())["records"] == 2
+
+
+def test_a_rerun_refuses_a_checkout_with_uncommitted_changes(tmp_path, capsys, monkeypatch):
+    import mtad.run.provenance as provenance
+
+    point = tmp_path / "p"
+    shutil.copytree(SMOKE, point)
+    staging = tmp_path / "s"
+    monkeypatch.setattr(provenance, "git_info", lambda: {"commit": "x", "dirty": True,
+                                                         "changed": ["mtad/core/engine.py"]})
+    assert rerun_main([str(point), "--staging", str(staging)]) == 2
+    assert "uncommitted changes (mtad/core/engine.py)" in capsys.readouterr().err
+    assert not staging.exists()
+    # the rerun's own staged files are no such change
+    monkeypatch.setattr(provenance, "git_info", lambda: {"commit": "x", "dirty": True,
+                                                         "changed": [str(staging_of(point, staging) / "samples.jsonl")]})
+    from mtad.run.rerun import uncommitted
+
+    assert uncommitted(staging) == []
