@@ -37,6 +37,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _of_the_commit(*names: str):
+    """The first of ``names`` that the commit's tree has: its modules moved over the history
+    (``mtad.evaluate`` became ``mtad.run.evaluate``), and the child imports that commit's package,
+    not this checkout's (whose layers ``tests/test_layers.py`` checks)."""
+    import importlib
+
+    for name in names:
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    raise SystemExit(f"the commit has none of {', '.join(names)}")
+
+
 def _child(args) -> None:
     """Inside the commit's worktree: regenerate the records and print one JSON line each."""
     sys.path.insert(0, str(args.worktree))
@@ -44,16 +58,8 @@ def _child(args) -> None:
     from torch import nn
 
     torch.set_num_threads(args.threads)
-    for mod in ("mtad.run.config", "mtad.config"):  # registers the config resolvers of that commit
-        try:
-            __import__(mod)
-            break
-        except ImportError:
-            pass
-    try:
-        from mtad.run.evaluate import build
-    except ImportError:
-        from mtad.evaluate import build
+    _of_the_commit("mtad.run.config", "mtad.config")  # registers the config resolvers of that commit
+    build = _of_the_commit("mtad.run.evaluate", "mtad.evaluate").build
     from hydra import compose, initialize_config_dir
 
     point = Path(args.point)
@@ -112,10 +118,7 @@ def _child(args) -> None:
             raise SystemExit(f"example {index} is {ex.id} at this commit, the record says {rec['example_id']}")
         ids = task.render(ex, pair.tokenizer, 0, [])
         if args.nll_only:  # the commit's NLL of the committed tokens, nothing generated
-            try:
-                from mtad.core.metrics import token_logprobs
-            except ImportError:
-                from mtad.metrics import token_logprobs
+            token_logprobs = _of_the_commit("mtad.core.metrics", "mtad.metrics").token_logprobs
             t0 = time.perf_counter()
             lp = token_logprobs(pair.target, ids, rec["output_ids"], pair.vocab_size)
             print(json.dumps({"index": index, "example_id": rec["example_id"], "max_new": 0,
