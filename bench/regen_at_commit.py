@@ -10,7 +10,10 @@ commit's own ``conf/`` with the point's ``overrides`` and model choice (``point.
 regenerates each record's example with the record's seed (``seed + 1000 * index``, turn 0) up to
 ``--max-new`` tokens (default: the point's ``max_new_tokens``), and appends one JSON line per
 (commit, record): the tokens, steps, accepted tokens per step, and the first token where they
-differ from the committed record (``null``: identical over the regenerated length).
+differ from the committed record (``null``: identical over the regenerated length). A
+``--max-new`` below the record's room cuts the drafts of the last steps to the room left, so
+only the tokens made before that compare (a first difference within the first step, as in the
+bisection of ``docs/results.md``, does not depend on it).
 
 It answers *which code* makes a committed record when the machine is the same: run the commit
 that made the records and today's side by side (``mtad-audit`` compares today's code only). With
