@@ -389,7 +389,8 @@ def test_examples_policy_is_checked_and_written_to_the_index(tmp_path):
     bad.write_text(text.replace("  name: table2\n", "  name: table2\n  examples: first\n"))
     with pytest.raises(ValueError, match=r"sweep.examples='first'.*all, requested"):
         sw.load(bad, profile="smoke", root=tmp_path)
-    assert all(sw.load(ROOT / f"experiments/ablation_{k}.yaml").meta["examples"] == "requested"
+    from mtad.run.sweep.plan import sweep_meta
+    assert all(sweep_meta(ROOT / f"experiments/ablation_{k}.yaml")["examples"] == "requested"
                for k in ("tau", "gamma", "width", "draft"))
     sweep = load_smoke(root=tmp_path)
     write_index(sweep)

@@ -200,7 +200,8 @@ def load(
                     f"sweep {sweep_file} has no profile {profile!r}; profiles: {sorted(profiles) or 'none'}"
                 )
             extra = [str(o) for o in profiles[profile]]
-        render = _render_options(meta, sweep_file, profile)  # before any point is composed
+        _check_examples(meta, sweep_file)  # the file's own fields, before any point is composed
+        render = _render_options(meta, sweep_file, profile)
         base_overrides, hydra_overrides = [], []
         for o in [*extra, *overrides]:
             (hydra_overrides if is_hydra_override(o) else base_overrides).append(o)
@@ -208,13 +209,6 @@ def load(
         grid = [f"{k}={v}" for k, v in params.items()] + base_overrides
         jobs = expand(grid, conf_dir)
         points = [_point(composer, job, sweep_file, conf_dir) for job in jobs]
-    if meta.get("examples", "all") not in EXAMPLES_POLICIES:
-        raise ValueError(
-            f"{sweep_file}: sweep.examples={meta.get('examples')!r} is not one of "
-            f"{', '.join(EXAMPLES_POLICIES)} (all: a table shows every example a point's folder "
-            "holds; requested: only the first `limit`, so that the points of an ablation share "
-            "their examples)"
-        )
     root = Path(root if root is not None else meta.get("root") or "results/sweeps")
     if search is None:
         search = [root] if explicit_root or not meta.get("search") else list(meta["search"])
@@ -232,6 +226,26 @@ def load(
     )
 
 
+def _check_examples(meta: dict, sweep_file: Path) -> None:
+    if meta.get("examples", "all") not in EXAMPLES_POLICIES:
+        raise ValueError(
+            f"{sweep_file}: sweep.examples={meta.get('examples')!r} is not one of "
+            f"{', '.join(EXAMPLES_POLICIES)} (all: a table shows every example a point's folder "
+            "holds; requested: only the first `limit`, so that the points of an ablation share "
+            "their examples)"
+        )
+
+
+def sweep_meta(sweep_file: str | Path, conf_dir: Path = CONF_DIR) -> dict:
+    """The file's ``sweep:`` block as ``load`` reads it (``examples`` checked), without
+    composing its points."""
+    sweep_file = Path(sweep_file)
+    with Composer(sweep_file, conf_dir) as composer:
+        meta = OmegaConf.to_container(composer([]).get("sweep") or {}, resolve=False)
+    _check_examples(meta, sweep_file)
+    return meta
+
+
 def _render_options(meta: dict, sweep_file: Path, profile: str | None) -> dict:
     """The file's ``sweep.render.<profile>`` (``paper`` without one), each option checked."""
     render = (meta.get("render") or {}).get(profile or "paper") or {}
@@ -247,10 +261,7 @@ def _render_options(meta: dict, sweep_file: Path, profile: str | None) -> dict:
 def render_options(sweep_file: str | Path, profile: str | None = None, conf_dir: Path = CONF_DIR) -> dict:
     """The render options ``load`` gives ``sweep_file`` under ``profile``, without composing its
     points (ValueError naming the option when one is not in ``RENDER_OPTIONS``)."""
-    sweep_file = Path(sweep_file)
-    with Composer(sweep_file, conf_dir) as composer:
-        meta = OmegaConf.to_container(composer([]).get("sweep") or {}, resolve=False)
-    return _render_options(meta, sweep_file, profile)
+    return _render_options(sweep_meta(sweep_file, conf_dir), Path(sweep_file), profile)
 
 
 def _point(composer: Composer, job: list[str], sweep_file: Path, conf_dir: Path) -> Point:
