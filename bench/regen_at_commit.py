@@ -67,8 +67,19 @@ def _child(args) -> None:
 
     point = Path(args.point)
     stored = json.loads((point / "point.json").read_text())
-    overrides = [*stored.get("overrides", []), f"model={stored['choices']['model']}", "logger=none",
-                 "output_dir=" + tempfile.mkdtemp()]
+    # only the point's member choices (group=name, names of conf/) are taken from the folder; its
+    # knobs are set below from the identity, on keys that commit's config has; nothing else it
+    # stores (a path, a sandbox setting, an endpoint) reaches the composed config
+    import re
+
+    choices = stored.get("choices") if isinstance(stored.get("choices"), dict) else {}
+    picked = []
+    for group in ("decoder", "task", "model"):
+        name = choices.get(group)
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_]+", name):
+            raise SystemExit(f"{point}: point.json choices.{group} is not a conf/ member name: {name!r}")
+        picked.append(f"{group}={name}")
+    overrides = [*picked, "logger=none", "output_dir=" + tempfile.mkdtemp()]
     records = {}
     for line in (point / "samples.jsonl").read_text().splitlines():
         r = json.loads(line)
@@ -89,6 +100,8 @@ def _child(args) -> None:
     for key, value in wanted.items():
         if value is None:
             continue
+        if isinstance(value, str) and "${" in value:
+            raise SystemExit(f"{point}: stored {key}={value!r} is an interpolation; refusing it (only data is read)")
         if OmegaConf.select(cfg, key, default="<absent>") == "<absent>":
             missing.append(key)
         else:

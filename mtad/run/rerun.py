@@ -126,6 +126,8 @@ def swap(point: Path, staging: Path) -> list[str]:
     from mtad.run.results import PointFolder, read_json
 
     target = staging_of(point, staging)
+    for folder in (point, target):  # a link, FIFO or device where a file belongs: refused, never followed
+        PointFolder(folder).check_entries()
     want, have = _keys(point), _keys(target)
     if not want <= have:
         raise RerunRefused(f"{point}: {len(want - have)} of its {len(want)} records are not staged in "
@@ -175,6 +177,7 @@ def share(point: Path, staging: Path, root: Path = Path("results")) -> dict[str,
     for other in Catalog([root]).folders(h or ""):
         if other.path.resolve() == point.resolve() or not other.file("samples.jsonl").is_file():
             continue
+        other.check_entries()  # as swap: never follow a link or read a FIFO in another folder
         segs = segments(other)
         records = read_jsonl(other.file("samples.jsonl"))
         replaced, used = 0, {}

@@ -169,3 +169,26 @@ def test_a_rerun_refuses_a_checkout_with_uncommitted_changes(tmp_path, capsys, m
     from mtad.run.rerun import uncommitted
 
     assert uncommitted(staging) == []
+
+
+def test_a_swap_never_follows_a_link_in_the_point_or_its_staging_folder(tmp_path, capsys):
+    point = tmp_path / "p"
+    shutil.copytree(SMOKE, point)
+    staging = tmp_path / "s"
+    stage = staging_of(point, staging)
+    shutil.copytree(SMOKE, stage)
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"x": 1}')
+    (stage / "config.json").unlink()
+    (stage / "config.json").symlink_to(secret)
+    before = (point / "config.json").read_text()
+    assert rerun_main([str(point), "--staging", str(staging), "--swap"]) == 2
+    assert "config.json" in capsys.readouterr().err
+    assert (point / "config.json").read_text() == before
+    # the same for a link in the point itself (the file a swap would keep aside)
+    (stage / "config.json").unlink()
+    shutil.copyfile(SMOKE / "config.json", stage / "config.json")
+    (point / "summary.json").unlink()
+    (point / "summary.json").symlink_to(secret)
+    assert rerun_main([str(point), "--staging", str(staging), "--swap"]) == 2
+    assert not (staging / "replaced").exists()
