@@ -64,15 +64,14 @@ def point_marks(folder: str | Path, diverging: set[Path] | frozenset = frozenset
     folder = Path(folder)
     segs = {str(s.get(SEGMENT_FIELD)): s for s in _lines(folder / SEGMENTS_FILE)}
     commits, unknown, dirty, before, kinds = set(), False, False, False, set()
-    from mtad.run.audit import DRAW_CHANGES, code_group
+    from mtad.run.audit import made_before_a_draw_change
     from mtad.run.results.segments import machine
 
     shown_unaffected = False
     resolved = folder.resolve()
     for rec in _lines(folder / "samples.jsonl"):
         seg = segs.get(str(rec.get(SEGMENT_FIELD)))
-        if any(code_group(seg, change).startswith(("run on a commit before", "added before"))
-               for change, _ in DRAW_CHANGES):
+        if made_before_a_draw_change(seg):
             before = True
             key = (resolved, int(rec.get("index", -1)), int(rec.get("turn", 0)))
             shown_unaffected = shown_unaffected or key in identical

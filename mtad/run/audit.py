@@ -398,6 +398,13 @@ def code_group(seg: dict | None, change: str) -> str:
     return "run's commit not recorded"
 
 
+def made_before_a_draw_change(seg: dict | None) -> bool:
+    """Whether the code that made a record is from before some commit of ``DRAW_CHANGES`` (by
+    ``code_group``: its run's commit, else the commit that added it)."""
+    return any(code_group(seg, change).startswith(("run on a commit before", "added before"))
+               for change, _ in DRAW_CHANGES)
+
+
 def machine_group(seg: dict | None, audited_on: str) -> str:
     """The record's machine against the audit's: same kind, another kind, or not recorded."""
     from mtad.run.results.segments import machine

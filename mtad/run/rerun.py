@@ -164,7 +164,7 @@ def share(point: Path, staging: Path, root: Path = Path("results")) -> dict[str,
     the swapped-in records for its records made before a change of draws (module docstring).
     Returns {folder: records replaced}."""
     from mtad.core.io import read_jsonl, rewrite_jsonl, shown_path
-    from mtad.run.audit import DRAW_CHANGES, code_group
+    from mtad.run.audit import made_before_a_draw_change
     from mtad.run.results import PointFolder, record_key
     from mtad.run.results.segments import SEGMENT_FIELD, SEGMENTS_FILE, segments
     from mtad.run.results.store import Catalog
@@ -184,8 +184,7 @@ def share(point: Path, staging: Path, root: Path = Path("results")) -> dict[str,
         rows = []
         for r in records:
             k = record_key(r)
-            before = any(code_group(segs.get(str(r.get(SEGMENT_FIELD))), change).startswith(
-                ("run on a commit before", "added before")) for change, _ in DRAW_CHANGES)
+            before = made_before_a_draw_change(segs.get(str(r.get(SEGMENT_FIELD))))
             if before and k in new:
                 rows.append(new[k])
                 used[str(new[k][SEGMENT_FIELD])] = new_segs[str(new[k][SEGMENT_FIELD])]
