@@ -7,7 +7,10 @@
   identical generator seeds, the token mapped back into the full vocabulary;
 * the lossless decoders, forced onto the support path on the toy model
   (``DENSE_MAX = 0``), still reproduce the warped target joint (chi-square, as in
-  ``tests/decoders/test_lossless.py``).
+  ``tests/decoders/test_lossless.py``);
+* decoders with no closed-form output distribution (tree-MTAD by default; MTAD, beam SpecInfer,
+  BiLD and MCNS marked slow) give the same distribution on the support path as on the dense one
+  (two-sample chi-square).
 """
 
 from __future__ import annotations
@@ -204,3 +207,33 @@ def test_warp_candidates_declines_where_the_general_path_runs():
     logits = torch.randn(2, 100)
     assert warp_candidates(logits, 1.0, 0, 0.9) is None  # top-p alone: a sort
     assert warp_candidates(logits, 1.0, 0, 1.0) is None  # plain temperature: every entry
+
+
+@pytest.mark.parametrize("name", ["tree_mtad"] + [pytest.param(n, marks=pytest.mark.slow) for n in
+                                                  ("mtad", "beam_specinfer", "bild_sampling", "mcns")])
+def test_support_path_keeps_each_decoders_distribution(toy_pair, name, monkeypatch):
+    """Decoders with no closed-form output distribution (MTAD's acceptance of a sampled beam,
+    tree-MTAD's over every beam): the support path (``DENSE_MAX = 0``) and the dense path give
+    the same distribution of the first tokens (two-sample chi-square homogeneity on independent
+    seeds). The offline pair's 151,936-token rows always take the support path, the toy pair's
+    six-token rows the dense one, so a difference here would separate records by vocabulary."""
+    target, draft = toy_pair
+    warping = Warping(1.0, top_k=4)
+    n = 1500
+
+    def counts(dense_max: int, seed0: int) -> Counter:
+        monkeypatch.setattr(mtad.core.sampling, "DENSE_MAX", dense_max)
+        decoder = load_decoder(name, gamma=3, width=3)
+        return sample_sequences(Engine(target, draft, decoder, warping), PROMPT, LENGTH, n, seed0=seed0)
+
+    dense = counts(mtad.core.sampling.DENSE_MAX, 0)
+    sparse = counts(0, 10_000)
+    cells = sorted(set(dense) | set(sparse), key=lambda s: -(dense[s] + sparse[s]))
+    big = [s for s in cells if dense[s] + sparse[s] >= 10]
+    table = [[dense[s] for s in big], [sparse[s] for s in big]]
+    rest = [sum(dense[s] for s in cells if s not in big), sum(sparse[s] for s in cells if s not in big)]
+    if sum(rest) >= 10:
+        table = [row + [r] for row, r in zip(table, rest)]
+    assert len(table[0]) >= 10
+    pval = stats.chi2_contingency(table).pvalue
+    assert pval > ALPHA, f"{name}: the support path's distribution differs from the dense path's (p={pval:.2e})"
