@@ -643,6 +643,7 @@ def device_multinomial(
     generator: torch.Generator,  # the CPU generator
     other: torch.Tensor | None = None,  # [N] values to read at the drawn entries too
     length: int | None = None,  # at least the support's size (None: N); see ``device_draws``
+    nonneg: bool = False,  # no entry of ``vals`` is negative (products of masses): no clamp made
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:  # host: [m] indices, vals, other there
     """``torch.multinomial`` over ``vals``' host support (``draw``; without replacement at most
     as many as it has nonzero entries), computed on ``vals``' device: the indices, the masses
@@ -666,11 +667,13 @@ def device_multinomial(
     if vals.dtype in (torch.float16, torch.bfloat16):
         vals = vals.float()
     n = vals.numel()
-    x = vals.clamp_min(0)
-    size = (x > 0).sum()
+    x = vals if nonneg and inverse_cdf(generator) else vals.clamp_min(0)  # a clamp would change no bit
     state = generator.get_state()
     if inverse_cdf(generator):  # k uniforms cross (see the module docstring), the draws come back
         (u,) = to_device([uniforms(k, generator)], vals.device)
+        # the support's size only bounds draws without replacement; with replacement a positive
+        # finite total is the check (it has an entry with mass exactly when its size is > 0)
+        size = (x > 0).sum() if not replacement else torch.ones((), dtype=torch.long, device=x.device)
         if replacement:
             idx, total = cdf_index(x, u, nonneg=True)
         else:
@@ -690,6 +693,7 @@ def device_multinomial(
         m = k if replacement else min(k, nz)
         comp = None if other is None else host[2 * j : 3 * j].to(other.dtype)[:m]
         return host[:j].long()[:m], host[j : 2 * j].to(vals.dtype)[:m], comp
+    size = (x > 0).sum()
     if replacement and k > 1:
         u = torch.rand(k, dtype=torch.float64, generator=generator)
         (u_dev,) = to_device([u], vals.device)

@@ -166,7 +166,7 @@ def _select(
     # plain temperature on an accelerator, or a support past the bound: drawn there, nothing
     # but the draws read back
     try:
-        return device_multinomial(scores, width, replacement, generator, other, length=length)
+        return device_multinomial(scores, width, replacement, generator, other, length=length, nonneg=True)
     except EmptySupport:
         raise RuntimeError(_NO_SCORE) from None
 
@@ -220,9 +220,11 @@ def _beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool) ->
                 probs = scoring_probs(ctx.warping, logits)
             rows = (probs[None] if t == 0 else probs if which is None
                     else torch.stack([probs[i] for i in which]))  # [n, V] integer views: no index copy
-            # weight_i * row_i, each weight a scalar argument (no copy to the device)
             wide = rows.to(torch.promote_types(rows.dtype, weights.dtype))  # as weights * rows promotes
-            scores = torch.cat([wide[i] * float(w) for i, w in enumerate(weights.tolist())])  # [n * V]
+            if wide.device.type == "cpu":  # weight_i * row_i in one product (the same floats)
+                scores = (wide * weights.to(wide.dtype)[:, None]).reshape(-1)  # [n * V]
+            else:  # each weight a scalar argument (no copy to the device)
+                scores = torch.cat([wide[i] * float(w) for i, w in enumerate(weights.tolist())])  # [n * V]
             picked = _select(scores, width, greedy, replacement, ctx.generator,
                              bound * len(weights) if bound else None, rows.reshape(-1), note)  # [k] each, host
         idx, chosen, q_chosen = picked

@@ -72,8 +72,28 @@ class Scores:
     @property
     def p(self) -> torch.Tensor:  # [U+1, V] warped, on the logits' device
         if "p" not in self._cache:
-            self._cache["p"] = self.ctx.warping(self.logits)
+            parts = self._cache.get("p_parts")
+            self._cache["p"] = torch.cat(parts) if parts else self.ctx.warping(self.logits)
         return self._cache["p"]
+
+    def _row_wise(self) -> bool:
+        """Whether the warping is a softmax row by row (plain temperature: no top-k, no top-p),
+        so the root's and the body's rows warp apart into the very values ``p`` holds (a
+        softmax reads one row at a time; ``tests/verify/test_score.py`` compares them) and no
+        ``[U+1, V]`` concatenation of the logits is made."""
+        w = self.ctx.warping
+        return not w.greedy and w.top_k == 0 and w.top_p >= 1.0 and "p" not in self._cache and len(self.body) > 0
+
+    def _parts(self) -> tuple[torch.Tensor, torch.Tensor]:  # [1, V] after the root, [U, V] after the body
+        if "p_parts" not in self._cache:
+            self._cache["p_parts"] = (self.ctx.warping(self.root[None]), self.ctx.warping(self.body))
+        return self._cache["p_parts"]
+
+    def _p_row(self, row: int) -> torch.Tensor:  # [V] ``p[row]``
+        if self._row_wise():
+            root, body = self._parts()
+            return root[0] if row == 0 else body[row - 1]
+        return self.p[row]
 
     def candidates(self) -> tuple[torch.Tensor, torch.Tensor] | None:  # ids, probs [U+1, c]
         """``p`` by its candidates on the CPU, without the dense rows: ``Warping.candidates`` of
@@ -82,7 +102,9 @@ class Scores:
         (no top-k, many ties): read ``p`` then."""
         if "candidates" not in self._cache:
             warping, cand = self.ctx.warping, None
-            if self.device.type == "cpu" and warping.greedy and "logits" not in self._cache:
+            if not warping.greedy and not 0 < warping.top_k < self.root.shape[-1]:
+                pass  # no top-k: none (``warp_candidates``), read without concatenating the logits
+            elif self.device.type == "cpu" and warping.greedy and "logits" not in self._cache:
                 # the argmax of each row: row by row, so the root and the body need no concatenation
                 root, body = warping.candidates(self.root[None]), warping.candidates(self.body)
                 cand = torch.cat([root[0], body[0]]), torch.cat([root[1], body[1]])
@@ -117,7 +139,7 @@ class Scores:
             return sample(candidate_supports(cand[0][row : row + 1], cand[1][row : row + 1],
                                              self.body.shape[-1])[0], generator)
         sizes = self._cache.get("sizes")  # read with the masses (top-p alone on an accelerator)
-        return sample(self.p[row], generator, self.ctx.warping.support_bound, sizes[row] if sizes else None)
+        return sample(self._p_row(row), generator, self.ctx.warping.support_bound, sizes[row] if sizes else None)
 
     def masses(self, rows: torch.Tensor, tokens: torch.Tensor, log: bool = False) -> torch.Tensor:
         """``p[rows, tokens]`` (their logarithms if ``log``) on the host: gathered from the
@@ -127,6 +149,10 @@ class Scores:
         every row's support size crosses in that transfer too, kept for ``sample``: a rule's
         final draw from a long support then needs no read of its hint first."""
         cand = self.candidates()
+        if cand is None and self._row_wise():  # plain temperature: gathered from the two parts
+            root, body = self._parts()
+            m = torch.where(rows == 0, root[0, tokens], body[(rows - 1).clamp_min(0), tokens])
+            return (m.log() if log else m).cpu()
         if cand is None:
             m = self.p[rows, tokens]
             m = m.log() if log else m

@@ -79,6 +79,29 @@ def test_score_is_one_pass_over_the_distinct_nodes_with_each_paths_logits(toy_pa
     assert torch.allclose(again, ctx.target.score(COMMITTED + [4, 1, 2])[-1], atol=1e-10, rtol=0)
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_plain_temperature_masses_and_draws_read_the_rows_apart(toy_pair, temperature):
+    """At plain temperature ``masses`` and ``sample`` warp the root's and the body's rows apart
+    (no concatenation of the logits): the very floats of ``p``, and the same draws."""
+    from mtad.core.sampling import generator
+
+    warping = Warping(temperature)
+    tree = TokenTree()
+    a = tree.add(ROOT, 4)
+    tree.add(a, 1), tree.add(a, 5), tree.add(ROOT, 2)
+    apart, whole = score(_ctx(toy_pair, warping), tree), score(_ctx(toy_pair, warping), tree)
+    whole.p  # the whole [U+1, V] warped first: the general path
+    x, par = apart.fed(parents=True)
+    for log in (False, True):
+        assert torch.equal(apart.masses(par, x, log=log), whole.masses(par, x, log=log))
+    assert "logits" not in apart._cache  # no [U+1, V] concatenation was made
+    for row in range(len(apart.nodes.tokens)):
+        for seed in range(20):
+            assert (apart.sample(row, generator(warping, seed))
+                    == whole.sample(row, generator(warping, seed)))
+    assert torch.equal(apart.p, whole.p)  # p read afterwards: built from the same rows
+
+
 @pytest.mark.parametrize("verifier", [SpeculativeChain(), TypicalAcceptance(0.09, 0.3),
                                       Rollback("sampling", 1.0)])
 def test_a_chain_rule_refuses_a_tree_that_is_not_a_chain(toy_pair, verifier):
