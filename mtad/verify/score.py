@@ -76,7 +76,7 @@ class Scores:
             self._cache["p"] = torch.cat(parts) if parts else self.ctx.warping(self.logits)
         return self._cache["p"]
 
-    def _row_wise(self) -> bool:
+    def row_wise(self) -> bool:
         """Whether the warping is a softmax row by row (plain temperature: no top-k, no top-p),
         so the root's and the body's rows warp apart into the very values ``p`` holds (a
         softmax reads one row at a time; ``tests/verify/test_score.py`` compares them) and no
@@ -89,8 +89,8 @@ class Scores:
             self._cache["p_parts"] = (self.ctx.warping(self.root[None]), self.ctx.warping(self.body))
         return self._cache["p_parts"]
 
-    def _p_row(self, row: int) -> torch.Tensor:  # [V] ``p[row]``
-        if self._row_wise():
+    def p_row(self, row: int) -> torch.Tensor:  # [V] ``p[row]``
+        if self.row_wise():
             root, body = self._parts()
             return root[0] if row == 0 else body[row - 1]
         return self.p[row]
@@ -139,7 +139,7 @@ class Scores:
             return sample(candidate_supports(cand[0][row : row + 1], cand[1][row : row + 1],
                                              self.body.shape[-1])[0], generator)
         sizes = self._cache.get("sizes")  # read with the masses (top-p alone on an accelerator)
-        return sample(self._p_row(row), generator, self.ctx.warping.support_bound, sizes[row] if sizes else None)
+        return sample(self.p_row(row), generator, self.ctx.warping.support_bound, sizes[row] if sizes else None)
 
     def masses(self, rows: torch.Tensor, tokens: torch.Tensor, log: bool = False) -> torch.Tensor:
         """``p[rows, tokens]`` (their logarithms if ``log``) on the host: gathered from the
@@ -149,7 +149,7 @@ class Scores:
         every row's support size crosses in that transfer too, kept for ``sample``: a rule's
         final draw from a long support then needs no read of its hint first."""
         cand = self.candidates()
-        if cand is None and self._row_wise():  # plain temperature: gathered from the two parts
+        if cand is None and self.row_wise():  # plain temperature: gathered from the two parts
             root, body = self._parts()
             m = torch.where(rows == 0, root[0, tokens], body[(rows - 1).clamp_min(0), tokens])
             return (m.log() if log else m).cpu()

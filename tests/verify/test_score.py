@@ -210,3 +210,27 @@ def test_a_threshold_rule_refuses_a_tree_without_beams(toy_pair, rule):
     tree = Chain().propose(_ctx(toy_pair), 2)
     with pytest.raises(ValueError, match=r"tree\.beams.*mtad\.propose\.beam\.Beam"):
         rule.verify(_ctx(toy_pair), tree)
+
+
+@pytest.mark.parametrize("decoder", ["spd", "tree_mtad", "mtad"])
+def test_rows_warped_apart_change_no_token(decoder, monkeypatch):
+    """Generations at plain temperature with the rows warped apart are those of the whole ``p``
+    (``Scores.row_wise`` forced off), token for token and step for step, on a vocabulary past
+    ``DENSE_MAX``."""
+    from mtad.core.engine import Engine
+    from mtad.models.tiny import tiny_causal_lm
+    from mtad.run.cli import load_decoder
+    from mtad.verify.score import Scores
+
+    target = tiny_causal_lm("qwen2", vocab_size=5000, hidden_size=16, num_layers=1, num_heads=2, seed=0)
+    draft = tiny_causal_lm("qwen2", vocab_size=5000, hidden_size=16, num_layers=1, num_heads=2, seed=1)
+    warping = Warping(1.0)
+
+    def run():
+        eng = Engine(target, draft, load_decoder(decoder, gamma=3), warping)
+        out = [eng.generate([5, 6, 7], 12, seed=s) for s in range(4)]
+        return [(o.output_ids, o.num_steps) for o in out]
+
+    apart = run()
+    monkeypatch.setattr(Scores, "row_wise", lambda self: False)
+    assert run() == apart
