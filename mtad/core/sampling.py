@@ -45,8 +45,7 @@ the engine makes (``generator``):
   temperature, top-p alone): a draw takes one uniform double ``u`` from the generator, however
   long its support; the row's cumulative masses ``c`` (a float64 ``cumsum`` on the row's own
   device, zeros included: they add nothing) give the first entry with ``c > u * c[-1]``
-  (``cdf_index``; a CPU row of ``BLOCKED_MIN`` entries or more sums them by blocks, another
-  order of the same float64 sum, as an accelerator's parallel ``cumsum``). Several draws with replacement take one uniform each over the same ``c``;
+  (``cdf_index``). Several draws with replacement take one uniform each over the same ``c``;
   ``k`` draws without replacement (MCSS's siblings, beams without replacement) take ``k``
   uniforms, each over the masses left after the previous draws (those past the support's size
   unused). The same draw on the host (a support, a Python list) and on an accelerator, up to the
