@@ -144,65 +144,11 @@ def cdf_index(
     an index always has mass when the total is positive and finite (the caller checks it).
     ``nonneg``: the masses are clamped already (a clamp of clamped masses changes no bit), so
     the vocabulary-long clamp is not made twice."""
-    if masses.device.type == "cpu" and masses.shape[-1] >= BLOCKED_MIN:
-        return _blocked_cdf_index(masses if nonneg else masses.clamp_min(0), u)
     c = masses.to(torch.float64)
     c = (c if nonneg else c.clamp_min(0)).cumsum(-1)
     total = c[..., -1:]
     t = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
     return torch.searchsorted(c, t.contiguous(), right=True), total
-
-
-#: rows at least this long are searched by blocks on the CPU (``_blocked_cdf_index``)
-BLOCKED_MIN = 16384
-_BLOCK = 256  # entries per block
-
-
-def _blocked_cdf_index(
-    x: torch.Tensor,  # [..., n] non-negative masses on the CPU, n >= BLOCKED_MIN
-    u: torch.Tensor,  # [..., k] float64 uniforms
-) -> tuple[torch.Tensor, torch.Tensor]:  # as ``cdf_index``
-    """``cdf_index`` with the cumulative masses summed in blocks: each block's float64 sum (a
-    vectorised reduction), the blocks' running sum, and the running sum inside the one block a
-    draw lands in. A CPU's float64 ``cumsum`` is one long chain of dependent additions (about
-    1.2 ns an entry here, five times a vectorised sum), so a draw read the whole row at that
-    rate; by blocks it reads the row once at a sum's rate and runs a chain of ``_BLOCK`` entries.
-
-    The cumulative masses this searches are monotone and exact to float64 rounding, like the
-    sequential ones, in another order of summation (as a parallel ``cumsum`` on an accelerator
-    sums them): ``c = O[b - 1] + P[b, i]`` for entry ``i`` of block ``b``, ``O`` the blocks'
-    running sum, ``P`` the running sum inside the block; a zero entry never gains mass, so it is
-    never drawn. A draw differs from the sequential sum's only where ``u * total`` lies within
-    rounding of a boundary. Where the block's own running sum ends below its share of ``O`` by
-    rounding and the target falls in that gap, the block's last entry with mass takes it."""
-    n = x.shape[-1]
-    lead = x.shape[:-1]
-    xr = x.reshape(-1, n)
-    ur = u.reshape(-1, u.shape[-1]) if u.dim() > 1 else u.reshape(1, -1)
-    if ur.shape[0] != xr.shape[0]:
-        ur = ur.expand(xr.shape[0], ur.shape[-1])
-    rows, k = ur.shape
-    full = n // _BLOCK
-    # (widened first: a reduction told to accumulate in float64 runs several times slower here)
-    sums = xr[:, : full * _BLOCK].to(torch.float64).unflatten(-1, (full, _BLOCK)).sum(-1)  # [R, full]
-    if full * _BLOCK < n:
-        sums = torch.cat([sums, xr[:, full * _BLOCK :].to(torch.float64).sum(-1)[:, None]], -1)
-    nb = sums.shape[-1]
-    o = sums.cumsum(-1)  # [R, nb] the blocks' running sum
-    total = o[:, -1:]
-    t = torch.minimum(ur * total, torch.nextafter(total, torch.zeros_like(total)))  # [R, k]
-    b = torch.searchsorted(o, t.contiguous(), right=True).clamp_max(nb - 1)  # the block of each draw
-    base = torch.where(b > 0, o.gather(1, (b - 1).clamp_min(0)), 0.0)  # [R, k]
-    offs = torch.arange(_BLOCK)
-    at = b[..., None] * _BLOCK + offs  # [R, k, B] entry ids of each draw's block
-    inside = at < n
-    vals = torch.where(inside, xr.gather(1, at.clamp_max(n - 1).reshape(rows, -1)).reshape(rows, k, _BLOCK), 0)
-    c = base[..., None] + vals.to(torch.float64).cumsum(-1)  # [R, k, B]
-    i = torch.searchsorted(c, t[..., None].contiguous(), right=True)[..., 0]  # [R, k]
-    last = torch.where(vals > 0, offs, -1).amax(-1)  # the block's last entry with mass (-1: none)
-    i = torch.where(i >= _BLOCK, last.clamp_min(0), i)
-    idx = b * _BLOCK + i
-    return idx.reshape(*lead, k) if lead else idx.reshape(k), total.reshape(*lead, 1) if lead else total.reshape(1)
 
 
 def _check_total(total: float) -> None:
@@ -244,7 +190,7 @@ def cdf_positions(
             if not replacement:
                 masses[out[-1]] = 0.0
         return out
-    x = vals.clamp_min(0)  # a copy (zeroed below without replacement); cdf_index sums it in float64
+    x = vals.clamp_min(0).to(torch.float64)  # clamped in the masses' dtype: the same values
     if not replacement:
         nz = int((x > 0).sum())
         if min(k, nz) == 0:

@@ -96,50 +96,6 @@ def test_a_long_float32_row_is_summed_in_float64():
     assert int(torch.searchsorted(c32, c32[-1] * 0.5)) != VOCAB // 2
 
 
-def _sequential(m, u):
-    """The cumulative masses summed in one chain (``cdf_index`` below ``BLOCKED_MIN`` entries)."""
-    c = m.to(torch.float64).clamp_min(0).cumsum(-1)
-    total = c[..., -1:]
-    t = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
-    return torch.searchsorted(c, t.contiguous(), right=True), total
-
-
-@pytest.mark.parametrize("n", [sampling.BLOCKED_MIN, 20_000, 32_000 * 4 + 7, VOCAB])
-def test_long_rows_summed_by_blocks_draw_the_sequential_sums_entries(n):
-    """Rows of at least ``BLOCKED_MIN`` entries are searched by blocks (another order of the
-    float64 sum): on whole rows, sparse rows, a row with three entries of mass, a peaked row,
-    negative entries, several rows at once, and uniforms at 0 and just under 1, every draw is the
-    sequential sum's entry and has mass; the totals agree to rounding."""
-    g = torch.Generator().manual_seed(n)
-    rows = []
-    for kind in range(6):
-        m = torch.rand(n, generator=g)
-        if kind == 1:
-            m[torch.rand(n, generator=g) < 0.95] = 0
-        elif kind == 2:
-            m = torch.zeros(n)
-            m[torch.randint(n, (3,), generator=g)] = torch.rand(3, generator=g) + 0.1
-        elif kind == 3:
-            m = m.double() ** 12
-        elif kind == 4:
-            m[torch.rand(n, generator=g) < 0.5] *= -1  # count as 0
-        elif kind == 5:
-            m = torch.zeros(n)
-            m[-1] = 0.5  # the last entry alone, in the short last block
-            m[n // 2] = 0.25
-        rows.append(m)
-    for m in rows:
-        for batch in (m, m.expand(3, n)):
-            u = torch.rand(batch.shape[:-1] + (64,), generator=g, dtype=torch.float64)
-            u[..., 0], u[..., 1] = 0.0, 1 - 2**-53
-            got, total = cdf_index(batch, u)
-            want, want_total = _sequential(batch, u)
-            assert got.shape == want.shape and total.shape == want_total.shape
-            assert torch.equal(got, want)
-            assert torch.allclose(total, want_total, rtol=1e-12, atol=0)
-            assert bool((batch.reshape(-1, n).gather(1, got.reshape(-1, 64)) > 0).all())
-
-
 P = torch.tensor([0.05, 0.0, 0.3, 0.15, 0.0, 0.4, 0.1], dtype=torch.float64)
 
 
