@@ -18,9 +18,7 @@ instead: ``verify_chain``'s ``hinted``). On the CPU with a sparse warping (a cha
 ``mtad.propose.chain``), the masses and the bonus come from the target's candidates
 (``Scores.candidates``) instead of the dense rows; a correction at temperature 0 is p_i itself
 (both rows one-hot, x_i not p_i's argmax), otherwise it is computed on the two rows made dense
-from the very values the dense path holds: the same draws either way. At plain temperature
-on the CPU the target's rows are warped apart (``Scores.row_wise``: no ``[g+1, V]`` concatenation
-of the logits, no stack of the draft's rows), again the very floats of the dense path.
+from the very values the dense path holds: the same draws either way.
 """
 
 from __future__ import annotations
@@ -92,7 +90,7 @@ class SpeculativeChain:
         g = len(tokens)
         scores = score(ctx, tree)  # p: [g+1, V]
         x, _ = scores.fed()
-        if isinstance(tree.q, Rows) and (scores.row_wise() or scores.candidates() is not None):
+        if isinstance(tree.q, Rows) and scores.candidates() is not None:
             n, y = _verify_on_candidates(ctx, tokens, scores, tree.q, x)
         else:
             n, y = verify_chain(tokens, scores.p, tree.q, ctx.generator, ctx.warping.support_bound, x,
@@ -111,8 +109,6 @@ def _verify_on_candidates(ctx: StepContext, tokens: list[int], scores: Scores, q
         return g, scores.sample(g, ctx.generator)
     if ctx.warping.greedy:  # one-hot p_i and q_i, x_i not p_i's argmax: the residual is p_i
         return i, scores.sample(i, ctx.generator)
-    if scores.row_wise():  # plain temperature: p_i warped on its own (the very floats of p's row)
-        return i, sample(residual(scores.p_row(i), q[i].dense()), ctx.generator, ctx.warping.support_bound)
     ids, probs = scores.candidates()
     p_i = torch.zeros(scores.body.shape[-1], dtype=probs.dtype).scatter_(-1, ids[i], probs[i])
     return i, sample(residual(p_i, q[i].dense()), ctx.generator, ctx.warping.support_bound)

@@ -216,7 +216,7 @@ def test_a_threshold_rule_refuses_a_tree_without_beams(toy_pair, rule):
 def test_rows_warped_apart_change_no_token(decoder, monkeypatch):
     """Generations at plain temperature with the rows warped apart are those of the whole ``p``
     (``Scores.row_wise`` forced off), token for token and step for step, on a vocabulary past
-    ``DENSE_MAX``."""
+    ``DENSE_MAX`` (SpD, whose chain rule reads the whole ``p``, as the control)."""
     from mtad.core.engine import Engine
     from mtad.models.tiny import tiny_causal_lm
     from mtad.run.cli import load_decoder
