@@ -530,10 +530,17 @@ def add_speedups(df: pd.DataFrame) -> pd.DataFrame:
 
     The baseline must share ``BASELINE_KEYS``; among several, those that also share the
     ablated settings (``varying_knobs``: gamma, draft size, ...) are preferred; the rest are
-    averaged.
+    averaged. A ratio of tokens/s is a speedup only where both points' records were made on one
+    and the same machine kind (``provenance_marks.machine_kinds``, a kind not recorded counting
+    as one, as for mark ``k``): otherwise the cell stays empty and a note says why.
     """
+    from mtad.analysis.provenance_marks import machine_kinds
+
     df = df.copy()
     varying = varying_knobs(df) if "label" in df else []
+    kinds = [machine_kinds(d) if isinstance(d, (str, Path)) and Path(d).is_dir() else frozenset()
+             for d in (df["_dir"] if "_dir" in df else [None] * len(df))]
+    df["_kinds"] = kinds
     for baseline, col in (("multinomial", "speedup_multinomial"), ("spd", "speedup_spd")):
         df[col] = math.nan
         base = df[(df["decoder"] == baseline) & (df["status"] == "done")]
@@ -548,7 +555,8 @@ def add_speedups(df: pd.DataFrame) -> pd.DataFrame:
                 same = cand[[str(ident.get(k)) == value for ident in cand["_identity"]]]
                 cand = same if len(same) else cand
             rate = cand["tokens_per_s"].mean() if len(cand) else math.nan
-            if rate and not math.isnan(rate) and not math.isnan(row["tokens_per_s"]):
+            one_kind = len(row["_kinds"]) <= 1 and all(k == row["_kinds"] for k in cand["_kinds"])
+            if rate and not math.isnan(rate) and not math.isnan(row["tokens_per_s"]) and one_kind:
                 df.at[i, col] = row["tokens_per_s"] / rate
     return df
 

@@ -229,6 +229,9 @@ def speedup_notes(df: pd.DataFrame) -> list[str]:
                 why = f"no {baseline} run finished for this pair and task"
             elif base["tokens_per_s"].isna().all():
                 why = f"the {baseline} run has no tokens/s"
+            elif "_kinds" in g and (any(len(k) > 1 for k in g["_kinds"]) or g["_kinds"].nunique() > 1):
+                why = (f"a point's records and the {baseline} run's were not all made on one machine "
+                       "kind (their segments), so a ratio of their tokens/s is not a speedup")
             else:
                 why = f"no {baseline} run with the same sampling and length settings ({', '.join(BASELINE_KEYS[2:])})"
             reasons.setdefault(why, []).append(
