@@ -74,8 +74,31 @@ def kernel(row: Mapping[str, Any]) -> str:
 
 
 def audit_rows(audits: Path) -> dict[str, list[dict]]:
-    """Every row of every ``*.jsonl`` in ``audits``, by file name."""
-    return {f.name: read_jsonl(f) for f in sorted(audits.glob("*.jsonl")) if f.is_file() and not f.is_symlink()}
+    """Every row of every ``*.jsonl`` in ``audits`` that still describes a committed record, by
+    file name: a row whose record has since been replaced (a rerun swapped in: the record at the
+    row's point, index and turn now carries another segment than the one the row audited) says
+    nothing about what is committed and is left out. Rows naming no record or no segment are
+    kept. Points are paths relative to the checkout holding ``audits`` (``results/audit``). The
+    one reader of audit rows for what they say about committed records: the coverage table and
+    the tables' marks (``mtad.analysis.provenance_marks``) both read them here."""
+    from mtad.run.results.segments import SEGMENT_FIELD
+
+    base = audits.parent.parent
+    current: dict[Path, dict[tuple[int, int], str]] = {}
+
+    def still_committed(row: dict) -> bool:
+        if not (row.get("point") and "index" in row and row.get("segment")):
+            return True
+        folder = (base / str(row["point"])).resolve()
+        if folder not in current:
+            samples = folder / "samples.jsonl"
+            current[folder] = {(int(r.get("index", -1)), int(r.get("turn", 0))): str(r.get(SEGMENT_FIELD))
+                               for r in (read_jsonl(samples) if samples.is_file() else [])}
+        now = current[folder].get((int(row["index"]), int(row.get("turn", 0))))
+        return now is None or now == str(row["segment"])
+
+    return {f.name: [r for r in read_jsonl(f) if still_committed(r)]
+            for f in sorted(audits.glob("*.jsonl")) if f.is_file() and not f.is_symlink()}
 
 
 def coverage(points: Sequence[str], files: Mapping[str, Iterable[dict]]) -> list[str]:
