@@ -662,7 +662,11 @@ def main(argv: list[str] | None = None) -> int:
             totals = {shown_path(f): len({r["example_id"] for r in read_jsonl(f / "samples.jsonl")}) for f in folders}
             args.stat_table.parent.mkdir(parents=True, exist_ok=True)
             notes = args.notes.read_text() if args.notes is not None and args.notes.exists() else None
-            write_text_atomic(args.stat_table, audit_stats.render(rows, shown, totals, command, notes))
+            from mtad.run.audit_coverage import replaced
+
+            cache: dict = {}
+            gone = {r["point"] for r in rows if replaced(r, Path("."), cache)}
+            write_text_atomic(args.stat_table, audit_stats.render(rows, shown, totals, command, notes, gone))
         if args.table is not None:
             args.table.parent.mkdir(parents=True, exist_ok=True)
             notes = args.notes.read_text() if args.notes is not None and args.notes.exists() else None

@@ -73,32 +73,34 @@ def kernel(row: Mapping[str, Any]) -> str:
     return BF16_IN_FLOAT32 if BF16_IN_FLOAT32 in str(row.get("audited_on", "")) else "as the run"
 
 
-def audit_rows(audits: Path) -> dict[str, list[dict]]:
-    """Every row of every ``*.jsonl`` in ``audits`` that still describes a committed record, by
-    file name: a row whose record has since been replaced (a rerun swapped in: the record at the
-    row's point, index and turn now carries another segment than the one the row audited) says
-    nothing about what is committed and is left out. Rows naming no record or no segment are
-    kept. Points are paths relative to the checkout holding ``audits`` (``results/audit``). The
-    one reader of audit rows for what they say about committed records: the coverage table and
-    the tables' marks (``mtad.analysis.provenance_marks``) both read them here."""
+def replaced(row: dict, base: Path, cache: dict) -> bool:
+    """Whether the record an audit row audited has since been replaced (a rerun swapped in): the
+    record at the row's point, index and turn now carries another segment than the one the row
+    audited. Rows naming no record or no segment count as current. ``base``: the checkout the
+    row's point is relative to; ``cache``: the points' segments read so far."""
     from mtad.run.results.segments import SEGMENT_FIELD
 
-    base = audits.parent.parent
-    current: dict[Path, dict[tuple[int, int], str]] = {}
+    if not (row.get("point") and "index" in row and row.get("segment")):
+        return False
+    folder = (base / str(row["point"])).resolve()
+    if folder not in cache:
+        samples = folder / "samples.jsonl"
+        cache[folder] = {(int(r.get("index", -1)), int(r.get("turn", 0))): str(r.get(SEGMENT_FIELD))
+                         for r in (read_jsonl(samples) if samples.is_file() else [])}
+    now = cache[folder].get((int(row["index"]), int(row.get("turn", 0))))
+    return now is not None and now != str(row["segment"])
 
-    def still_committed(row: dict) -> bool:
-        if not (row.get("point") and "index" in row and row.get("segment")):
-            return True
-        folder = (base / str(row["point"])).resolve()
-        if folder not in current:
-            samples = folder / "samples.jsonl"
-            current[folder] = {(int(r.get("index", -1)), int(r.get("turn", 0))): str(r.get(SEGMENT_FIELD))
-                               for r in (read_jsonl(samples) if samples.is_file() else [])}
-        now = current[folder].get((int(row["index"]), int(row.get("turn", 0))))
-        return now is None or now == str(row["segment"])
 
-    return {f.name: [r for r in read_jsonl(f) if still_committed(r)]
-            for f in sorted(audits.glob("*.jsonl")) if f.is_file() and not f.is_symlink()}
+def audit_rows(audits: Path) -> dict[str, list[dict]]:
+    """Every row of every ``*.jsonl`` in ``audits`` that still describes a committed record, by
+    file name: a row whose record has since been replaced (``replaced``) says nothing about what
+    is committed and is left out. Points are paths relative to the checkout holding ``audits``
+    (``results/audit``). The one reader of audit rows for what they say about committed records:
+    the coverage table and the tables' marks (``mtad.analysis.provenance_marks``) read them here,
+    and the statistical table names the points whose audited records were replaced."""
+    base, cache = audits.parent.parent, {}
+    # every entry read through mtad.core.io: a link or a FIFO named *.jsonl is refused in one line
+    return {f.name: [r for r in read_jsonl(f) if not replaced(r, base, cache)] for f in sorted(audits.glob("*.jsonl"))}
 
 
 def coverage(points: Sequence[str], files: Mapping[str, Iterable[dict]]) -> list[str]:

@@ -136,9 +136,10 @@ def _cell(entry: dict | None, digits: int = 3) -> str:
 
 
 def render(rows: list[dict], points: list[str], total_examples: dict[str, int], command: str | None = None,
-           notes: str | None = None) -> str:
+           notes: str | None = None, replaced: frozenset[str] | set[str] = frozenset()) -> str:
     """Markdown: one row per point given (rows without ``metrics``, audited before metrics were
-    kept, are left out and counted)."""
+    kept, are left out and counted). ``replaced``: points whose audited records a rerun has since
+    replaced: their row says so (its comparison is of the replaced records)."""
     lines = ["# Statistical audit: do regenerated records give the committed metrics?", ""]
     if command:
         lines += [f"Made by `{command}` (`mtad.run.audit_stats`).", ""]
@@ -166,7 +167,9 @@ def render(rows: list[dict], points: list[str], total_examples: dict[str, int], 
         verdicts.append(c["verdict"])
         lines.append("| " + " | ".join(md_cell(x) for x in [
             f"`{point}`", rs[0]["decoder"], rs[0]["task"], f"{c['examples']} ({total_examples.get(point, '?')})",
-            f"{c['identical']} of {c['records']}", rs[0]["point_last_run"],
+            f"{c['identical']} of {c['records']}",
+            rs[0]["point_last_run"] + ("; these records since replaced by a rerun (reruns/compare.md)"
+                                       if point in replaced else ""),
             _cell(c["metrics"]["perplexity"]), _cell(c["metrics"]["block efficiency"]),
             _cell(c["metrics"]["score"]), c["verdict"]]) + " |")
     lines += ["", f"{sum(v == 'consistent' for v in verdicts)} of {len(verdicts)} audited points consistent; "

@@ -80,3 +80,33 @@ def test_the_docs_claim_of_full_coverage_is_the_committed_tables():
         n = len(committed_points(ROOT / "results"))
         assert (f"{n} of {n} committed points have a whole-record or prefix audit"
                 in (ROOT / "results/audit/coverage.md").read_text())
+
+
+def test_rows_of_records_a_rerun_replaced_no_longer_count(tmp_path):
+    """An audit row speaks for the committed record only while that record carries the segment
+    the row audited: after a rerun is swapped in, the coverage table, the marks and the
+    statistical table (which names the point) no longer read the row as the committed record's."""
+    import json
+
+    from mtad.analysis.provenance_marks import current_audit_rows, diverging_points
+    from mtad.run.audit_coverage import audit_rows, replaced
+
+    point = tmp_path / "results" / "p" / "abc"
+    point.mkdir(parents=True)
+    (point / "samples.jsonl").write_text(
+        json.dumps({"index": 0, "turn": 0, "segment": "new"}) + "\n"
+        + json.dumps({"index": 1, "turn": 0, "segment": "old"}) + "\n")
+    audits = tmp_path / "results" / "audit"
+    audits.mkdir()
+    rows = [{"point": "results/p/abc", "index": 0, "turn": 0, "segment": "old", "result": "diverged at token 1"},
+            {"point": "results/p/abc", "index": 1, "turn": 0, "segment": "old", "result": "identical"},
+            {"point": "results/p/abc", "index": 0, "turn": 0, "result": "tokens differ"}]
+    (audits / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cache: dict = {}
+    assert [replaced(r, tmp_path, cache) for r in rows] == [True, False, False]
+    assert audit_rows(audits)["a.jsonl"] == rows[1:]
+    assert current_audit_rows(audits) == rows[1:]
+    assert diverging_points(audits) == {point.resolve()}  # the row without a segment still counts
+    rows[2]["result"] = "identical"
+    (audits / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert diverging_points(audits) == set()  # the replaced record's divergence no longer marks it
