@@ -63,15 +63,13 @@ def point_marks(folder: str | Path, diverging: set[Path] | frozenset = frozenset
     records (folder resolved, index, turn) that regenerated identically: a point whose records
     from before a change of draws include one of them is shown unaffected (no ``r``)."""
     folder = Path(folder)
-    segs = {str(s.get(SEGMENT_FIELD)): s for s in _lines(folder / SEGMENTS_FILE)}
     commits, unknown, dirty, before, kinds = set(), False, False, False, set()
     from mtad.run.audit import made_before_a_draw_change
     from mtad.run.results.segments import machine
 
     shown_unaffected = False
     resolved = folder.resolve()
-    for rec in _lines(folder / "samples.jsonl"):
-        seg = segs.get(str(rec.get(SEGMENT_FIELD)))
+    for rec, seg in records_with_segments(folder):
         if made_before_a_draw_change(seg):
             before = True
             key = (resolved, int(rec.get("index", -1)), int(rec.get("turn", 0)))
@@ -88,14 +86,20 @@ def point_marks(folder: str | Path, diverging: set[Path] | frozenset = frozenset
     return "".join(m for m in MARKS if found[m])
 
 
+def records_with_segments(folder: str | Path):
+    """Each record of a point folder with its segment (None where its segments file has none)."""
+    folder = Path(folder)
+    segs = {str(s.get(SEGMENT_FIELD)): s for s in _lines(folder / SEGMENTS_FILE)}
+    for rec in _lines(folder / "samples.jsonl"):
+        yield rec, segs.get(str(rec.get(SEGMENT_FIELD)))
+
+
 def machine_kinds(folder: str | Path) -> frozenset[str]:
     """The machine kinds the records of a point folder were made on, by their segments
     (``mtad.run.results.segments.machine``; a kind not recorded counts as one, as for ``k``)."""
     from mtad.run.results.segments import machine
 
-    folder = Path(folder)
-    segs = {str(s.get(SEGMENT_FIELD)): s for s in _lines(folder / SEGMENTS_FILE)}
-    return frozenset(machine(segs.get(str(rec.get(SEGMENT_FIELD)))) for rec in _lines(folder / "samples.jsonl"))
+    return frozenset(machine(seg) for _, seg in records_with_segments(folder))
 
 
 def audit_folder(sweep_dir: str | Path) -> Path | None:

@@ -76,17 +76,21 @@ def kernel(row: Mapping[str, Any]) -> str:
 def replaced(row: dict, base: Path, cache: dict) -> bool:
     """Whether the record an audit row audited has since been replaced (a rerun swapped in): the
     record at the row's point, index and turn now carries another segment than the one the row
-    audited. Rows naming no record or no segment count as current. ``base``: the checkout the
-    row's point is relative to; ``cache``: the points' segments read so far."""
+    audited. Rows naming no record or no segment count as current, and so does a row whose point
+    leads outside ``base`` (nothing outside the checkout is read for it); every file is read
+    through ``mtad.core.io`` (a link or a FIFO is refused, a huge line too). ``base``: the checkout
+    the row's point is relative to; ``cache``: the points' segments read so far."""
     from mtad.run.results.segments import SEGMENT_FIELD
 
     if not (row.get("point") and "index" in row and row.get("segment")):
         return False
     folder = (base / str(row["point"])).resolve()
+    if not folder.is_relative_to(base.resolve()):  # a stored path never picks what is read
+        return False
     if folder not in cache:
         samples = folder / "samples.jsonl"
         cache[folder] = {(int(r.get("index", -1)), int(r.get("turn", 0))): str(r.get(SEGMENT_FIELD))
-                         for r in (read_jsonl(samples) if samples.is_file() else [])}
+                         for r in (read_jsonl(samples) if samples.exists() or samples.is_symlink() else [])}
     now = cache[folder].get((int(row["index"]), int(row.get("turn", 0))))
     return now is not None and now != str(row["segment"])
 

@@ -4,6 +4,8 @@ grouped by what they say they are grouped by."""
 from __future__ import annotations
 
 import json
+
+import pytest
 from pathlib import Path
 
 from mtad.models.kernels import BF16_IN_FLOAT32
@@ -110,3 +112,38 @@ def test_rows_of_records_a_rerun_replaced_no_longer_count(tmp_path):
     rows[2]["result"] = "identical"
     (audits / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert diverging_points(audits) == set()  # the replaced record's divergence no longer marks it
+
+
+def test_an_audit_rows_point_never_leads_the_reader_outside_the_checkout(tmp_path):
+    """A stored ``point`` of ``../`` or an absolute path reads nothing outside the checkout, and a
+    point whose samples file is a FIFO or a link is refused in one line, never waited on."""
+    import json
+    import os
+    import signal
+
+    from mtad.core.io import UnsafeResultsFile
+    from mtad.run.audit_coverage import audit_rows, replaced
+
+    checkout, outside = tmp_path / "checkout", tmp_path / "outside"
+    (outside / "p").mkdir(parents=True)
+    (outside / "p" / "samples.jsonl").write_text(json.dumps({"index": 0, "turn": 0, "segment": "new"}) + "\n")
+    audits = checkout / "results" / "audit"
+    audits.mkdir(parents=True)
+    rows = [{"point": "../outside/p", "index": 0, "segment": "old"},
+            {"point": str(outside / "p"), "index": 0, "segment": "old"}]
+    assert [replaced(r, checkout, {}) for r in rows] == [False, False]  # not read: kept as current
+    (audits / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert audit_rows(audits)["a.jsonl"] == rows
+    fifo = checkout / "results" / "q"
+    fifo.mkdir()
+    os.mkfifo(fifo / "samples.jsonl")
+    signal.alarm(5)  # a hang fails the test
+    try:
+        with pytest.raises(UnsafeResultsFile):
+            replaced({"point": "results/q", "index": 0, "segment": "old"}, checkout, {})
+    finally:
+        signal.alarm(0)
+    (fifo / "samples.jsonl").unlink()
+    (fifo / "samples.jsonl").symlink_to(outside / "p" / "samples.jsonl")
+    with pytest.raises(UnsafeResultsFile):
+        replaced({"point": "results/q", "index": 0, "segment": "old"}, checkout, {})
