@@ -4,9 +4,9 @@ grouped by what they say they are grouped by."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-from pathlib import Path
 
 from mtad.models.kernels import BF16_IN_FLOAT32
 from mtad.run.audit import committed_points
