@@ -90,7 +90,7 @@ def test_plain_temperature_masses_and_draws_read_the_rows_apart(toy_pair, temper
     a = tree.add(ROOT, 4)
     tree.add(a, 1), tree.add(a, 5), tree.add(ROOT, 2)
     apart, whole = score(_ctx(toy_pair, warping), tree), score(_ctx(toy_pair, warping), tree)
-    whole.p  # the whole [U+1, V] warped first: the general path
+    assert whole.p.shape[0] == len(whole.nodes.tokens)  # the whole [U+1, V] warped first: the general path
     x, par = apart.fed(parents=True)
     for log in (False, True):
         assert torch.equal(apart.masses(par, x, log=log), whole.masses(par, x, log=log))
