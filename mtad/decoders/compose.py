@@ -93,6 +93,13 @@ class Piece:
         """What it needs from a draft, with these knob values (default: the knobs' defaults)."""
         return properties(getattr(self.cls, "needs", ()), **self._args(values or {}))
 
+    def cdf_draws(self, values: Mapping[str, Any] | None = None) -> str | None:
+        """The name of its own inverse-CDF draws with these knob values (its class's ``cdf_draws``),
+        None where it draws as ``mtad.core.sampling`` does: a point's ``draw_version`` names it
+        (``mtad.run.results.identity.draw_version``)."""
+        draws = getattr(self.cls, "cdf_draws", None)
+        return draws(**self._args(values or {})) if draws is not None else None
+
     @property
     def sampling(self) -> Sampling:
         """The sampling settings it supports (its class's ``sampling``; absent: any)."""

@@ -39,6 +39,14 @@ Draft passes: the root logits, then one ``ctx.draft.forward`` per depth ``2..gam
 over the previous depth's beams as tree nodes (W rows in one pass). The runner's
 ``end`` keeps the committed path in the draft cache; nothing is pruned here.
 
+Draws by inverse CDF (plain temperature and top-p alone, ``mtad.core.warping.default_draws``)
+with replacement take two uniforms each: a slot by its weight (on the host), then a token from
+that slot's warped row (``_slot_then_row``): the flattened scores' distribution, since a slot's
+share of them is its weight (its warped row sums to 1), with only the picked rows warped and
+summed instead of every slot's ``V`` scores. Their points name these draws in their identity
+(``draw_version`` ``2+slot_then_row``: ``Beam.cdf_draws``). The exponential race (greedy, top-k,
+and ``draws: race``) and draws without replacement draw from the flattened scores as below.
+
 Devices: the draft's rows and scores stay on the draft's device; the selected entries (ids,
 scores and the draft probabilities there) cross to the host once per depth, where the draws
 happen (at plain temperature, where every entry has mass, the draws are made on the device
@@ -84,12 +92,15 @@ from mtad.core.sampling import (
     DENSE_MAX,
     EmptySupport,
     Rows,
+    cdf_index,
+    cdf_list_index,
     device_drawn,
     device_multinomial,
     inverse_cdf,
     multinomial,
     read_supports,
     top_entries,
+    uniforms,
 )
 from mtad.core.topk import topk_rows
 from mtad.core.tree import Beams, TokenTree, warped_rows
@@ -205,14 +216,19 @@ def _beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool) ->
     tree = TokenTree(depth=gamma, beams=out)
     fed = _Fed()
     note: dict = {}  # _select's: whether a depth's support ran past the hint
+    slot_first = replacement and not greedy and inverse_cdf(ctx.generator)  # ``_slot_then_row``
     for t in range(gamma):
         if t == 0:
             logits, which = root, None  # the root: one row (a vector here)
         else:
             logits, which = _expand(ctx, tree, out.rows[-1], fed)  # [u, V], slot -> row (None: same)
         picked = None
+        if slot_first:  # inverse CDF with replacement: a slot by its weight, then a token of its row
+            picked = _slot_then_row(ctx.warping, logits, which, weights, width, ctx.generator)
+            if root.device.type != "cpu":
+                note["long"] = True  # no support read: the tree's rows stay there too
         probs = scoring_probs(ctx.warping, logits) if greedy else None  # plain softmax at T = 0
-        if sparse:
+        if sparse and picked is None:
             picked = _sparse_select(ctx.warping, logits, probs, which, weights, width, replacement,
                                     ctx.generator)
         if picked is None:
@@ -243,6 +259,65 @@ def _beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool) ->
     # accelerator), the rows stay there as vectors without a read of their hints
     tree.q = _lazy_q(tree, ctx.warping, root, fed, stay=note.get("long", False))
     return tree
+
+
+def _slot_then_row(
+    warping: Warping,
+    logits: torch.Tensor,  # [u, V] (or the root's [V]) draft logits, on the draft's device
+    which: list[int] | None,  # [n] row of ``logits`` of each slot (None: slot i is row i)
+    weights: torch.Tensor,  # [n] the slots' weights, on the host
+    width: int,
+    generator: torch.Generator,  # an inverse-CDF generator (``mtad.core.sampling.inverse_cdf``)
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # host: [W] flattened ids, scores, q there
+    """W draws with replacement from the flattened scores ``weight_i * q_i(v)``, each made as a
+    slot drawn by its weight, then a token drawn from that slot's warped row (``Beam.cdf_draws``):
+    2 uniforms per draw (``u[j]`` its slot, ``u[W + j]`` its token, both by inverse CDF).
+
+    The same distribution: a slot's share of the flattened scores is its weight times its
+    row's total, and a warped row sums to 1 (up to rounding, which the row's own float64 total
+    absorbs: the token is drawn from the row normalised by it). What it saves is vocabulary
+    work: only the rows some draw picks are warped and summed (a row picked twice once), where
+    the flattened form warps every slot's row, scales it and sums all ``n x V`` scores. On an
+    accelerator the rows are warped and searched there; the token uniforms cross in one copy
+    and the draws come back in one read."""
+    from mtad.core.devices import to_device
+
+    u = uniforms(2 * width, generator).tolist()
+    w = weights.tolist()
+    try:
+        slots = [cdf_list_index(w, x) for x in u[:width]]  # float64 sums of the weights, on the host
+    except EmptySupport:
+        raise RuntimeError(_NO_SCORE) from None
+    rows = slots if which is None else [which[s] for s in slots]
+    lg = logits if logits.dim() == 2 else logits[None]
+    draws: dict[int, list[int]] = {}  # row -> its draws, in draw order
+    for j, r in enumerate(rows):
+        draws.setdefault(r, []).append(j)
+    grouped = [u[width + j] for js in draws.values() for j in js]  # the token uniforms, row by row
+    (t,) = to_device([torch.tensor(grouped, dtype=torch.float64)], lg.device)  # one copy
+    parts, row_dtype, at = [], None, 0
+    for r, js in draws.items():
+        q = scoring_probs(warping, lg[r])  # [V] the warped row, where it lives
+        row_dtype = q.dtype
+        idx, total = cdf_index(q, t[at : at + len(js)], nonneg=True)  # a view of the one copy
+        at += len(js)
+        parts += [idx.double(), q[idx].double(), total]
+    host = torch.cat(parts).cpu().tolist()  # one read
+    vocab = lg.shape[-1]
+    ids, qs, at = [0] * width, [0.0] * width, 0
+    for js in draws.values():
+        m = len(js)
+        total = host[at + 2 * m]
+        if not 0 < total < float("inf"):
+            raise RuntimeError(_NO_SCORE)
+        for i, j in enumerate(js):
+            ids[j] = slots[j] * vocab + int(host[at + i])
+            qs[j] = host[at + m + i]
+        at += 2 * m + 1
+    q_chosen = torch.tensor(qs, dtype=torch.float64).to(row_dtype)  # exact: the row's own values
+    dt = torch.promote_types(row_dtype, weights.dtype)  # as the flattened scores' product promotes
+    chosen = q_chosen.to(dt) * weights[torch.tensor(slots)].to(dt)  # weight_i * q_i(v), rounded once
+    return torch.tensor(ids, dtype=torch.long), chosen, q_chosen
 
 
 def _lazy_q(tree: TokenTree, warping: Warping, root: torch.Tensor, fed: _Fed, stay: bool = False) -> Rows:
@@ -428,6 +503,12 @@ class Beam:
 
     kind = "beam"
     knobs = (GAMMA, WIDTH, Knob("replacement", Rule("bool", example="true"), True))  # draws with replacement
+
+    @staticmethod
+    def cdf_draws(replacement: bool = True, **_) -> str | None:
+        """Its own inverse-CDF draws (``_slot_then_row``: with replacement, a slot then a token of
+        its row), named in the identity of every point they draw (``draw_version``)."""
+        return "slot_then_row" if replacement else None
 
     @staticmethod
     def provides(replacement: bool = True, **_) -> tuple[str, ...]:

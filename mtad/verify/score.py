@@ -89,7 +89,23 @@ class Scores:
             self._cache["p_parts"] = (self.ctx.warping(self.root[None]), self.ctx.warping(self.body))
         return self._cache["p_parts"]
 
+    def _warped_row(self, row: int) -> torch.Tensor:  # [V] ``p[row]`` warped alone, kept (row-wise, CPU)
+        rows = self._cache.setdefault("p_rows", {})
+        if row not in rows:
+            rows[row] = self.ctx.warping((self.root if row == 0 else self.body[row - 1])[None])[0]
+        return rows[row]
+
+    def lazy_rows(self) -> bool:
+        """Row-wise warping on the CPU: each row of ``p`` is warped when a rule first reads it
+        (``_warped_row``), so a tree rule that reads its edges' masses normalises the rows
+        of its nodes' parents and the row it draws from, not its leaves' (the same values:
+        a softmax reads one row at a time). On an accelerator the root and the body warp in
+        two calls (``_parts``): no host read of which rows are wanted."""
+        return self.device.type == "cpu" and self.row_wise()
+
     def p_row(self, row: int) -> torch.Tensor:  # [V] ``p[row]``
+        if self.lazy_rows():
+            return self._warped_row(row)
         if self.row_wise():
             root, body = self._parts()
             return root[0] if row == 0 else body[row - 1]
@@ -149,6 +165,11 @@ class Scores:
         every row's support size crosses in that transfer too, kept for ``sample``: a rule's
         final draw from a long support then needs no read of its hint first."""
         cand = self.candidates()
+        if cand is None and self.lazy_rows():  # plain temperature on the CPU: the rows read only
+            pairs = list(zip(rows.tolist(), tokens.tolist()))
+            m = (torch.stack([self._warped_row(r)[t] for r, t in pairs]) if pairs else
+                 torch.empty(0, dtype=torch.float64 if self.root.dtype == torch.float64 else torch.float32))
+            return m.log() if log else m
         if cand is None and self.row_wise():  # plain temperature: gathered from the two parts
             root, body = self._parts()
             m = torch.where(rows == 0, root[0, tokens], body[(rows - 1).clamp_min(0), tokens])

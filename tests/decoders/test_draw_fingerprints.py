@@ -12,7 +12,8 @@ exponential race's streams (every case drawn with ``draws="race"``, the scheme t
 with, also at plain temperature and top-p alone); ``inverse_cdf`` is the stream of the settings
 whose default is the inverse CDF (plain temperature and top-p alone, small and large
 vocabularies), whose points carry ``draw_version`` in their identity
-(``mtad.run.results.identity.DRAW_VERSION``: bump it, or the decoder's version, when that stream
+(``mtad.run.results.identity.draw_version``: ``DRAW_VERSION``, with the name of a proposer's own
+inverse-CDF draws where it has some; bump the version, or the decoder's, when that stream
 changes).
 After bumping a decoder's version, rewrite its entry with
 
@@ -23,6 +24,7 @@ which refuses to rewrite an entry whose stream changed while its version did not
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -42,7 +44,7 @@ from mtad.core.engine import Engine  # noqa: E402
 from mtad.core.warping import INVERSE_CDF, Warping  # noqa: E402
 from mtad.models.tiny import tiny_causal_lm  # noqa: E402
 from mtad.run.cli import group_options, load_decoder  # noqa: E402
-from mtad.run.results.identity import DRAW_VERSION  # noqa: E402
+from mtad.run.results.identity import draw_version  # noqa: E402
 from mtad.testing import tiny_pair, unsupported_by  # noqa: E402
 
 FILE = Path(__file__).with_name("draw_fingerprints.json")
@@ -117,6 +119,20 @@ def fingerprint_cdf(name: str, pair, pairs) -> str:
     return _hash(load_decoder(name), runs, draws=None)
 
 
+@functools.cache
+def _draw_version(name: str) -> str:
+    """The ``draw_version`` a point of decoder ``name`` drawn by inverse CDF carries
+    (``mtad.run.results.identity.draw_version`` of its resolved config)."""
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from mtad.run.cli import CONF_DIR, _compose
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = _compose(["~task", "~model", "~logger", f"decoder={name}"])
+    return draw_version(OmegaConf.to_container(cfg.decoder, resolve=True))
+
+
 def _no_case(name: str, cases) -> str:
     """Why decoder ``name`` has no hash for ``cases``: the first case's refusal."""
     temp, top_k, top_p = cases[0][-1]
@@ -184,7 +200,7 @@ def test_inverse_cdf_draws_unchanged_unless_a_version_is_bumped(pair, large, nam
         f"decoder {name} has no inverse-CDF fingerprint: run "
         "python tests/decoders/test_draw_fingerprints.py --update")
     version = str(getattr(load_decoder(name), "version", None))
-    if version != committed["version"] or DRAW_VERSION != committed["draw_version"]:
+    if version != committed["version"] or _draw_version(name) != committed["draw_version"]:
         pytest.fail(f"decoder {name}'s version or the draw version changed: record its new stream with "
                     "python tests/decoders/test_draw_fingerprints.py --update")
     digest = fingerprint_cdf(name, pair, large)
@@ -192,7 +208,7 @@ def test_inverse_cdf_draws_unchanged_unless_a_version_is_bumped(pair, large, nam
         pytest.skip(_no_case(name, CDF_CASES))
     assert digest == committed[INVERSE_CDF], (
         f"decoder {name}'s inverse-CDF draws changed (fingerprint {committed[INVERSE_CDF]} -> {digest}) "
-        f"but neither its version ({version}) nor the draw version ({DRAW_VERSION}) was bumped")
+        f"but neither its version ({version}) nor its draw version ({_draw_version(name)}) was bumped")
 
 
 def test_every_fingerprinted_decoder_still_exists():
@@ -231,7 +247,7 @@ def update(names: list[str] | None = None) -> int:
         digest_large = fingerprint_large(name, large)
         digest_cdf = fingerprint_cdf(name, pair, large)
         before = old.get(name)
-        same_cdf = before and before.get("draw_version", DRAW_VERSION) == DRAW_VERSION
+        same_cdf = before and before.get("draw_version", _draw_version(name)) == _draw_version(name)
         if before and before["version"] == version and (
                 before["hash"] != digest or before.get("large", digest_large) != digest_large
                 or (same_cdf and before.get(INVERSE_CDF, digest_cdf) != digest_cdf)):
@@ -239,11 +255,11 @@ def update(names: list[str] | None = None) -> int:
             new[name] = before
         else:
             new[name] = {"version": version, "hash": digest, "large": digest_large,
-                         INVERSE_CDF: digest_cdf, "draw_version": DRAW_VERSION}
+                         INVERSE_CDF: digest_cdf, "draw_version": _draw_version(name)}
     FILE.write_text(json.dumps(new, indent=1, sort_keys=True) + "\n")
     for name in refused:
         print(f"{name}: draws changed under the same version {old[name]['version']} (draw version "
-              f"{DRAW_VERSION}): bump one first",
+              f"{_draw_version(name)}): bump one first",
               file=sys.stderr)
     return 1 if refused else 0
 

@@ -47,3 +47,18 @@ def test_an_unknown_scheme_is_refused_in_one_line():
         _ident("+draws=gumbel")
     with pytest.raises(ValueError, match="draws must be one of race, inverse_cdf"):
         warping_of(compose_config([*TINY, "+draws=gumbel"]))
+
+
+def test_beam_sampling_names_its_own_draws_in_exactly_the_points_they_draw():
+    """Beam sampling with replacement draws a slot, then a token of its row, under the inverse
+    CDF (``mtad.propose.beam.Beam.cdf_draws``): its points there carry that name; its race points,
+    its points without replacement and every other decoder's keep the identity they had."""
+    beam = f"{DRAW_VERSION}+slot_then_row"
+    for decoder in ("tree_mtad", "mtad", "beam_specinfer"):
+        assert _ident(f"decoder={decoder}", "top_k=0", "top_p=1.0")["draw_version"] == beam
+        assert _ident(f"decoder={decoder}", "top_k=0")["draw_version"] == beam  # top-p alone
+        assert "draw_version" not in _ident(f"decoder={decoder}")  # top-k: the race, as committed
+        assert "draw_version" not in _ident(f"decoder={decoder}", "top_k=0", "+draws=race")
+    assert _ident("decoder=tree_mtad", "top_k=0", "decoder.replacement=false")["draw_version"] == DRAW_VERSION
+    for decoder in ("spd", "specinfer", "mcss", "multinomial"):
+        assert _ident(f"decoder={decoder}", "top_k=0", "top_p=1.0")["draw_version"] == DRAW_VERSION

@@ -11,7 +11,10 @@
   record) and without ``limit``;
 - ``sampling`` (temperature, top_k, top_p), ``seed``, ``max_new_tokens``;
 - ``draw_version`` (only where draws are made by inverse CDF: ``mtad.core.warping.Warping.scheme``,
-  the default at temperature > 0 without top-k, or ``draws: inverse_cdf``): ``DRAW_VERSION``.
+  the default at temperature > 0 without top-k, or ``draws: inverse_cdf``): ``draw_version``,
+  ``DRAW_VERSION`` followed by ``+`` and the name of the decoder's proposer's own inverse-CDF
+  draws where that proposer declares some (``cdf_draws``: beam sampling with replacement draws
+  ``slot_then_row``), so exactly the settings such draws touch carry their name.
   Absent for the exponential race, the scheme of every record written before the inverse CDF
   (and of greedy and top-k settings, every committed sweep's), so their identities are unchanged;
   ``draws: race`` at plain temperature or top-p alone names a point of those records;
@@ -131,12 +134,26 @@ def identity(cfg: Any, version: str | None = None) -> dict[str, Any]:
         "max_new_tokens": _node(cfg, "max_new_tokens"),
     }
     if _draw_scheme(cfg) == "inverse_cdf":  # absent for the race: older identities stay as they were
-        ident["draw_version"] = DRAW_VERSION
+        ident["draw_version"] = draw_version(decoder)
     if "auto" in decoder.values():  # the shapes depend on the prior it loads
         from mtad.autotune.costmodel import file_sha, prior_path
 
         ident["cost_prior"] = file_sha(prior_path())
     return _canonical(ident)
+
+
+def draw_version(decoder: Mapping[str, Any]) -> str:
+    """The ``draw_version`` of a point of ``decoder`` (its resolved config) drawn by inverse CDF:
+    ``DRAW_VERSION``, and after a ``+`` the name its proposer gives its own inverse-CDF draws
+    (``mtad.decoders.compose.Piece.cdf_draws``) where it has some, e.g. ``2+slot_then_row``."""
+    from hydra.utils import get_class
+
+    from mtad.decoders.compose import PROPOSERS
+
+    pieces = getattr(get_class(decoder["_target_"]), "pieces", None)  # a composition's (proposer, verifier)
+    proposer = pieces(decoder)[0] if callable(pieces) else None
+    own = PROPOSERS[proposer].cdf_draws(decoder) if proposer in PROPOSERS else None
+    return f"{DRAW_VERSION}+{own}" if own else DRAW_VERSION
 
 
 def _draw_scheme(cfg: Any) -> str:
