@@ -148,3 +148,32 @@ def test_a_sweep_point_naming_other_code_is_not_run(tmp_path):
     sweep = load(ROOT / "experiments" / "scoring_spd.yaml", ["task._target_=shutil.copyfile"],
                  root=tmp_path)
     assert sweep.points and all(p.hash is None and "shutil.copyfile" in p.problem for p in sweep.points)
+
+
+def test_a_plain_temperature_folder_naming_other_code_has_no_identity(tmp_path):
+    """A stored config at plain temperature makes the identity read its decoder's proposer
+    (``draw_version``): the folder's targets are checked first, so a path outside the project is
+    refused without an import, and a project module's re-export names no class."""
+    import sys
+
+    from mtad.run.results.folder import PointFolder
+
+    sys.modules.pop("this", None)
+    for i, target in enumerate(("this.X", "mtad.decoders.compose.os.system", "shutil.copyfile")):
+        folder = _folder(tmp_path / f"p{i}", {"_target_": "mtad.tasks.spider.SpiderTask", "name": "spider"},
+                         decoder=target)
+        config = json.loads((folder / "config.json").read_text())
+        config.update(temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=8)
+        write_json_atomic(folder / "config.json", config)
+        summary = json.loads((folder / "summary.json").read_text())
+        write_json_atomic(folder / "summary.json", {**summary, "config": config})
+        assert PointFolder(folder).stored() == (None, None)
+    assert "this" not in sys.modules
+    good = _folder(tmp_path / "good", {"_target_": "mtad.tasks.spider.SpiderTask", "name": "spider"},
+                   decoder="mtad.decoders.tree_mtad.TreeMTAD")
+    config = {**json.loads((good / "config.json").read_text()), "temperature": 1.0, "top_k": 0, "top_p": 1.0,
+              "max_new_tokens": 8, "decoder": {"_target_": "mtad.decoders.tree_mtad.TreeMTAD", "gamma": 4,
+                                               "width": 4, "tau": 0.5, "replacement": True}}
+    write_json_atomic(good / "config.json", config)
+    stored, kind = PointFolder(good).stored()
+    assert kind == "legacy" and stored["draw_version"] == "2+slot_then_row"

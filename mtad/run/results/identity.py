@@ -150,7 +150,13 @@ def draw_version(decoder: Mapping[str, Any]) -> str:
 
     from mtad.decoders.compose import PROPOSERS
 
-    pieces = getattr(get_class(decoder["_target_"]), "pieces", None)  # a composition's (proposer, verifier)
+    target = decoder["_target_"]
+    try:  # a stored config's paths were checked by its reader (``mtad.run.results.targets``) first
+        cls = get_class(target)
+    except Exception as e:  # ImportError, AttributeError, or not a class: one line, a ValueError
+        raise ValueError(f"decoder._target_ {str(target)[:200]!r} names no decoder class "
+                         f"({type(e).__name__}); name a class under mtad.decoders") from None
+    pieces = getattr(cls, "pieces", None)  # a composition's (proposer, verifier)
     proposer = pieces(decoder)[0] if callable(pieces) else None
     own = PROPOSERS[proposer].cdf_draws(decoder) if proposer in PROPOSERS else None
     return f"{DRAW_VERSION}+{own}" if own else DRAW_VERSION
