@@ -293,27 +293,28 @@ def _slot_then_row(
     draws: dict[int, list[int]] = {}  # row -> its draws, in draw order
     for j, r in enumerate(rows):
         draws.setdefault(r, []).append(j)
-    grouped = [u[width + j] for js in draws.values() for j in js]  # the token uniforms, row by row
-    (t,) = to_device([torch.tensor(grouped, dtype=torch.float64)], lg.device)  # one copy
-    parts, row_dtype, at = [], None, 0
-    for r, js in draws.items():
-        q = scoring_probs(warping, lg[r])  # [V] the warped row, where it lives
-        row_dtype = q.dtype
-        idx, total = cdf_index(q, t[at : at + len(js)], nonneg=True)  # a view of the one copy
-        at += len(js)
-        parts += [idx.double(), q[idx].double(), total]
-    host = torch.cat(parts).cpu().tolist()  # one read
-    vocab = lg.shape[-1]
-    ids, qs, at = [0] * width, [0.0] * width, 0
-    for js in draws.values():
-        m = len(js)
-        total = host[at + 2 * m]
-        if not 0 < total < float("inf"):
-            raise RuntimeError(_NO_SCORE)
-        for i, j in enumerate(js):
-            ids[j] = slots[j] * vocab + int(host[at + i])
-            qs[j] = host[at + m + i]
-        at += 2 * m + 1
+    picked = list(draws)  # the picked rows, each once, in the order of their first draw
+    k = max(len(js) for js in draws.values())
+    ut = torch.tensor([[u[width + j] for j in js] + [0.0] * (k - len(js)) for js in draws.values()],
+                      dtype=torch.float64)  # [d, k] each row's token uniforms (padding unread)
+    if picked == list(range(lg.shape[0])):  # every row, in order: no gather
+        (ut,) = to_device([ut], lg.device)
+        sel = lg
+    else:  # the uniforms and the rows' indices in one copy
+        ut, at = to_device([ut, torch.tensor(picked)], lg.device)
+        sel = lg.index_select(0, at)
+    q = scoring_probs(warping, sel)  # [d, V] the picked warped rows (a softmax reads row by row)
+    idx, total = cdf_index(q, ut, nonneg=True)  # [d, k], [d, 1]
+    host = torch.cat([idx.double().reshape(-1), q.gather(1, idx).double().reshape(-1),
+                      total.reshape(-1)]).cpu().tolist()  # one read
+    row_dtype, vocab, n = q.dtype, lg.shape[-1], len(picked) * k
+    if not all(0 < t < float("inf") for t in host[2 * n :]):
+        raise RuntimeError(_NO_SCORE)
+    ids, qs = [0] * width, [0.0] * width
+    for i, js in enumerate(draws.values()):
+        for c, j in enumerate(js):
+            ids[j] = slots[j] * vocab + int(host[i * k + c])
+            qs[j] = host[n + i * k + c]
     q_chosen = torch.tensor(qs, dtype=torch.float64).to(row_dtype)  # exact: the row's own values
     dt = torch.promote_types(row_dtype, weights.dtype)  # as the flattened scores' product promotes
     chosen = q_chosen.to(dt) * weights[torch.tensor(slots)].to(dt)  # weight_i * q_i(v), rounded once
