@@ -267,7 +267,8 @@ def host_work(args, argv) -> None:
         "drawn; `mtad.testing.streams`). *H2D bytes*: bytes copied host-to-device in a step (inputs of the "
         "passes, the draws' random numbers). Mean (max) per step. *race*: each draw takes one exponential "
         "per entry of its support (the scheme every committed record was drawn with; `draws=race`); "
-        "*inverse CDF*: one uniform per draw (the default at plain temperature and top-p alone).",
+        "*inverse CDF*: one uniform per draw, two for a beam's with replacement (a slot, then a token of its row; "
+        "the default at plain temperature and top-p alone).",
         "",
         "| V | decoder | gamma | W | T | scheme | words / step | H2D bytes / step | steps |",
         "|---|---|---|---|---|---|---|---|---|",

@@ -50,7 +50,9 @@ the engine makes (``generator``):
   uniforms, each over the masses left after the previous draws (those past the support's size
   unused). The same draw on the host (a support, a Python list) and on an accelerator, up to the
   order of a parallel ``cumsum`` there (float64 either way): only the uniforms cross to the
-  device, only the indices come back; nothing is read to find a support first.
+  device, only the indices come back; nothing is read to find a support first. Beam sampling
+  with replacement draws its W entries of the flattened scores in two steps, a slot by its
+  weight and then a token of its row, two uniforms each (``mtad.propose.beam._slot_then_row``).
   ``tests/core/test_inverse_cdf.py`` checks the draws' exact distribution and counts their
   random numbers.
 

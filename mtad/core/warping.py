@@ -98,7 +98,7 @@ class Warping:
 
 def default_draws(temperature: float, top_k: int) -> str:
     """The draw scheme of settings that do not name one: ``INVERSE_CDF`` (one uniform per draw,
-    ``mtad.core.sampling``) at temperature > 0 without top-k, where a support may be the whole
+    ``mtad.core.sampling``; a beam's two, ``mtad.propose.beam``) at temperature > 0 without top-k, where a support may be the whole
     vocabulary; ``RACE`` (one exponential per support entry, ``torch.multinomial``'s) elsewhere,
     where a support holds at most ``4 k + 64`` entries (top-k) or one (greedy)."""
     return INVERSE_CDF if temperature > 0 and top_k == 0 else RACE
