@@ -165,7 +165,10 @@ def test_walker_auto_compresses_long_vocabularies():
 PROMPT, LENGTH = [2, 3], 3
 
 
-@pytest.mark.parametrize("name", ["multinomial", "spd", "specinfer", "mcss", "spectr", "mcns"])
+#: spd and specinfer in the default suite; the rest slow (each decoder's default lossless test is
+#: tests/decoders/test_lossless.py's; these are 11-24 s each)
+@pytest.mark.parametrize("name", ["spd", "specinfer"] + [pytest.param(n, marks=pytest.mark.slow) for n in
+                                                         ("multinomial", "mcss", "spectr", "mcns")])
 def test_lossless_on_support_path(toy_pair, name, monkeypatch):
     """The support path (forced on the 6-token toy model) keeps the decoders lossless."""
     monkeypatch.setattr(mtad.core.sampling, "DENSE_MAX", 0)  # the walkers compress too
@@ -209,8 +212,8 @@ def test_warp_candidates_declines_where_the_general_path_runs():
     assert warp_candidates(logits, 1.0, 0, 1.0) is None  # plain temperature: every entry
 
 
-@pytest.mark.parametrize("name", ["tree_mtad"] + [pytest.param(n, marks=pytest.mark.slow) for n in
-                                                  ("mtad", "beam_specinfer", "bild_sampling", "mcns")])
+@pytest.mark.slow  # 25-35 s each
+@pytest.mark.parametrize("name", ["tree_mtad", "mtad", "beam_specinfer", "bild_sampling", "mcns"])
 def test_support_path_keeps_each_decoders_distribution(toy_pair, name, monkeypatch):
     """Decoders with no closed-form output distribution (MTAD's acceptance of a sampled beam,
     tree-MTAD's over every beam): the support path (``DENSE_MAX = 0``) and the dense path give

@@ -21,7 +21,8 @@ PROMPT = [2, 3]
 ALPHA = 1e-4
 
 
-@pytest.mark.parametrize("warping", [Warping(1.0), Warping(0.8, top_k=4, top_p=0.9)], ids=["T1", "T0.8-k4-p0.9"])
+@pytest.mark.parametrize("warping", [Warping(1.0), pytest.param(Warping(0.8, top_k=4, top_p=0.9), marks=pytest.mark.slow)],
+                         ids=["T1", "T0.8-k4-p0.9"])
 def test_beam_specinfer_is_lossless_over_the_first_two_tokens(toy_pair, warping):
     target, draft = toy_pair
     dec = load_decoder("beam_specinfer", gamma=2, width=3)

@@ -104,7 +104,7 @@ ALPHA = 1e-4
 # in the slow suite only, to keep the default suite's time
 @pytest.mark.parametrize(
     "warping",
-    [WARPINGS[0], pytest.param(WARPINGS[1], marks=pytest.mark.slow)],
+    [pytest.param(w, marks=pytest.mark.slow) for w in WARPINGS],  # the default suite's: test_lossless.py's
     ids=["T1", "T0.8-k4-p0.9"],
 )
 def test_spd_lossless_chi_square(toy_pair, warping):
@@ -128,6 +128,7 @@ def test_multinomial_matches_target_joint(toy_pair):
     assert chi_square_gof(counts, joint)[1] > ALPHA
 
 
+@pytest.mark.slow  # the default suite's control: tests/decoders/test_lossless.py::test_lossy_control_rejected_fast
 def test_lossy_control_is_rejected(toy_pair):
     """The same samples and tests have power: a lossy SpD variant is rejected, by a wide
     margin on the first block's marginals (the full 3-token joint, 216 sparse cells for 2000
