@@ -90,6 +90,20 @@ def sample_sequences(engine, prompt: Sequence[int], length: int, n: int, seed0: 
     return counts
 
 
+def homogeneity_test(a: Counter, b: Counter, min_cells: int = 10) -> float:
+    """Two-sample chi-square homogeneity p-value of two samples' counts: cells with at least 10
+    counts in the two together, the rest pooled into one cell when it has 10; AssertionError
+    when fewer than ``min_cells`` cells remain (the test would have little power)."""
+    cells = sorted(set(a) | set(b), key=lambda s: -(a[s] + b[s]))
+    big = [s for s in cells if a[s] + b[s] >= 10]
+    table = [[a[s] for s in big], [b[s] for s in big]]
+    rest = [sum(a[s] for s in cells if s not in big), sum(b[s] for s in cells if s not in big)]
+    if sum(rest) >= 10:
+        table = [row + [r] for row, r in zip(table, rest)]
+    assert len(table[0]) >= min_cells, f"{len(table[0])} cells: too few for the test to have power"
+    return float(stats.chi2_contingency(table).pvalue)
+
+
 def prefix_marginal(dist: dict, k: int) -> dict:
     """Counts or probabilities of whole sequences summed over their first ``k`` tokens."""
     out: dict = {}
