@@ -79,6 +79,7 @@ from mtad.core.topk import topk_rows
 __all__ = [
     "DENSE_MAX",
     "InverseCdf",
+    "cdf_drop",
     "cdf_index",
     "cdf_list_index",
     "cdf_positions",
@@ -174,10 +175,16 @@ def cdf_positions(
     k: int,
     replacement: bool,
     gen: torch.Generator,
+    positive: bool = False,  # every entry is > 0 (``Support.whole``): nothing to clamp or count
 ) -> list[int]:  # [k] with replacement; [min(k, nonzero)] without
     """k inverse-CDF draws over ``vals`` on the host (``k`` uniforms either way, see the module
     docstring): their positions. No draw (k = 0; without replacement, no entry with mass) takes
-    nothing and checks nothing, as ``torch.multinomial``."""
+    nothing and checks nothing, as ``torch.multinomial``.
+
+    Without replacement each draw searches the float64 cumulative masses of what the draws before
+    it left; only the part from the entry last drawn on is summed again (the running sum before
+    it, then the masses after it, one after the other: the very additions a sum of the whole row
+    makes, so the same values bit for bit, ``tests/core/test_cdf_suffix.py``)."""
     if k <= 0:
         return []
     if vals.numel() <= _LIST_MAX and vals.device.type == "cpu":  # a short support: on Python floats
@@ -192,9 +199,9 @@ def cdf_positions(
             if not replacement:
                 masses[out[-1]] = 0.0
         return out
-    x = vals.clamp_min(0).to(torch.float64)  # clamped in the masses' dtype: the same values
+    x = (vals if positive else vals.clamp_min(0)).to(torch.float64)  # clamped in the masses' dtype
     if not replacement:
-        nz = int((x > 0).sum())
+        nz = x.numel() if positive else int((x > 0).sum())
         if min(k, nz) == 0:
             return []
     u = uniforms(k, gen)
@@ -202,13 +209,34 @@ def cdf_positions(
         j, total = cdf_index(x, u, nonneg=True)
         _check_total(float(total))
         return j.tolist()
+    if x is vals:
+        x = x.clone()  # (a float64 row: written into below)
+    c = x.cumsum(-1)
     out: list[int] = []
-    for i in range(min(k, nz)):
-        j, total = cdf_index(x, u[i : i + 1], nonneg=True)
-        _check_total(float(total))
-        out.append(int(j))
-        x[out[-1]] = 0.0
+    m = min(k, nz)
+    for i in range(m):
+        total = float(c[-1])
+        _check_total(total)
+        t = torch.tensor([min(float(u[i]) * total, math.nextafter(total, 0.0))], dtype=torch.float64)
+        j = int(torch.searchsorted(c, t, right=True))
+        out.append(j)
+        if i + 1 < m:
+            cdf_drop(c, x, j)
     return out
+
+
+def cdf_drop(
+    c: torch.Tensor,  # [n] float64 ``x.cumsum(-1)``, updated in place
+    x: torch.Tensor,  # [n] float64 masses, updated in place
+    j: int,
+) -> None:
+    """``x[j] = 0`` and ``c`` = the new ``x.cumsum(-1)``, bit for bit: the sums before ``j`` stand,
+    and from ``j`` on they are made again as a sum of the whole row makes them (``c[j - 1] + 0``,
+    then each later mass in turn), not by a subtraction (whose rounding differs)."""
+    x[j] = 0.0
+    seg = x[j:].clone()
+    seg[0] = c[j - 1] if j > 0 else 0.0
+    torch.cumsum(seg, 0, out=c[j:])
 
 
 def multinomial(vals: torch.Tensor, k: int, replacement: bool, gen: torch.Generator) -> torch.Tensor:
@@ -245,6 +273,12 @@ class Support(NamedTuple):
         i = int(torch.searchsorted(self.ids, token))
         return float(self.vals[i]) if i < len(self.ids) and int(self.ids[i]) == token else 0.0
 
+    def whole(self) -> bool:
+        """Whether this is ``support``'s whole row: every entry of the vector, each one positive
+        (its ids are ``whole_ids``, which only that path pairs with masses), so nothing needs
+        checking or clamping before a draw (the same values either way)."""
+        return len(self.ids) == self.size and self.ids is whole_ids(self.size)
+
     def dense(self) -> torch.Tensor:  # [V] on the host
         """The vector itself (negative entries read as 0)."""
         if len(self.ids) == self.size:
@@ -252,7 +286,9 @@ class Support(NamedTuple):
         return torch.zeros(self.size, dtype=self.vals.dtype).index_put_((self.ids,), self.vals)
 
     def positive(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Ids and masses of the nonzero entries only."""
+        """Ids and masses of the nonzero entries only (a whole row's, ``whole``: all of them)."""
+        if self.whole():
+            return self.ids, self.vals
         keep = self.vals > 0
         return (self.ids, self.vals) if bool(keep.all()) else (self.ids[keep], self.vals[keep])
 
@@ -260,7 +296,9 @@ class Support(NamedTuple):
 @functools.lru_cache(maxsize=8)
 def whole_ids(n: int) -> torch.Tensor:  # [n] int64 on the host: 0..n-1
     """The ids of a whole host row (``arange(n)``), made once per length: a support's ids are
-    only ever read (no caller writes into them), so every whole row of that length shares them."""
+    only ever read (no caller writes into them), so every whole row of that length shares them.
+    Only ``support``'s whole-row path (every entry positive) pairs them with masses
+    (``Support.whole`` reads them so); columns may use them as an index (read only)."""
     return torch.arange(n)
 
 
@@ -270,7 +308,9 @@ def support(
     """The entries a draw chooses among, on ``probs``' own device.
 
     Every entry of a vector of at most ``DENSE_MAX`` entries (a dense draw), else only
-    the nonzero ones.
+    the nonzero ones. A whole row (every entry positive, on the CPU) is handed out as it is, not
+    copied: a support's masses are only ever read (a draw without replacement and a rule's
+    update write into copies of their own).
     """
     if probs.dtype in (torch.float16, torch.bfloat16):
         probs = probs.float()
@@ -281,7 +321,7 @@ def support(
         # it (a nonzero over the vocabulary costs far more than a check and a copy; the least
         # entry is positive exactly when every entry is, nan failing both); on an accelerator
         # the check would be a synchronisation of its own, so the scan stays
-        return whole_ids(probs.numel()), probs.clone()
+        return whole_ids(probs.numel()), probs
     positive = probs > 0
     ids = torch.nonzero(positive).flatten()
     return ids, probs[ids]
@@ -474,7 +514,7 @@ def sample(
     if inverse_cdf(generator):
         if isinstance(probs, Support):
             s = probs
-            j = cdf_positions(s.vals, 1, True, generator)[0]
+            j = cdf_positions(s.vals, 1, True, generator, positive=s.whole())[0]
             return j if len(s.ids) == s.size else int(s.ids[j])
         if probs.device.type == "cpu":
             return cdf_positions(probs, 1, True, generator)[0]

@@ -122,7 +122,7 @@ def _draws(s: Support, k: int, generator: torch.Generator, replacement: bool) ->
     masses' dtype (one IEEE division, exact after rounding the float64 quotient of two float32
     numbers), the first maximum (``argmax``)."""
     if inverse_cdf(generator):  # k uniforms over the support's cumulative masses
-        pos = cdf_positions(s.vals, k, replacement, generator)
+        pos = cdf_positions(s.vals, k, replacement, generator, positive=s.whole())
         return pos if len(s.ids) == s.size else s.ids[pos].tolist()
     m, vals = _plan(s, k, replacement)
     if m == 0:

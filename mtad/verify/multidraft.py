@@ -134,8 +134,11 @@ def _normalise_or(
     v: torch.Tensor,  # [V], non-negative
     fallback: torch.Tensor,  # [V]
 ) -> torch.Tensor:  # [V]
-    """norm(v), or ``fallback`` when v has no mass in floating point."""
+    """norm(v), or ``fallback`` when v has no mass in floating point. On the CPU the choice is a
+    branch on the host (the same values as the device's ``where``, without its passes)."""
     s = v.sum()
+    if v.device.type == "cpu":
+        return v / s if bool(s > 0) else fallback
     return torch.where(s > 0, v / torch.where(s > 0, s, torch.ones_like(s)), fallback)
 
 
@@ -381,12 +384,14 @@ def compress_support(
     if len(p_ids) == P.size or len(q_ids) == P.size:
         # a whole row on either side (plain temperature): the union is the vocabulary, column j
         # is token j; the same columns and values as the mark below, without its scans
+        # (a whole support's masses as they are: the rules write into no vector they are given)
         def whole(ids: torch.Tensor, vals: torch.Tensor) -> torch.Tensor:
             if len(ids) == P.size:
-                return vals.clone()
+                return vals
             return torch.zeros(P.size, dtype=vals.dtype).index_put_((ids,), vals)
 
-        return Compressed(whole(p_ids, p_vals), whole(q_ids, q_vals), cand_t.tolist(), torch.arange(P.size))
+        return Compressed(whole(p_ids, p_vals), whole(q_ids, q_vals), cand_t.tolist(),
+                          sampling.whole_ids(P.size))
     if 16 * (len(p_ids) + len(q_ids)) > P.size:
         mark = torch.zeros(P.size, dtype=torch.bool)
         for ids in (p_ids, q_ids, cand_t):
