@@ -150,7 +150,8 @@ def _spectr(P, Q, cands):
 
 
 RULES = {md.specinfer_position: _specinfer, md.mcss_position: _mcss, md._mcns_rule: _mcns,
-           md.spectr_position: _spectr}
+           md.spectr_position: _spectr, md.spectr_position_select: _spectr}
+_SPECTR = (md.spectr_position, md.spectr_position_select)  # (the device's bracket sorts either way)
 
 
 # ------------------------------------------------------------------ the host's side of a node
@@ -162,7 +163,7 @@ def _outcome(rule, vals: list[float], k: int, pdt: torch.dtype, qdt: torch.dtype
     t = lambda x, dt: torch.tensor(x, dtype=dt)  # noqa: E731 (a float64 read: exact)
     pcs, qcs = vals[0 : 2 * k : 2], vals[1 : 2 * k : 2]
     rho = None
-    if rule is md.spectr_position:
+    if rule in _SPECTR:
         rho = 1.0
         if k > 1:
             anyq, f1, fk, lo, hi, qs, pc = vals[2 * k :]
@@ -245,7 +246,7 @@ def device_walk(
             accept, reject, rho = _outcome(rule, vals, len(cands), P.dtype, Q.dtype)
         j = sampling.sample(torch.cat([accept, reject.reshape(1)]), generator)
         if j == len(cand_nodes):  # every candidate rejected: the correction, drawn on the device
-            if rule is md.spectr_position:
+            if rule in _SPECTR:
                 residual = md._normalise_or((P - rho * Q).clamp_min(0), P)
             entries = union if host[sizes[node]] <= sampling.DENSE_MAX else residual > 0
             token = device_draws(residual[None], generator, entries=entries[None],

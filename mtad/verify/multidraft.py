@@ -60,7 +60,11 @@ Methods:
   children, one per chain; equal prefixes are not merged in the tree). At each depth the
   k-sequential rule runs over the next tokens of the k_t drafts consistent with the accepted
   prefix (``merge_equal_prefixes``; rho* recomputed for k_t); drafts agreeing with the
-  accepted token stay alive; the path follows the branch of the deepest accepted node.
+  accepted token stay alive; the path follows the branch of the deepest accepted node. Where
+  the draws are made by inverse CDF (plain temperature, top-p alone), rho* is found by selection
+  (``spectr_rho_select``: no sort of the vocabulary's ratios; the same root up to the last bits
+  of its sums), and those points name it in their identity (``MultiDraft.cdf_draws``); the race
+  settings, every committed record's, keep the sort (``spectr_rho``).
 * MCNS -- multi-candidate naive sampling: draw ``y ~ p`` and keep it if it is a
   candidate; a lossless sanity baseline.
 
@@ -112,7 +116,9 @@ __all__ = [
     "mcss_position",
     "specinfer_position",
     "spectr_position",
+    "spectr_position_select",
     "spectr_rho",
+    "spectr_rho_select",
 ]
 
 
@@ -286,6 +292,88 @@ def spectr_rho(
     return _bisect_rho(lo, hi, float(qd[r >= hi].sum()), float(pd[r < hi].sum()), k)
 
 
+_SELECT_PIVOTS = 256  # breakpoints a round of ``spectr_rho_select`` evaluates f at (at most)
+
+
+def spectr_rho_select(
+    p: torch.Tensor,  # [V] warped target distribution
+    q: torch.Tensor,  # [V] warped draft distribution
+    k: int,  # number of i.i.d. candidates
+) -> float:
+    """``spectr_rho`` without sorting the ratios: the same root of the same piecewise ``f``, its
+    bracketing piece found by rounds of selection instead (the drafts' rule under the inverse
+    CDF, ``spectr_position_select``).
+
+    A round takes up to ``_SELECT_PIVOTS`` breakpoints still in play (an even spread of a sorted
+    sample of them), puts every breakpoint in play into the bucket between two of them, sums
+    ``q`` and ``p`` per bucket, and evaluates ``f`` at the pivots from those sums: the first
+    pivot where ``f <= 0`` and the one before it bound the root, and only that bucket's
+    breakpoints stay in play. A long row takes two or three rounds (a sort of the ratios costs
+    several passes over the vocabulary). The sums are made in another order than the sort's
+    (per bucket, then across buckets), so the root may differ from ``spectr_rho``'s in its last
+    bits (``tests/verify/test_spectr_select.py``)."""
+    if k <= 1:
+        return 1.0
+    if not bool((q > p).any()):
+        return 1.0  # (as ``spectr_rho``: q <= p everywhere puts the root at 1)
+
+    def f(rho: float, beta: float) -> float:
+        return 1 - (1 - beta) ** k - rho * beta
+
+    if f(1.0, float(torch.minimum(q, p).sum())) <= 0:
+        return 1.0
+    if f(float(k), float(torch.minimum(q, p / float(k)).sum())) >= 0:
+        return float(k)
+    # every token in play, none compacted away: an undrawable one (q = 0) weighs nothing (its
+    # min(q, p / rho) is 0) and sits at ratio 0; ratios <= 1 fall below every pivot, >= k above
+    drawable = q > 0
+    if bool(drawable.all()):  # (plain temperature)
+        sr, sp = p / q, p.double()  # [n] ratios, unsorted; their p
+    else:
+        sr = torch.where(drawable, p / torch.where(drawable, q, 1.0), 0.0)
+        sp = torch.where(drawable, p, 0.0).double()
+    sq = q.double()
+    lo, hi = 1.0, float(k)  # f(lo) > 0 >= f(hi)
+    inside = (sr > lo) & (sr < hi)
+    if not bool(inside.any()):  # no breakpoint inside (1, k): the piece is (1, k] itself
+        return _bisect_rho(lo, hi, float(sq[sr >= hi].sum()), float(sp[sr <= lo].sum()), k)
+    # every token not yet counted in qs (ratios >= hi, "in": min = q) or pc (ratios <= lo, "out":
+    # min = p / rho) keeps its weights in sq, sp; a round counts those it moves out of play
+    qs = pc = 0.0
+    while True:
+        n = sr.numel()
+        step = max(1, n // (4 * _SELECT_PIVOTS))
+        sample = sr[::step][inside[::step]]  # the breakpoints in play, an even spread of them
+        if sample.numel() == 0:
+            sample = sr[inside]
+            if sample.numel() == 0:
+                break
+        sample = sample.sort().values
+        piv = sample[:: max(1, len(sample) // _SELECT_PIVOTS)].unique_consecutive()  # [m] ascending
+        m = piv.numel()
+        b = torch.bucketize(sr, piv, right=True)  # [n] pivots <= each ratio: 0..m
+        qb = torch.zeros(m + 1, dtype=torch.float64).index_add_(0, b, sq)  # [m + 1] per bucket
+        pb = torch.zeros(m + 1, dtype=torch.float64).index_add_(0, b, sp)
+        pv = piv.double()
+        beta = qs + (qb.sum() - qb.cumsum(0))[:m] + (pc + pb.cumsum(0)[:m]) / pv  # [m] beta at the pivots
+        hit = torch.nonzero(1 - (1 - beta) ** k - pv * beta <= 0)  # f <= 0
+        j = int(hit[0]) if len(hit) else m  # the first pivot with f <= 0 (m: none)
+        if j < m:
+            hi = float(piv[j])
+            qs += float(qb[j + 1 :].sum())
+        if j > 0:
+            lo = float(piv[j - 1])
+        pc += float(pb[:j].sum())
+        idx = torch.nonzero(b == j).flatten()  # the bucket [piv[j-1], piv[j]) (unbounded at the ends)
+        r_in, q_in, p_in = sr[idx], sq[idx], sp[idx]
+        pc += float(p_in[r_in <= lo].sum())  # its ratios at or below lo (those equal to piv[j-1])
+        qs += float(q_in[r_in >= hi].sum())  # and at or above hi (an end bucket's)
+        sr, sq, sp = r_in, q_in, p_in
+        inside = (sr > lo) & (sr < hi)
+        sq, sp = torch.where(inside, sq, 0.0), torch.where(inside, sp, 0.0)  # (counted above)
+    return _bisect_rho(lo, hi, qs, pc, k)
+
+
 def _bisect_rho(lo: float, hi: float, qs: float, pc: float, k: int) -> float:
     """``spectr_rho``'s root on its bracketing piece ``(lo, hi]``, where ``beta = qs + pc / rho``."""
     for _ in range(200):
@@ -311,10 +399,25 @@ def spectr_position(
     probability min(1, p(X_i) / (rho q(X_i))); if none is accepted the correction
     is drawn from ``norm(max(0, p - rho q))``.
     """
+    return _spectr(p, q, cands, spectr_rho)
+
+
+def spectr_position_select(
+    p: torch.Tensor,  # [V] warped target distribution at the node
+    q: torch.Tensor,  # [V] warped draft distribution the candidates were drawn from (i.i.d.)
+    cands: Sequence[int],  # [k] candidate tokens, in draw order
+) -> PositionOutcome:
+    """``spectr_position`` with rho found by ``spectr_rho_select`` (no sort of the ratios): the
+    rule SpecTr's walk runs where the draws are made by inverse CDF (plain temperature, top-p
+    alone), whose points name it in their identity (``MultiDraft.cdf_draws``)."""
+    return _spectr(p, q, cands, spectr_rho_select)
+
+
+def _spectr(p, q, cands, find_rho) -> PositionOutcome:
     k = len(cands)
     if k == 0:
         return PositionOutcome(p.new_zeros(0), p, p.new_ones(()))
-    rho = spectr_rho(p, q, k)
+    rho = find_rho(p, q, k)
 
     def ratio(P, Q, c):
         return _accept_ratio(P[c], rho * Q[c])
@@ -644,6 +747,9 @@ def _walk(
         raise ValueError(f"tokens has {len(tokens)} rows, p/q have {len(p)} / {len(q)}")
     from mtad.verify import devicewalk  # (it builds on this module)
 
+    if rule is spectr_position and sampling.inverse_cdf(generator):
+        rule = spectr_position_select  # the inverse-CDF settings' SpecTr: rho without a sort
+
     vectors = devicewalk.device_rows(p, q) if compress is not False and rule in devicewalk.RULES else None
     if vectors is not None:
         return devicewalk.device_walk(parents, tokens, *vectors, generator, rule, merge_equal_prefixes)
@@ -694,7 +800,7 @@ RULES: dict[str, PositionRule] = {
 }
 #: each rule's list form for small supports (``_fast_node``)
 _FAST = {specinfer_position: _fast_specinfer, mcss_position: _fast_mcss, spectr_position: _fast_spectr,
-         _mcns_rule: _fast_mcns}
+         spectr_position_select: _fast_spectr, _mcns_rule: _fast_mcns}  # (short: a sort is cheap)
 
 
 class MultiDraft:
@@ -719,6 +825,12 @@ class MultiDraft:
     @staticmethod
     def needs(rule: str, **_) -> tuple[str, ...]:
         return MultiDraft.NEEDS[rule]
+
+    @staticmethod
+    def cdf_draws(rule: str, **_) -> str | None:
+        """What changes in its walk where the draws are made by inverse CDF, named in those points'
+        identity (``draw_version``): SpecTr finds rho by selection (``spectr_rho_select``)."""
+        return "spectr_rho_select" if rule == "spectr" else None
 
     def __init__(self, rule: str, merge_equal_prefixes: bool | None = None):
         if rule not in RULES:

@@ -62,3 +62,13 @@ def test_beam_sampling_names_its_own_draws_in_exactly_the_points_they_draw():
     assert _ident("decoder=tree_mtad", "top_k=0", "decoder.replacement=false")["draw_version"] == DRAW_VERSION
     for decoder in ("spd", "specinfer", "mcss", "multinomial"):
         assert _ident(f"decoder={decoder}", "top_k=0", "top_p=1.0")["draw_version"] == DRAW_VERSION
+
+
+def test_spectr_names_its_rho_by_selection_in_exactly_its_inverse_cdf_points():
+    """SpecTr's walk finds rho by selection where the draws are made by inverse CDF
+    (``MultiDraft.cdf_draws``); its race points keep the identity (and the stream) they had."""
+    own = f"{DRAW_VERSION}+spectr_rho_select"
+    assert _ident("decoder=spectr", "top_k=0", "top_p=1.0")["draw_version"] == own
+    assert _ident("decoder=spectr", "top_k=0")["draw_version"] == own  # top-p alone
+    assert "draw_version" not in _ident("decoder=spectr")  # top-k: the race, as committed
+    assert "draw_version" not in _ident("decoder=spectr", "top_k=0", "+draws=race")

@@ -144,11 +144,13 @@ def identity(cfg: Any, version: str | None = None) -> dict[str, Any]:
 
 def draw_version(decoder: Mapping[str, Any]) -> str:
     """The ``draw_version`` of a point of ``decoder`` (its resolved config) drawn by inverse CDF:
-    ``DRAW_VERSION``, and after a ``+`` the name its proposer gives its own inverse-CDF draws
-    (``mtad.decoders.compose.Piece.cdf_draws``) where it has some, e.g. ``2+slot_then_row``."""
+    ``DRAW_VERSION``, and after a ``+`` each name its proposer, then its verifier, gives what it
+    does in its own way under the inverse CDF (``mtad.decoders.compose.Piece.cdf_draws``) where
+    it has some, e.g. ``2+slot_then_row`` (beam sampling's draws), ``2+spectr_rho_select``
+    (SpecTr's rho found by selection)."""
     from hydra.utils import get_class
 
-    from mtad.decoders.compose import PROPOSERS
+    from mtad.decoders.compose import PROPOSERS, VERIFIERS
 
     target = decoder["_target_"]
     try:  # a stored config's paths were checked by its reader (``mtad.run.results.targets``) first
@@ -157,9 +159,10 @@ def draw_version(decoder: Mapping[str, Any]) -> str:
         raise ValueError(f"decoder._target_ {str(target)[:200]!r} names no decoder class "
                          f"({type(e).__name__}); name a class under mtad.decoders") from None
     pieces = getattr(cls, "pieces", None)  # a composition's (proposer, verifier)
-    proposer = pieces(decoder)[0] if callable(pieces) else None
-    own = PROPOSERS[proposer].cdf_draws(decoder) if proposer in PROPOSERS else None
-    return f"{DRAW_VERSION}+{own}" if own else DRAW_VERSION
+    proposer, verifier = pieces(decoder) if callable(pieces) else (None, None)
+    own = [reg[name].cdf_draws(decoder) if isinstance(name, str) and name in reg else None
+           for reg, name in ((PROPOSERS, proposer), (VERIFIERS, verifier))]
+    return "+".join([DRAW_VERSION, *(x for x in own if x)])
 
 
 def _draw_scheme(cfg: Any) -> str:
