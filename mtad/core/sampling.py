@@ -277,7 +277,7 @@ class Support(NamedTuple):
         """Whether this is ``support``'s whole row: every entry of the vector, each one positive
         (its ids are ``whole_ids``, which only that path pairs with masses), so nothing needs
         checking or clamping before a draw (the same values either way)."""
-        return len(self.ids) == self.size and self.ids is whole_ids(self.size)
+        return self.size > DENSE_MAX and len(self.ids) == self.size and self.ids is whole_ids(self.size)
 
     def dense(self) -> torch.Tensor:  # [V] on the host
         """The vector itself (negative entries read as 0)."""
