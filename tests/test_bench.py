@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import cost_model  # noqa: E402
 import overhead  # noqa: E402
 import profile_share  # noqa: E402
+import spectr_rho  # noqa: E402
 import speed  # noqa: E402
 import transfers  # noqa: E402
 
@@ -466,3 +467,16 @@ def test_docs_quote_the_offline_five_prompt_record():
         assert f"{name} {old_wall}x and {new_wall}x" in doc and f"{name} {old_x}x and {new_x}x" in doc
         assert f"{name} {wall}x" in doc and f"{name} {new_old}x" in doc
     assert f"SpD {cells['spd'][3]}x" in doc and f"SpD {cells['spd'][0]}x" in doc
+
+
+def test_spectr_rho_bench_times_both_rules_side_by_side(tmp_path):
+    out = tmp_path / "rho.md"
+    text = spectr_rho.main(["--vocabs", "5000", "--ks", "2,4", "--rows", "2", "--repeats", "1", "--md", str(out)])
+    assert out.read_text() == text
+    rows = [line for line in text.splitlines() if line.startswith("| 5000 |")]
+    assert len(rows) == 2
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        sort_ms, sel_ms, ratio, diff = (float(c) for c in cells[2:])
+        assert sort_ms > 0 and sel_ms > 0 and ratio == pytest.approx(sel_ms / sort_ms, abs=0.05)
+        assert diff < 1e-5  # the same root up to float32 sums
