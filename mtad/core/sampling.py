@@ -83,6 +83,7 @@ __all__ = [
     "cdf_index",
     "cdf_list_index",
     "cdf_positions",
+    "cdf_search",
     "generator",
     "inverse_cdf",
     "multinomial",
@@ -148,7 +149,14 @@ def cdf_index(
     ``nonneg``: the masses are clamped already (a clamp of clamped masses changes no bit), so
     the vocabulary-long clamp is not made twice."""
     c = masses.to(torch.float64)
-    c = (c if nonneg else c.clamp_min(0)).cumsum(-1)
+    return cdf_search((c if nonneg else c.clamp_min(0)).cumsum(-1), u)
+
+
+def cdf_search(
+    c: torch.Tensor,  # [..., n] float64 cumulative masses
+    u: torch.Tensor,  # [..., k] float64 uniforms on c's device
+) -> tuple[torch.Tensor, torch.Tensor]:  # [..., k] int64 indices, [..., 1] float64 totals
+    """``cdf_index``'s search on cumulative masses already made (see there)."""
     total = c[..., -1:]
     t = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
     return torch.searchsorted(c, t.contiguous(), right=True), total
@@ -215,13 +223,11 @@ def cdf_positions(
     out: list[int] = []
     m = min(k, nz)
     for i in range(m):
-        total = float(c[-1])
-        _check_total(total)
-        t = torch.tensor([min(float(u[i]) * total, math.nextafter(total, 0.0))], dtype=torch.float64)
-        j = int(torch.searchsorted(c, t, right=True))
-        out.append(j)
+        j, total = cdf_search(c, u[i : i + 1])
+        _check_total(float(total))
+        out.append(int(j))
         if i + 1 < m:
-            cdf_drop(c, x, j)
+            cdf_drop(c, x, out[-1])
     return out
 
 

@@ -352,8 +352,8 @@ def spectr_rho_select(
         piv = sample[:: max(1, len(sample) // _SELECT_PIVOTS)].unique_consecutive()  # [m] ascending
         m = piv.numel()
         b = torch.bucketize(sr, piv, right=True)  # [n] pivots <= each ratio: 0..m
-        qb = torch.zeros(m + 1, dtype=torch.float64).index_add_(0, b, sq)  # [m + 1] per bucket
-        pb = torch.zeros(m + 1, dtype=torch.float64).index_add_(0, b, sp)
+        qb = sq.new_zeros(m + 1).index_add_(0, b, sq)  # [m + 1] per bucket (float64)
+        pb = sp.new_zeros(m + 1).index_add_(0, b, sp)
         pv = piv.double()
         beta = qs + (qb.sum() - qb.cumsum(0))[:m] + (pc + pb.cumsum(0)[:m]) / pv  # [m] beta at the pivots
         hit = torch.nonzero(1 - (1 - beta) ** k - pv * beta <= 0)  # f <= 0

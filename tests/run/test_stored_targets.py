@@ -177,3 +177,29 @@ def test_a_plain_temperature_folder_naming_other_code_has_no_identity(tmp_path):
     write_json_atomic(good / "config.json", config)
     stored, kind = PointFolder(good).stored()
     assert kind == "legacy" and stored["draw_version"] == "2+slot_then_row"
+
+
+def test_a_plain_temperature_folder_naming_odd_pieces_gets_no_extra_identity(tmp_path):
+    """``draw_version`` reads the stored proposer's and verifier's names too: a name that is not a
+    registered piece (unknown, a list, a mapping, a dotted path) adds nothing, imports nothing and
+    raises nothing; a registered verifier adds its declared name."""
+    import sys
+
+    from mtad.run.results.folder import PointFolder
+
+    sys.modules.pop("this", None)
+    task = {"_target_": "mtad.tasks.spider.SpiderTask", "name": "spider"}
+    cases = [("chains", "this.X", "2"), (["beam"], {"spectr": 1}, "2"), ("shutil.copyfile", "spectr", "2+spectr_rho_select"),
+             ("beam", "specinfer", "2+slot_then_row")]
+    for i, (proposer, verifier, want) in enumerate(cases):
+        folder = _folder(tmp_path / f"p{i}", task, decoder="mtad.decoders.compose.Speculative")
+        config = {**json.loads((folder / "config.json").read_text()), "temperature": 1.0, "top_k": 0,
+                  "top_p": 1.0, "max_new_tokens": 8,
+                  "decoder": {"_target_": "mtad.decoders.compose.Speculative", "proposer": proposer,
+                              "verifier": verifier, "gamma": 4}}
+        write_json_atomic(folder / "config.json", config)
+        summary = json.loads((folder / "summary.json").read_text())
+        write_json_atomic(folder / "summary.json", {**summary, "config": config})
+        stored, _ = PointFolder(folder).stored()
+        assert stored is not None and stored["draw_version"] == want, (proposer, verifier)
+    assert "this" not in sys.modules
