@@ -94,6 +94,8 @@ speculative sampling (SpD) lives in ``mtad.verify.chain``.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
@@ -158,6 +160,44 @@ def _accept_ratio(
     return torch.where(drawable, ratio.clamp(max=1.0), torch.zeros_like(ratio))
 
 
+class _Stages:
+    """A sequential rule at one node, candidate after candidate: ``_sequential``'s operations in
+    its order, each update of ``P`` (and ``Q``) made only when the next candidate's ratio or the
+    residual reads it. ``next()`` gives the next candidate's acceptance probability (``reach``
+    is then the probability that it and every candidate before it are rejected); ``residual()``
+    the distribution of the correction once every candidate taken is rejected. A walk that
+    draws the node's outcome by inverse CDF stops as soon as the uniform decides it
+    (``_lazy_pick``): the updates after the accepted candidate, each a few passes over the
+    vocabulary, are never made. The values made are those the whole rule makes, bit for bit."""
+
+    def __init__(self, P, Q, cands, ratio, update, residual=None):
+        self.P, self.Q, self.cands = P, Q, [int(c) for c in cands]
+        self.ratio, self.update, self._residual = ratio, update, residual
+        self.reach = P.new_ones(())  # probability that every candidate taken so far was rejected
+        self.taken = 0
+        self._pending: int | None = None  # a rejected drawable candidate whose update is not made yet
+
+    def _catch_up(self) -> None:
+        if self._pending is not None:
+            self.P, self.Q = self.update(self.P, self.Q, self._pending)
+            self._pending = None
+
+    def next(self) -> torch.Tensor:  # [] P(the next candidate is the one accepted)
+        self._catch_up()
+        c = self.cands[self.taken]
+        a = self.ratio(self.P, self.Q, c)
+        acc = self.reach * a
+        self.reach = self.reach * (1 - a)
+        if self.Q[c] > 0:  # a candidate that could not have been drawn is skipped
+            self._pending = c
+        self.taken += 1
+        return acc
+
+    def residual(self) -> torch.Tensor:  # [V]
+        self._catch_up()
+        return self._residual() if self._residual is not None else self.P
+
+
 def _sequential(
     P: torch.Tensor,  # [V]
     Q: torch.Tensor,  # [V]
@@ -169,16 +209,15 @@ def _sequential(
 
     Returns (accept_prob [k], P after all rejections [V], reject_prob []).
     """
-    accept = P.new_zeros(len(cands))
-    reach = P.new_ones(())  # probability that candidates 0..i-1 were all rejected
-    for i, c in enumerate(cands):
-        c = int(c)
-        a = ratio(P, Q, c)
-        accept[i] = reach * a
-        reach = reach * (1 - a)
-        if Q[c] > 0:  # a candidate that could not have been drawn is skipped
-            P, Q = update(P, Q, c)
-    return accept, P, reach
+    return _outcome(_Stages(P, Q, cands, ratio, update))
+
+
+def _outcome(st: _Stages) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every stage taken: (accept_prob [k], residual [V], reject_prob [])."""
+    accept = st.P.new_zeros(len(st.cands))
+    for i in range(len(st.cands)):
+        accept[i] = st.next()
+    return accept, st.residual(), st.reach
 
 
 # --------------------------------------------------------------------------- SpecInfer
@@ -196,14 +235,18 @@ def specinfer_position(
     i.i.d.). If all are rejected the correction is drawn from the final P.
     """
 
-    def ratio(P, Q, c):
-        return _accept_ratio(P[c], Q[c])
+    return PositionOutcome(*_outcome(_specinfer_stages(P, Q, cands)))
 
+
+def _plain_ratio(P, Q, c):
+    return _accept_ratio(P[c], Q[c])
+
+
+def _specinfer_stages(P, Q, cands) -> _Stages:
     def update(P, Q, c):
         return _normalise_or((P - Q).clamp_min(0), P), Q
 
-    accept, residual, reject = _sequential(P, Q, cands, ratio, update)
-    return PositionOutcome(accept, residual, reject)
+    return _Stages(P, Q, cands, _plain_ratio, update)
 
 
 # --------------------------------------------------------------------------- MCSS
@@ -221,17 +264,17 @@ def mcss_position(
     ``Q(c) <- 0; Q <- norm(Q)``. If all are rejected the correction is drawn from P.
     """
 
-    def ratio(P, Q, c):
-        return _accept_ratio(P[c], Q[c])
+    return PositionOutcome(*_outcome(_mcss_stages(P, Q, cands)))
 
+
+def _mcss_stages(P, Q, cands) -> _Stages:
     def update(P, Q, c):
         P = _normalise_or((P - Q).clamp_min(0), P)
         Q = Q.clone()
         Q[c] = 0
         return P, _normalise_or(Q, torch.zeros_like(Q))
 
-    accept, residual, reject = _sequential(P, Q, cands, ratio, update)
-    return PositionOutcome(accept, residual, reject)
+    return _Stages(P, Q, cands, _plain_ratio, update)
 
 
 # --------------------------------------------------------------------------- SpecTr
@@ -414,9 +457,13 @@ def spectr_position_select(
 
 
 def _spectr(p, q, cands, find_rho) -> PositionOutcome:
+    return PositionOutcome(*_outcome(_spectr_stages(p, q, cands, find_rho)))
+
+
+def _spectr_stages(p, q, cands, find_rho) -> _Stages:
     k = len(cands)
     if k == 0:
-        return PositionOutcome(p.new_zeros(0), p, p.new_ones(()))
+        return _Stages(p, q, cands, None, None)  # (no candidate: the residual is p)
     rho = find_rho(p, q, k)
 
     def ratio(P, Q, c):
@@ -425,9 +472,8 @@ def _spectr(p, q, cands, find_rho) -> PositionOutcome:
     def update(P, Q, c):  # the rule has one fixed acceptance test; nothing changes
         return P, Q
 
-    accept, _, reject = _sequential(p, q, cands, ratio, update)
-    residual = _normalise_or((p - rho * q).clamp_min(0), p)
-    return PositionOutcome(accept, residual, reject)
+    return _Stages(p, q, cands, ratio, update,
+                   residual=lambda: _normalise_or((p - rho * q).clamp_min(0), p))
 
 
 # --------------------------------------------------------------------------- MCNS
@@ -508,6 +554,69 @@ def compress_support(
     Pc = torch.zeros(len(cols), dtype=p_vals.dtype).index_put_((p_at,), p_vals)
     Qc = torch.zeros(len(cols), dtype=q_vals.dtype).index_put_((q_at,), q_vals)
     return Compressed(Pc, Qc, c_at.tolist(), cols)
+
+
+#: each sequential rule's staged form (``_Stages``), for a walk that draws its outcomes by inverse CDF
+def _staged(rule: PositionRule):
+    return {specinfer_position: _specinfer_stages, mcss_position: _mcss_stages,
+            spectr_position: lambda p, q, c: _spectr_stages(p, q, c, spectr_rho),
+            spectr_position_select: lambda p, q, c: _spectr_stages(p, q, c, spectr_rho_select)}.get(rule)
+
+
+_SLACK = 2.0**-22  # per rounding of a float32 (or float64) product, with room: 4 x float32's unit
+_SUM_SLACK = 2.0**-50  # per float64 addition of non-negative masses, with room
+
+
+def _lazy_pick(st: _Stages, u: float) -> int:
+    """The index ``sample(cat([accept_prob, reject_prob]))`` draws with the uniform ``u`` (the
+    list form of ``mtad.core.sampling.cdf_positions``: float64 cumulative masses, then a search),
+    found with as few stages as decide it: ``len(cands)`` when every candidate is rejected.
+
+    After candidate i the masses still to come (the later acceptances and the final rejection)
+    sum to ``reach`` up to the roundings of their products (each ``reach * a`` and
+    ``reach * (1 - a)`` within a float's relative unit of the exact product, ``a`` in [0, 1]), so
+    the total lies in a bracket of relative width about 1e-6 around ``c_i + reach``. Where every
+    total in it puts the search at the same index among those already summed, that index is the
+    draw; else the next stage is taken, and with every stage taken the draw is
+    ``cdf_list_index``'s own on the whole list (also its refusal of a total that is not positive
+    and finite). So the index is always the one the whole rule's outcome gives
+    (``tests/verify/test_lazy_walk.py``)."""
+    k = len(st.cands)
+    masses: list[float] = []
+    for i in range(k):
+        masses.append(max(float(st.next()), 0.0))
+        n = k - 1 - i  # candidates still to come
+        if n == 0:
+            break
+        c = list(itertools.accumulate(masses))  # as cdf_list_index sums them
+        reach = max(float(st.reach), 0.0)
+        if not (math.isfinite(c[-1]) and math.isfinite(reach)):
+            continue
+        lo = (c[-1] + reach * (1 - _SLACK) ** (2 * n)) * (1 - _SUM_SLACK) ** (n + 2)
+        hi = (c[-1] + reach * (1 + _SLACK) ** (2 * n)) * (1 + _SUM_SLACK) ** (n + 2)
+        if not lo > 0:
+            continue
+        j = bisect.bisect_right(c, min(u * lo, math.nextafter(lo, 0.0)))
+        if j < len(c) and bisect.bisect_right(c, min(u * hi, math.nextafter(hi, 0.0))) == j:
+            return j
+    return sampling.cdf_list_index(masses + [max(float(st.reach), 0.0)], u)
+
+
+def _lazy_node(staged, P: Support, Q: Support, cands: list[int], squeeze: bool,
+               generator: torch.Generator) -> tuple[int, int | None]:
+    """``_run_rule`` and the walk's draws at one node, by inverse CDF, stage by stage
+    (``_lazy_pick``): (index of the accepted candidate, None), or (len(cands), the correction
+    token). The same uniforms, in the same order, and the same index and token."""
+    if squeeze:
+        c = compress_support(P, Q, cands)
+        st, cols = staged(c.P, c.Q, c.cands), c.cols
+    else:
+        st, cols = staged(P.dense(), Q.dense(), cands), None
+    j = _lazy_pick(st, float(sampling.uniforms(1, generator)))
+    if j < len(cands):
+        return j, None
+    token = sample(st.residual(), generator)
+    return j, int(cols[token]) if cols is not None else token
 
 
 def _run_rule(
@@ -755,6 +864,7 @@ def _walk(
         return devicewalk.device_walk(parents, tokens, *vectors, generator, rule, merge_equal_prefixes)
     kids = _children(parents, len(p))
     fast = _FAST.get(rule)
+    lazy = _staged(rule) if sampling.inverse_cdf(generator) else None
     node, alive = 0, [0]
     while True:
         cand_nodes = [c for a in alive for c in kids[a]]
@@ -767,6 +877,10 @@ def _walk(
         squeeze = compress if compress is not None else P.size > sampling.DENSE_MAX
         if squeeze and fast is not None and _fits_fast(P, Q):
             j, token = _fast_node(fast, P, Q, cands, generator)
+            if token is not None:  # every candidate rejected: correction
+                break
+        elif lazy is not None and len(cands) < sampling._LIST_MAX:  # outcome by inverse CDF: stage by stage
+            j, token = _lazy_node(lazy, P, Q, cands, squeeze, generator)
             if token is not None:  # every candidate rejected: correction
                 break
         else:
