@@ -369,9 +369,12 @@ def host_supports_with(
         return None if x is None else x.to(odt)
 
     if rows.device.type == "cpu":
+        # which rows are whole (every entry positive: plain temperature), for all rows in one
+        # pass (``support`` would check them one by one); the others are scanned as before
+        whole = (rows.amin(-1) > 0).tolist() if vocab > DENSE_MAX and num > 1 else [False] * num
         out = []
         for i, r in enumerate(rows):
-            s = Support(*support(r), vocab)
+            s = Support(whole_ids(vocab), r, vocab) if whole[i] else Support(*support(r), vocab)
             out.append((s, None if other is None else other[i][s.ids]))
         return out
     wide = rows if other is None else torch.cat([rows, other.to(rows.dtype)], -1)  # [R, V or 2V]

@@ -168,12 +168,24 @@ class _Stages:
     the distribution of the correction once every candidate taken is rejected. A walk that
     draws the node's outcome by inverse CDF stops as soon as the uniform decides it
     (``_lazy_pick``): the updates after the accepted candidate, each a few passes over the
-    vocabulary, are never made. The values made are those the whole rule makes, bit for bit."""
+    vocabulary, are never made. The values made are those the whole rule makes, bit for bit.
 
-    def __init__(self, P, Q, cands, ratio, update, residual=None):
+    The scalars (a candidate's two masses, its ratio, the products with ``reach``) are Python
+    floats rounded to the rows' dtype (float32 / float64: ``_Arith``, the list rules' rounding,
+    each operation the tensor one exactly); the rows' updates stay tensors. ``rho`` (SpecTr)
+    scales the draft's mass in the ratio, rounded to the dtype first as a tensor product rounds
+    it; ``ratio``, where given instead, is the tensor form (another dtype)."""
+
+    def __init__(self, P, Q, cands, update, residual=None, rho: float | None = None, ratio=None):
         self.P, self.Q, self.cands = P, Q, [int(c) for c in cands]
-        self.ratio, self.update, self._residual = ratio, update, residual
-        self.reach = P.new_ones(())  # probability that every candidate taken so far was rejected
+        self.update, self._residual, self._ratio = update, residual, ratio
+        self.ar = _Arith(P.dtype) if ratio is None and hostfloat.rounding(P.dtype) else None
+        if self.ar is None and ratio is None:  # (a dtype without a host form: the tensor ratio)
+            self._ratio = (lambda P, Q, c: _accept_ratio(P[c], Q[c])) if rho is None else (
+                lambda P, Q, c: _accept_ratio(P[c], rho * Q[c]))
+        self.rho = None if rho is None or self.ar is None else self.ar.one(rho)
+        # probability that every candidate taken so far was rejected (a float, or a tensor)
+        self.reach = 1.0 if self.ar is not None else P.new_ones(())
         self.taken = 0
         self._pending: int | None = None  # a rejected drawable candidate whose update is not made yet
 
@@ -182,15 +194,24 @@ class _Stages:
             self.P, self.Q = self.update(self.P, self.Q, self._pending)
             self._pending = None
 
-    def next(self) -> torch.Tensor:  # [] P(the next candidate is the one accepted)
+    def next(self) -> float | torch.Tensor:  # P(the next candidate is the one accepted)
         self._catch_up()
         c = self.cands[self.taken]
-        a = self.ratio(self.P, self.Q, c)
-        acc = self.reach * a
-        self.reach = self.reach * (1 - a)
-        if self.Q[c] > 0:  # a candidate that could not have been drawn is skipped
-            self._pending = c
         self.taken += 1
+        if self.ar is None:
+            a = self._ratio(self.P, self.Q, c)
+            acc = self.reach * a
+            self.reach = self.reach * (1 - a)
+            if self.Q[c] > 0:  # a candidate that could not have been drawn is skipped
+                self._pending = c
+            return acc
+        one = self.ar.one
+        pc, qc = float(self.P[c]), float(self.Q[c])
+        a = self.ar.ratio(pc, qc if self.rho is None else one(self.rho * qc))
+        acc = one(self.reach * a)
+        self.reach = one(self.reach * one(1.0 - a))
+        if qc > 0:  # a candidate that could not have been drawn is skipped
+            self._pending = c
         return acc
 
     def residual(self) -> torch.Tensor:  # [V]
@@ -198,23 +219,13 @@ class _Stages:
         return self._residual() if self._residual is not None else self.P
 
 
-def _sequential(
-    P: torch.Tensor,  # [V]
-    Q: torch.Tensor,  # [V]
-    cands: Sequence[int],  # [k]
-    ratio: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor],
-    update: Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]],
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Try candidates in order; ``update`` maps (P, Q) after rejecting a drawable one.
-
-    Returns (accept_prob [k], P after all rejections [V], reject_prob []).
-    """
-    return _outcome(_Stages(P, Q, cands, ratio, update))
-
-
 def _outcome(st: _Stages) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Every stage taken: (accept_prob [k], residual [V], reject_prob [])."""
-    accept = st.P.new_zeros(len(st.cands))
+    P = st.P
+    if st.ar is not None:
+        accept = P.new_tensor([st.next() for _ in st.cands]) if st.cands else P.new_zeros(0)
+        return accept, st.residual(), P.new_tensor(st.reach)
+    accept = P.new_zeros(len(st.cands))
     for i in range(len(st.cands)):
         accept[i] = st.next()
     return accept, st.residual(), st.reach
@@ -238,15 +249,11 @@ def specinfer_position(
     return PositionOutcome(*_outcome(_specinfer_stages(P, Q, cands)))
 
 
-def _plain_ratio(P, Q, c):
-    return _accept_ratio(P[c], Q[c])
-
-
 def _specinfer_stages(P, Q, cands) -> _Stages:
     def update(P, Q, c):
         return _normalise_or((P - Q).clamp_min(0), P), Q
 
-    return _Stages(P, Q, cands, _plain_ratio, update)
+    return _Stages(P, Q, cands, update)
 
 
 # --------------------------------------------------------------------------- MCSS
@@ -274,7 +281,7 @@ def _mcss_stages(P, Q, cands) -> _Stages:
         Q[c] = 0
         return P, _normalise_or(Q, torch.zeros_like(Q))
 
-    return _Stages(P, Q, cands, _plain_ratio, update)
+    return _Stages(P, Q, cands, update)
 
 
 # --------------------------------------------------------------------------- SpecTr
@@ -463,17 +470,14 @@ def _spectr(p, q, cands, find_rho) -> PositionOutcome:
 def _spectr_stages(p, q, cands, find_rho) -> _Stages:
     k = len(cands)
     if k == 0:
-        return _Stages(p, q, cands, None, None)  # (no candidate: the residual is p)
+        return _Stages(p, q, cands, None)  # (no candidate: the residual is p)
     rho = find_rho(p, q, k)
-
-    def ratio(P, Q, c):
-        return _accept_ratio(P[c], rho * Q[c])
 
     def update(P, Q, c):  # the rule has one fixed acceptance test; nothing changes
         return P, Q
 
-    return _Stages(p, q, cands, ratio, update,
-                   residual=lambda: _normalise_or((p - rho * q).clamp_min(0), p))
+    return _Stages(p, q, cands, update, residual=lambda: _normalise_or((p - rho * q).clamp_min(0), p),
+                   rho=rho)
 
 
 # --------------------------------------------------------------------------- MCNS

@@ -111,3 +111,25 @@ def test_no_reader_of_a_whole_support_writes_into_the_row():
                 q = [sup[1], sup[1], sup[0], sup[0], sup[0]]
                 _walk(parents, tokens, p, q, gen, rule, merge_equal_prefixes=(name == "spectr"))
         assert torch.equal(rows, kept), dtype
+
+
+def test_host_supports_checks_every_row_at_once_and_gives_supports_answer():
+    """``host_supports_with`` on host rows finds the whole rows for all rows in one pass; each
+    row's support is ``support``'s (a whole row as it is, a row with zeros, negative entries or a
+    nan scanned), with the companion values at its ids."""
+    g = torch.Generator().manual_seed(3)
+    rows = torch.softmax(torch.randn(5, V, generator=g), -1)
+    rows[1, ::5] = 0
+    rows[2, 7] = -1e-9
+    rows[3, 11] = float("nan")
+    other = torch.randn(5, V, generator=g, dtype=torch.float64)
+    from mtad.core.sampling import host_supports_with, whole_ids
+
+    got = host_supports_with(rows, other)
+    for i, (s, comp) in enumerate(got):
+        ids, vals = support(rows[i])
+        assert torch.equal(s.ids, ids) and torch.equal(s.vals, vals) and s.size == V, i
+        assert torch.equal(comp, other[i][ids]), i
+        assert s.whole() == (i in (0, 4)), i
+        if s.whole():
+            assert s.ids is whole_ids(V) and s.vals.data_ptr() == rows[i].data_ptr()

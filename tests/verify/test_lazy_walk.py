@@ -146,3 +146,39 @@ def test_the_race_walk_keeps_the_whole_outcome(monkeypatch):
     p, q = _rows(0, 13, 3_000, torch.float64)
     parents, tokens = _tree("specinfer", q, torch.Generator().manual_seed(0))
     md.MultiDraft("specinfer").walk(parents, tokens, p, q, torch.Generator().manual_seed(0))
+
+
+def _tensor_stages(rule: str, p, q, cands):
+    """The stages with the tensor scalars (``_accept_ratio`` on 0-dim tensors: the rules' form
+    before their scalars moved to the host)."""
+    st = _stages(rule, p, q, cands)
+    rho = md.spectr_rho(p, q, len(cands)) if rule == "spectr" and cands else None
+    ratio = ((lambda P, Q, c: md._accept_ratio(P[c], Q[c])) if rho is None
+             else (lambda P, Q, c: md._accept_ratio(P[c], rho * Q[c])))
+    return md._Stages(p, q, cands, st.update, residual=st._residual, ratio=ratio)
+
+
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_host_scalars_are_the_tensor_scalars_bit_for_bit(rule, dtype):
+    """A rule's acceptance probabilities, rejection probability and residual with its scalars as
+    host floats equal, bit for bit, those made with 0-dim tensors: near, far, peaked and
+    zero-holding rows, an undrawable candidate (q = 0) and p = q among them."""
+    for seed in range(40):
+        p, q = _rows(seed, 1, 300, dtype)
+        p, q = p[0], q[0]
+        g = torch.Generator().manual_seed(seed)
+        k = 1 + seed % 5
+        cands = torch.multinomial(q, k, replacement=(rule != "mcss"), generator=g).tolist()
+        if seed % 7 == 3:
+            cands[-1] = int(torch.nonzero(q == 0)[0]) if bool((q == 0).any()) else cands[-1]
+        if seed % 11 == 5:
+            p = q.clone()
+        host, tens = md._outcome(_stages(rule, p, q, cands)), md._outcome(_tensor_stages(rule, p, q, cands))
+        assert _stages(rule, p, q, cands).ar is not None and _tensor_stages(rule, p, q, cands).ar is None
+        for a, b in zip(host, tens):
+            assert a.dtype == b.dtype == dtype and a.shape == b.shape
+            assert torch.equal(a.view(-1), b.view(-1)) and torch.equal(torch.signbit(a), torch.signbit(b)), seed
+        hs, ts = _stages(rule, p, q, cands), _tensor_stages(rule, p, q, cands)
+        for _ in cands:  # the floats a staged walk reads, one by one (not rounded again on the way)
+            assert hs.next() == float(ts.next()) and hs.reach == float(ts.reach), seed
