@@ -162,7 +162,8 @@ def cdf_search(
     return torch.searchsorted(c, t.contiguous(), right=True), total
 
 
-def _check_total(total: float) -> None:
+def check_total(total: float) -> None:
+    """Refuse a total a draw cannot be made from (not positive and finite): EmptySupport."""
     if not 0 < total < math.inf:
         raise EmptySupport(f"invalid multinomial distribution (sum of probabilities {total})")
 
@@ -174,7 +175,7 @@ def cdf_list_index(masses: list[float], u: float) -> int:
     """``cdf_index`` on a Python list (the same float64 sums, in order, on the host)."""
     c = list(itertools.accumulate(max(x, 0.0) for x in masses))
     total = c[-1] if c else 0.0
-    _check_total(total)
+    check_total(total)
     return bisect.bisect_right(c, min(u * total, math.nextafter(total, 0.0)))
 
 
@@ -215,7 +216,7 @@ def cdf_positions(
     u = uniforms(k, gen)
     if replacement:
         j, total = cdf_index(x, u, nonneg=True)
-        _check_total(float(total))
+        check_total(float(total))
         return j.tolist()
     if x is vals:
         x = x.clone()  # (a float64 row: written into below)
@@ -224,7 +225,7 @@ def cdf_positions(
     m = min(k, nz)
     for i in range(m):
         j, total = cdf_search(c, u[i : i + 1])
-        _check_total(float(total))
+        check_total(float(total))
         out.append(int(j))
         if i + 1 < m:
             cdf_drop(c, x, out[-1])
@@ -261,7 +262,7 @@ def _device_cdf_sample(probs: torch.Tensor, gen: torch.Generator) -> int:  # pro
     (u,) = to_device([uniforms(1, gen)], probs.device)
     j, total = cdf_index(probs, u)
     j, total = torch.cat([j.double(), total]).cpu().tolist()
-    _check_total(total)
+    check_total(total)
     return int(j)
 
 
