@@ -176,14 +176,16 @@ class _Stages:
     scales the draft's mass in the ratio, rounded to the dtype first as a tensor product rounds
     it; ``ratio``, where given instead, is the tensor form (another dtype)."""
 
-    def __init__(self, P, Q, cands, update, residual=None, rho: float | None = None, ratio=None):
+    def __init__(self, P, Q, cands, update, residual=None, rho: float | Callable[[], float] | None = None,
+                 ratio=None):
         self.P, self.Q, self.cands = P, Q, [int(c) for c in cands]
         self.update, self._residual, self._ratio = update, residual, ratio
+        self._rho = rho  # a float, or a zero-argument callable that finds it (when first read)
         self.ar = _Arith(P.dtype) if ratio is None and hostfloat.rounding(P.dtype) else None
         if self.ar is None and ratio is None:  # (a dtype without a host form: the tensor ratio)
             self._ratio = (lambda P, Q, c: _accept_ratio(P[c], Q[c])) if rho is None else (
-                lambda P, Q, c: _accept_ratio(P[c], rho * Q[c]))
-        self.rho = None if rho is None or self.ar is None else self.ar.one(rho)
+                lambda P, Q, c: _accept_ratio(P[c], self.rho_value() * Q[c]))
+        self.rho: float | None = None  # rho rounded to the dtype (host scalars), once found
         # probability that every candidate taken so far was rejected (a float, or a tensor)
         self.reach = 1.0 if self.ar is not None else P.new_ones(())
         self.taken = 0
@@ -206,6 +208,8 @@ class _Stages:
                 self._pending = c
             return acc
         one = self.ar.one
+        if self._rho is not None and self.rho is None:
+            self.rho = one(self.rho_value())
         pc, qc = float(self.P[c]), float(self.Q[c])
         a = self.ar.ratio(pc, qc if self.rho is None else one(self.rho * qc))
         acc = one(self.reach * a)
@@ -217,6 +221,50 @@ class _Stages:
     def residual(self) -> torch.Tensor:  # [V]
         self._catch_up()
         return self._residual() if self._residual is not None else self.P
+
+    def rho_value(self) -> float:
+        """rho as found (a callable given for it runs once, here)."""
+        if callable(self._rho):
+            self._rho = self._rho()
+        return self._rho
+
+    def certify_first(self, t_hi: float) -> bool:
+        """Whether the first candidate's acceptance probability is certainly above ``t_hi``
+        without the work ``next()`` would do for it (only SpecTr's rho costs any: ``_SpectrStages``)."""
+        return False
+
+
+class _SpectrStages(_Stages):
+    """SpecTr's stages, rho found only when a stage needs it. ``certify_first`` can show that the
+    first candidate is accepted without it: its acceptance probability ``min(1, p(c) / (rho
+    q(c)))`` falls as rho grows (each rounding is monotone), and ``f(rho) = 1 - (1 - beta)^k -
+    rho beta`` does not increase in rho (``beta`` falls, ``rho beta = sum min(rho q, p)`` does not),
+    so ``f(r) < 0`` at a test point ``r`` puts the first root, which ``spectr_rho`` and
+    ``spectr_rho_select`` find, below ``r``: the probability at ``r`` is then a lower bound of the
+    one the rule's rho gives. One pass over the row (``beta(r)``) instead of the root's search."""
+
+    #: f(r) must be below -_F_TOL * (k + r): beta(r) read in the rows' dtype (each p / r within two
+    #: float32 units of p / r) and summed in float64 moves f by far less
+    _F_TOL = 1e-6
+    _MARGIN = 1e-4  # the test point sits this far (relative) below the rho the uniform needs
+
+    def certify_first(self, t_hi: float) -> bool:
+        if self.ar is None or not callable(self._rho) or self.taken:
+            return False  # (rho found already: the stage itself is as cheap)
+        k, one = len(self.cands), self.ar.one
+        c = self.cands[0]
+        pc, qc = float(self.P[c]), float(self.Q[c])
+        if not (0 < pc < math.inf and 0 < qc < math.inf and 0 < t_hi < 1):
+            return False
+        r = min(float(k), pc / (qc * t_hi) / (1 + self._MARGIN))  # the largest rho tested
+        if not r > 1.0:
+            return False  # (rho >= 1: no test point can show more)
+        if not self.ar.ratio(pc, one(one(r * (1 + 1e-6)) * qc)) > t_hi:
+            return False
+        if r >= k:
+            return True  # the rule's rho is at most k
+        beta = float(torch.minimum(self.Q, self.P / r).sum(dtype=torch.float64))
+        return 1 - (1 - beta) ** k - r * beta <= -self._F_TOL * (k + r)
 
 
 def _outcome(st: _Stages) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -471,13 +519,13 @@ def _spectr_stages(p, q, cands, find_rho) -> _Stages:
     k = len(cands)
     if k == 0:
         return _Stages(p, q, cands, None)  # (no candidate: the residual is p)
-    rho = find_rho(p, q, k)
 
     def update(P, Q, c):  # the rule has one fixed acceptance test; nothing changes
         return P, Q
 
-    return _Stages(p, q, cands, update, residual=lambda: _normalise_or((p - rho * q).clamp_min(0), p),
-                   rho=rho)
+    st = _SpectrStages(p, q, cands, update, rho=lambda: find_rho(p, q, k),
+                       residual=lambda: _normalise_or((p - st.rho_value() * q).clamp_min(0), p))
+    return st
 
 
 # --------------------------------------------------------------------------- MCNS
@@ -586,6 +634,10 @@ def _lazy_pick(st: _Stages, u: float) -> int:
     and finite). So the index is always the one the whole rule's outcome gives
     (``tests/verify/test_lazy_walk.py``)."""
     k = len(st.cands)
+    if k > 1:  # every mass still to come sums to 1 up to the roundings: the first candidate at once?
+        hi = (1 + _SLACK) ** (2 * k) * (1 + _SUM_SLACK) ** (k + 2)
+        if st.certify_first(min(u * hi, math.nextafter(hi, 0.0))):
+            return 0
     masses: list[float] = []
     for i in range(k):
         masses.append(max(float(st.next()), 0.0))

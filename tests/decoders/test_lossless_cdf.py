@@ -43,3 +43,31 @@ def test_the_lossy_control_is_rejected_under_inverse_cdf(toy_pair):
     temperature it takes the slow test's 8,000), drawn by inverse CDF."""
     w = Warping(0.8, top_k=4, top_p=0.9, draws=INVERSE_CDF)
     assert _pvalue(toy_pair, LongestOfKSpD(), w, 1500) < ALPHA
+
+
+@pytest.mark.parametrize("name", ["spectr", "specinfer", "mcss"])  # (about 4 s each)
+def test_the_staged_walk_is_lossless(toy_pair, name, monkeypatch):
+    """The walk's tensor rules taken stage by stage under the inverse CDF (``multidraft._lazy_pick``;
+    SpecTr's first candidate accepted without rho where ``certify_first`` shows it), forced on the
+    toy pair (every row drawn on its support, no list rules): still the warped target joint."""
+    import mtad.core.sampling
+    from mtad.verify import multidraft as md
+
+    monkeypatch.setattr(mtad.core.sampling, "DENSE_MAX", 0)
+    monkeypatch.setattr(md, "_FAST_MAX", -1)
+    seen = {"staged": 0, "certified": 0}
+    pick, cert = md._lazy_pick, md._SpectrStages.certify_first
+
+    def counted_pick(*a):
+        seen["staged"] += 1
+        return pick(*a)
+
+    def counted_cert(self, t):
+        ok = cert(self, t)
+        seen["certified"] += ok
+        return ok
+
+    monkeypatch.setattr(md, "_lazy_pick", counted_pick)
+    monkeypatch.setattr(md._SpectrStages, "certify_first", counted_cert)
+    _check(toy_pair, name, "T1")
+    assert seen["staged"] > 0 and (name != "spectr" or seen["certified"] > 0), seen

@@ -182,3 +182,56 @@ def test_the_host_scalars_are_the_tensor_scalars_bit_for_bit(rule, dtype):
         hs, ts = _stages(rule, p, q, cands), _tensor_stages(rule, p, q, cands)
         for _ in cands:  # the floats a staged walk reads, one by one (not rounded again on the way)
             assert hs.next() == float(ts.next()) and hs.reach == float(ts.reach), seed
+
+
+def test_spectr_accepts_its_first_candidate_without_rho_only_when_the_rule_would(monkeypatch):
+    """``_SpectrStages.certify_first`` (no search for rho): over rows whose rho lies inside
+    (1, k) and a grid of uniforms with the boundaries of the first candidate's mass among them,
+    every certified pick is index 0 and equals ``cdf_list_index`` on the whole outcome; the
+    certificate is used, both with and without the pass over the row (a test point inside
+    (1, k), or k itself), and the rho search is skipped exactly then."""
+    outcomes = {"k": 0, "pass": 0, "no": 0}
+    searches = []
+
+    def rho(p, q, k):
+        searches.append(1)
+        return md.spectr_rho_select(p, q, k)
+
+    for seed in range(30):
+        for dtype in (torch.float32, torch.float64):
+            p, q = _rows(seed, 1, 2_000, dtype)
+            p, q = p[0], q[0]
+            k = 2 + seed % 4
+            cands = torch.multinomial(q, k, replacement=True, generator=torch.Generator().manual_seed(seed)).tolist()
+            whole = md._spectr(p, q, cands, md.spectr_rho_select)
+            masses = [max(x, 0.0) for x in torch.cat([whole.accept_prob, whole.reject_prob.reshape(1)]).tolist()]
+            a0 = masses[0] / sum(masses)
+            grid = [i / 64 for i in range(64)] + [a0, math.nextafter(a0, 0.0), math.nextafter(a0, 1.0),
+                                                  a0 * (1 - 1e-5), a0 * (1 - 1e-3)]
+            for u in grid:
+                if not 0 <= u < 1:
+                    continue
+                st = md._spectr_stages(p, q, cands, rho)
+                called = []
+                orig = st.certify_first
+                passes = []
+                real_min = torch.minimum
+
+                def certify(t, orig=orig, real_min=real_min, passes=passes, called=called):
+                    monkeypatch.setattr(torch, "minimum", lambda *a: passes.append(1) or real_min(*a))
+                    try:
+                        called.append(orig(t))
+                    finally:
+                        monkeypatch.setattr(torch, "minimum", real_min)
+                    return called[-1]
+
+                st.certify_first = certify
+                before = len(searches)
+                got = md._lazy_pick(st, u)
+                assert got == sampling.cdf_list_index(masses, u), (seed, dtype, u)
+                if called and called[0]:
+                    assert got == 0 and len(searches) == before  # certified: no search for rho
+                    outcomes["pass" if passes else "k"] += 1
+                else:
+                    outcomes["no"] += 1
+    assert all(v > 0 for v in outcomes.values()), outcomes
