@@ -70,7 +70,7 @@ from speed import ForwardTimer, _paired_ratio, hf_generate, parse_decoder  # noq
 
 from mtad.core import allocator  # noqa: E402
 from mtad.core.engine import Engine  # noqa: E402
-from mtad.core.warping import Warping  # noqa: E402
+from mtad.core.warping import Warping, warp_probs  # noqa: E402
 from mtad.models.pair import ModelPair  # noqa: E402
 from mtad.models.tiny import TinyTokenizer, tiny_causal_lm  # noqa: E402
 from mtad.run.cli import load_decoder  # noqa: E402
@@ -430,6 +430,8 @@ def main(argv=None):
                          "emitted token against SpD's argmax, SpD and the beam decoders measured alongside "
                          "(beam_floor; --md writes it)")
     ap.add_argument("--width", type=int, default=4, help="--beam-floor: beams (the decoders' default width)")
+    ap.add_argument("--floor-top-p", type=float, default=1.0,
+                    help="--draw-floor at top-p alone (< 1): the nucleus each draft row needs counted in a draw")
     ap.add_argument("--draw-floor", action="store_true",
                     help="instead of the goals table: the least vocabulary work multi-draft drafting needs per "
                          "emitted token at plain temperature against SpD's chain, SpD and the decoders measured "
@@ -610,14 +612,28 @@ def draw_floor(args) -> str:
     top-p: the goal (``--tree-limit``, 1.5x) allows 0.5 x SpD's overhead more per token; where
     the added floor alone exceeds that, no exact implementation on this CPU meets the goal with
     these drafts; where it does not, the rest of the gap is the harness's.
+
+    With ``--floor-top-p P`` (< 1) the same at top-p P alone: a row a drafter draws from is then
+    a nucleus, which the warping must find before any draw, so one draw from a row is the least
+    of two exact formulations of a nucleus and one inverse-CDF draw in it (the harness's own
+    warping, ``warp_probs``: a bucketed selection, no sort of the vocabulary, then the nucleus's
+    cumulative sum and a search; or a sort of the row, its softmax's running sum, the prefix
+    that reaches P and a search in it), and the decoders run at T = 1, top-p P.
     """
     gamma, reps = args.gamma, 100
+    top_p = args.floor_top_p
+    if not 0 < top_p <= 1:
+        raise SystemExit(f"--floor-top-p must be in (0, 1], got {top_p}")
+    plain = top_p == 1.0
+    label, tag = ("plain temperature", "plain") if plain else (f"top-p {top_p} alone", f"topp{top_p}")
     chosen = [s for s in args.systems.split(",") if s in MULTI_DRAFT_SYSTEMS] if args.systems != ALL_SYSTEMS \
         else list(MULTI_DRAFT_SYSTEMS)
     systems = ["spd", *chosen]
-    lines = ["## Multi-draft drafting at plain temperature: the least vocabulary work it needs (`--draw-floor`)", "",
-             (draw_floor.__doc__ or "").split("\n\n", 1)[1].replace("\n    ", " ").strip(), "",
-             f"Command: `python bench/overhead.py --draw-floor --vocabs {args.vocabs} --drafts {args.drafts} "
+    doc = (draw_floor.__doc__ or "").split("\n\n")
+    lines = [f"## Multi-draft drafting at {label}: the least vocabulary work it needs (`--draw-floor`)", "",
+             " ".join(part.replace("\n    ", " ").strip() for part in (doc[1:2] if plain else doc[1:])), "",
+             f"Command: `python bench/overhead.py --draw-floor{'' if plain else f' --floor-top-p {top_p}'} "
+             f"--vocabs {args.vocabs} --drafts {args.drafts} "
              f"--systems {','.join(chosen)} --prompts {args.prompts} --max-new-tokens {args.max_new_tokens} "
              f"--prompt-seed {args.prompt_seed}`; torch threads {torch.get_num_threads()}, float32; gamma = {gamma}, "
              f"decoders at their defaults; floor ops: best of {reps}-call rounds, one round after every run; systems "
@@ -626,10 +642,22 @@ def draw_floor(args) -> str:
              "added floor ms/token | SpD overhead ms/token | goal allows +ms/token | measured overhead x SpD | "
              "floor alone x SpD | verdict |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-    w = Warping(args.temperature, 0, 1.0)
+    w = Warping(args.temperature, 0, top_p)
     for vocab in [int(v) for v in args.vocabs.split(",")]:
         g = torch.Generator().manual_seed(0)
         row, u = torch.randn(vocab, generator=g), torch.rand(1, generator=g)
+
+        def warp_then_draw(row=row, u=u):  # the harness's nucleus, its support, one inverse-CDF draw
+            p = warp_probs(row[None], args.temperature, 0, top_p)[0]
+            ids = torch.nonzero(p > 0).flatten()
+            c = torch.cumsum(p[ids], 0, dtype=torch.float64)
+            return ids[torch.searchsorted(c, u.double() * c[-1])]
+
+        def sort_then_draw(row=row, u=u):  # a sorted row: the prefix reaching top_p, one draw in it
+            s, idx = torch.sort(row / args.temperature, descending=True)
+            cs = torch.softmax(s, -1).cumsum(0)
+            n = min(int(torch.searchsorted(cs, torch.tensor([top_p]))) + 1, cs.numel())
+            return idx[torch.searchsorted(cs[:n], u * cs[n - 1])]
 
         def softmax_multinomial(row=row, g=g):
             return torch.multinomial(torch.softmax(row, -1), 1, generator=g)
@@ -643,8 +671,9 @@ def draw_floor(args) -> str:
             return torch.searchsorted(c, u * c[-1])
 
         def draw_seconds() -> float:
-            return min(_op_seconds(f, reps) for f in (softmax_multinomial, exp_cumsum_search,
-                                                      logsoftmax_cumsum_search))
+            ops = (softmax_multinomial, exp_cumsum_search, logsoftmax_cumsum_search) if plain else (
+                warp_then_draw, sort_then_draw)
+            return min(_op_seconds(f, reps) for f in ops)
 
         for draft in args.drafts.split(","):
             pair = build_pair(vocab, args.hidden, args.layers, args.draft_hidden, args.draft_layers, draft)
@@ -678,7 +707,7 @@ def draw_floor(args) -> str:
                 measured = (1000 * a["overhead"] / a["tokens"]) / spd_ms
                 verdict = ("floor alone misses the goal: no exact implementation here meets it" if added > allowed
                            else "reachable in principle: the rest of the gap is the harness's")
-                lines.append(f"| V{vocab}/{draft}/plain | {s} | {1e6 * best:.1f} | {rows:.2f} ({spd_rows:.2f}) | "
+                lines.append(f"| V{vocab}/{draft}/{tag} | {s} | {1e6 * best:.1f} | {rows:.2f} ({spd_rows:.2f}) | "
                              f"{tps:.2f} ({spd_tps:.2f}) | {added:.3f} | {spd_ms:.3f} | {allowed:.3f} | "
                              f"{measured:.2f} | {(spd_ms + added) / spd_ms:.2f} | {verdict} |")
             for t in timers.values():

@@ -383,6 +383,27 @@ def test_beam_floor_sets_the_least_beam_work_beside_spd_measured_alongside(tmp_p
     assert float(cells[3]) > 0 and float(cells[2]) > 0 and cells[10].startswith(("floor alone", "reachable"))
 
 
+@pytest.mark.parametrize("top_p", [1.0, 0.9])
+def test_draw_floor_at_plain_temperature_and_top_p(tmp_path, top_p):
+    """``--draw-floor`` (and ``--floor-top-p``): per setting and multi-draft decoder, one draw's
+    floor from a row (a nucleus's own search counted at top-p), both rows and tokens per step, the
+    floor against the goal's allowance, a verdict; the setting names the warping; seconds."""
+    md = tmp_path / "floor.md"
+    extra = [] if top_p == 1.0 else ["--floor-top-p", str(top_p)]
+    overhead.main(["--draw-floor", *extra, "--vocabs", "3000", "--hidden", "16", "--draft-hidden", "16",
+                   "--drafts", "random", "--prompts", "1", "--max-new-tokens", "4", "--systems", "specinfer",
+                   "--md", str(md)])
+    text = md.read_text()
+    tag = "plain" if top_p == 1.0 else "topp0.9"
+    lines = [x for x in text.splitlines() if x.startswith(f"| V3000/random/{tag} ")]
+    assert [x.split("|")[2].strip() for x in lines] == ["specinfer"]
+    cells = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert float(cells[2]) > 0 and cells[10].startswith(("floor alone", "reachable"))
+    assert ("top-p 0.9 alone" in text.splitlines()[0]) == (top_p < 1.0)
+    assert ("--floor-top-p 0.9" in text) == (top_p < 1.0)
+    assert ("With ``--floor-top-p P``" in text.split("Command:")[0]) == (top_p < 1.0)
+
+
 def test_docs_quote_the_held_out_goals_rerun_counts():
     """docs/speed.md's verdict counts for the goals table re-run commit against commit are the
     committed records' (each commit's goals table, recomputed from the kept runs)."""
