@@ -10,7 +10,13 @@ Each method is one function that one walk runs:
   generator)``, that draws the outcome at each node from that same function (equivalent in distribution to
   the papers' sequential uniforms) and walks down the accepted child.
 
-The exact-enumeration tests therefore prove the very code the decoders run.
+The exact-enumeration tests therefore prove the very code the decoders run. Where the draws are
+made by inverse CDF (plain temperature, top-p alone), the walk takes a sequential rule's stages
+(``_Stages``: SpecInfer, MCSS, SpecTr) only as far as the node's one uniform needs to decide its
+outcome (``_lazy_pick``): the residual updates after the accepted candidate are not made, and
+SpecTr's rho is not searched for where one pass shows its first candidate accepted
+(``_SpectrStages.certify_first``). The uniform, the index it picks, the correction and the
+generator's state are those of the whole outcome drawn at once (``tests/verify/test_lazy_walk.py``).
 
 Glossary (as in the papers):
 
@@ -247,6 +253,9 @@ class _SpectrStages(_Stages):
     #: float32 units of p / r) and summed in float64 moves f by far less
     _F_TOL = 1e-6
     _MARGIN = 1e-4  # the test point sits this far (relative) below the rho the uniform needs
+
+    def residual(self) -> torch.Tensor:  # [V] norm(max(0, p - rho q)); P, Q are p, q throughout
+        return _normalise_or((self.P - self.rho_value() * self.Q).clamp_min(0), self.P)
 
     def certify_first(self, t_hi: float) -> bool:
         if self.ar is None or not callable(self._rho) or self.taken:
@@ -520,12 +529,11 @@ def _spectr_stages(p, q, cands, find_rho) -> _Stages:
     if k == 0:
         return _Stages(p, q, cands, None)  # (no candidate: the residual is p)
 
-    def update(P, Q, c):  # the rule has one fixed acceptance test; nothing changes
-        return P, Q
+    return _SpectrStages(p, q, cands, _unchanged, rho=lambda: find_rho(p, q, k))
 
-    st = _SpectrStages(p, q, cands, update, rho=lambda: find_rho(p, q, k),
-                       residual=lambda: _normalise_or((p - st.rho_value() * q).clamp_min(0), p))
-    return st
+
+def _unchanged(P, Q, c):  # SpecTr's one fixed acceptance test: a rejection changes nothing
+    return P, Q
 
 
 # --------------------------------------------------------------------------- MCNS

@@ -155,7 +155,7 @@ def _tensor_stages(rule: str, p, q, cands):
     rho = md.spectr_rho(p, q, len(cands)) if rule == "spectr" and cands else None
     ratio = ((lambda P, Q, c: md._accept_ratio(P[c], Q[c])) if rho is None
              else (lambda P, Q, c: md._accept_ratio(P[c], rho * Q[c])))
-    return md._Stages(p, q, cands, st.update, residual=st._residual, ratio=ratio)
+    return type(st)(p, q, cands, st.update, rho=rho, ratio=ratio)  # (SpecTr: its own residual)
 
 
 @pytest.mark.parametrize("rule", RULES)
