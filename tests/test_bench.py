@@ -391,17 +391,42 @@ def test_draw_floor_at_plain_temperature_and_top_p(tmp_path, top_p):
     md = tmp_path / "floor.md"
     extra = [] if top_p == 1.0 else ["--floor-top-p", str(top_p)]
     overhead.main(["--draw-floor", *extra, "--vocabs", "3000", "--hidden", "16", "--draft-hidden", "16",
-                   "--drafts", "random", "--prompts", "1", "--max-new-tokens", "4", "--systems", "specinfer",
-                   "--md", str(md)])
+                   "--drafts", "random", "--prompts", "1", "--max-new-tokens", "4",
+                   "--systems", "specinfer,beam_specinfer", "--md", str(md)])
     text = md.read_text()
     tag = "plain" if top_p == 1.0 else "topp0.9"
     lines = [x for x in text.splitlines() if x.startswith(f"| V3000/random/{tag} ")]
-    assert [x.split("|")[2].strip() for x in lines] == ["specinfer"]
+    assert [x.split("|")[2].strip() for x in lines] == ["specinfer", "beam_specinfer"]
     cells = [c.strip() for c in lines[0].strip("|").split("|")]
     assert float(cells[2]) > 0 and cells[10].startswith(("floor alone", "reachable"))
+    assert "The beam decoders (``BEAM_SYSTEMS``) get no verdict" in text
+    beam = [x for x in text.splitlines() if x.startswith(f"| V3000/random/{tag} | beam_specinfer ")]
+    assert len(beam) == 1 and beam[0].rstrip(" |").endswith("not every row it feeds")
     assert ("top-p 0.9 alone" in text.splitlines()[0]) == (top_p < 1.0)
     assert ("--floor-top-p 0.9" in text) == (top_p < 1.0)
     assert ("With ``--floor-top-p P``" in text.split("Command:")[0]) == (top_p < 1.0)
+
+
+def test_phases_split_the_time_outside_the_models_by_phase(tmp_path):
+    """``bench/phases.py``: per system, the time outside the models per step split into named
+    phases and a rest that together make it up; the wrappers are taken off again."""
+    import phases
+
+    import mtad.verify.multidraft as md
+
+    walk = md._walk
+    out = tmp_path / "phases.md"
+    phases.main(["--vocab", "3000", "--hidden", "16", "--draft-hidden", "16", "--prompts", "1",
+                 "--max-new-tokens", "6", "--systems", "spd,specinfer", "--out", str(out)])
+    assert md._walk is walk  # unwrapped
+    rows = {r[0]: r[1:] for r in ([c.strip() for c in line.strip("|").split("|")]
+                                  for line in out.read_text().splitlines() if line.startswith("| "))}
+    ms = {k: [float(c.split()[0]) for c in v] for k, v in rows.items()
+          if k not in ("phase", "---", "tokens per step", "outside the models, ms per token")}
+    total = ms.pop("outside the models, all")
+    for i in range(2):
+        assert abs(sum(v[i] for v in ms.values()) - total[i]) <= 0.01 + 0.01 * total[i]
+    assert ms["walk"][1] > 0 and ms["walk"][0] == 0 and ms["tree draws"][1] > 0
 
 
 def test_docs_quote_the_held_out_goals_rerun_counts():
