@@ -153,7 +153,8 @@ def profile(args) -> str:
              (__doc__ or "").split("\n\n")[1].replace("\n", " "), "",
              f"Command: `python bench/phases.py {' '.join(args.argv)}`; {args.prompts} prompts x "
              f"{args.max_new_tokens} tokens, prompt seed {args.prompt_seed}, gamma {args.gamma}, torch threads "
-             f"{torch.get_num_threads()}. Milliseconds per step (share of the step's time outside the models).", "",
+             f"{torch.get_num_threads()}. Milliseconds per step (share of the step's time outside the models).",
+             _machine(), "",
              "| phase | " + " | ".join(systems) + " |", "| --- |" + " ---: |" * len(systems)]
     rows = [("outside the models, all", {s: r["outside"] for s, r in results.items()})]
     rows += [(label, {s: r["own"].get(label, 0.0) for s, r in results.items()}) for label in labels]
@@ -168,6 +169,22 @@ def profile(args) -> str:
     lines.append("| outside the models, ms per token | " + " | ".join(
         f"{1e3 * results[s]['outside'] / results[s]['tokens']:.3f}" for s in systems) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _machine() -> str:
+    """The machine and commit a table was made on (``mtad.core.machine.cpu_info``)."""
+    import subprocess
+
+    from mtad.core.machine import cpu_info
+
+    cpu = cpu_info()
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=Path(__file__).resolve().parent,
+                                capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "?"
+    return (f"Machine: {cpu.get('model')}, {cpu.get('usable_cpus')} usable CPUs, ISA {' '.join(cpu.get('isa') or [])}, "
+            f"native bfloat16: {'yes' if cpu.get('native_bf16') else 'no'}; torch {torch.__version__}; git {commit}.")
 
 
 def main(argv=None):
