@@ -526,3 +526,42 @@ def test_spectr_rho_bench_times_both_rules_side_by_side(tmp_path):
         sort_ms, sel_ms, ratio, diff = (float(c) for c in cells[2:])
         assert sort_ms > 0 and sel_ms > 0 and ratio == pytest.approx(sel_ms / sort_ms, abs=0.05)
         assert diff < 1e-5  # the same root up to float32 sums
+
+
+def test_docs_quote_the_staged_walk_records():
+    """docs/speed.md's staged-walk section: the plain-temperature before → after table is the
+    commit-against-commit record's, and the draw floors' counts and ranges are their records'."""
+    root = Path(__file__).resolve().parent.parent
+    doc = " ".join((root / "docs/speed.md").read_text().split())
+    rec = (root / "results/bench/compare_commits_staged_walk_modes_cpu.md").read_text()
+    cells = {}
+    for line in rec.splitlines():
+        c = [x.strip() for x in line.strip().strip("|").split("|")]
+        if line.startswith("| V") and c[0].endswith("sample_nok"):
+            cells[(c[1], c[0])] = (c[3].split()[0], c[4].split()[0])
+    names = {"specinfer": "SpecInfer", "mcss": "MCSS", "spectr": "SpecTr", "beam_specinfer": "beam SpecInfer",
+             "tree_mtad": "tree-MTAD", "mtad": "MTAD"}
+    cols = ["V32000/random", "V32000/equal", "V151936/random", "V151936/equal"]
+    for s, n in names.items():
+        row = f"| {n} | " + " | ".join("{} → {}".format(*cells[(s, f"{c}/sample_nok")]) for c in cols) + " |"
+        assert row in doc, row
+
+    def floor(name):
+        rows = [[c.strip() for c in line.strip().strip("|").split("|")]
+                for line in (root / "results/bench" / name).read_text().splitlines() if line.startswith("| V")]
+        return {(r[0], r[1]): (float(r[8]), float(r[9]), r[10]) for r in rows}
+
+    plain, topp = floor("draw_floor_staged_walk_cpu.md"), floor("draw_floor_topp_staged_walk_cpu.md")
+    every_row = ("specinfer", "mcss", "spectr", "mcns")
+    miss = [k for k, v in plain.items() if k[1] in every_row and v[2].startswith("floor alone misses")]
+    assert f"The floor alone misses 1.5x SpD in {len(miss)} of the 16 cells" in doc
+    assert all(v[2].startswith("no bound") for k, v in {**plain, **topp}.items() if k[1] in overhead.BEAM_SYSTEMS)
+    assert all(v[2].startswith("floor alone misses") for k, v in topp.items() if k[1] in every_row)
+    assert "in all 16 cells of SpecInfer" in doc
+    for table, system, words in ((plain, "specinfer", "SpecInfer ("), (topp, "spectr", "SpecTr ("),
+                                 (topp, "mcss", "MCSS (")):
+        v = [x for k, x in table.items() if k[1] == system]
+        lo, hi = min(x[1] for x in v), max(x[1] for x in v)
+        mlo, mhi = min(x[0] for x in v), max(x[0] for x in v)
+        assert f"{words}{lo:.2f}-{hi:.2f}x; measured {mlo:.2f}-{mhi:.2f}x" in doc or \
+            f"{words}{lo:.2f}-{hi:.2f}x; {mlo:.2f}-{mhi:.2f}x" in doc, (system, lo, hi, mlo, mhi)
