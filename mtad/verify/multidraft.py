@@ -167,9 +167,10 @@ def _accept_ratio(
 
 
 class _Stages:
-    """A sequential rule at one node, candidate after candidate: ``_sequential``'s operations in
-    its order, each update of ``P`` (and ``Q``) made only when the next candidate's ratio or the
-    residual reads it. ``next()`` gives the next candidate's acceptance probability (``reach``
+    """A sequential rule at one node, candidate after candidate: for each, in order, its
+    acceptance ``min(1, P(c) / Q(c))`` given that every earlier one was rejected, then (if it
+    could have been drawn, ``Q(c) > 0``) the rule's update of ``P`` (and ``Q``), made only when the
+    next candidate's ratio or the residual reads it. ``next()`` gives the next candidate's acceptance probability (``reach``
     is then the probability that it and every candidate before it are rejected); ``residual()``
     the distribution of the correction once every candidate taken is rejected. A walk that
     draws the node's outcome by inverse CDF stops as soon as the uniform decides it
