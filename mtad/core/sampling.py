@@ -239,11 +239,11 @@ def cdf_drop(
 ) -> None:
     """``x[j] = 0`` and ``c`` = the new ``x.cumsum(-1)``, bit for bit: the sums before ``j`` stand,
     and from ``j`` on they are made again as a sum of the whole row makes them (``c[j - 1] + 0``,
-    then each later mass in turn), not by a subtraction (whose rounding differs)."""
+    then each later mass in turn), not by a subtraction (whose rounding differs). The running sum
+    is seeded in ``x[j]`` itself for the sum, then ``x[j]`` is set to 0: no copy of the suffix."""
+    x[j] = c[j - 1] if j > 0 else 0.0
+    torch.cumsum(x[j:], 0, out=c[j:])
     x[j] = 0.0
-    seg = x[j:].clone()
-    seg[0] = c[j - 1] if j > 0 else 0.0
-    torch.cumsum(seg, 0, out=c[j:])
 
 
 def multinomial(vals: torch.Tensor, k: int, replacement: bool, gen: torch.Generator) -> torch.Tensor:
