@@ -26,6 +26,7 @@ from mtad.core.engine import Engine
 from mtad.core.warping import Warping
 from mtad.models.tiny import tiny_causal_lm
 from mtad.run.cli import compose_config, group_options
+from mtad.testing import unsupported_by
 from mtad.testing.devicecheck import virtual_pair
 from mtad.testing.streams import words_between
 
@@ -165,6 +166,9 @@ def main(argv=None) -> None:
     for setting in args.settings:
         warping = SETTINGS[setting]
         for name in args.decoders or group_options("decoder"):
+            if why := unsupported_by(load_decoder(name), warping):  # (greedy match: temperature 0 only)
+                print(f"T={setting} skipped: {why}", flush=True)
+                continue
             for over in shapes(name, args.gammas, args.widths):
                 r = measure(target, draft, name, over, warping, args.tokens, prompts)
                 r["temperature"] = warping.temperature
