@@ -101,7 +101,6 @@ speculative sampling (SpD) lives in ``mtad.verify.chain``.
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
@@ -218,7 +217,7 @@ class _Stages:
         if self._rho is not None and self.rho is None:
             self.rho = one(self.rho_value())
         pc, qc = float(self.P[c]), float(self.Q[c])
-        a = self.ar.ratio(pc, qc if self.rho is None else one(self.rho * qc))
+        a = self._accept(pc, qc, self.rho)
         acc = one(self.reach * a)
         self.reach = one(self.reach * one(1.0 - a))
         if qc > 0:  # a candidate that could not have been drawn is skipped
@@ -228,6 +227,10 @@ class _Stages:
     def residual(self) -> torch.Tensor:  # [V]
         self._catch_up()
         return self._residual() if self._residual is not None else self.P
+
+    def _accept(self, pc: float, qc: float, rho: float | None) -> float:
+        """``_accept_ratio(P[c], rho * Q[c])`` on host floats (``rho`` already in the dtype)."""
+        return self.ar.ratio(pc, qc if rho is None else self.ar.one(rho * qc))
 
     def rho_value(self) -> float:
         """rho as found (a callable given for it runs once, here)."""
@@ -269,7 +272,7 @@ class _SpectrStages(_Stages):
         r = min(float(k), pc / (qc * t_hi) / (1 + self._MARGIN))  # the largest rho tested
         if not r > 1.0:
             return False  # (rho >= 1: no test point can show more)
-        if not self.ar.ratio(pc, one(one(r * (1 + 1e-6)) * qc)) > t_hi:
+        if not self._accept(pc, qc, one(r * (1 + 1e-6))) > t_hi:
             return False
         if r >= k:
             return True  # the rule's rho is at most k
@@ -618,10 +621,13 @@ def compress_support(
 
 
 #: each sequential rule's staged form (``_Stages``), for a walk that draws its outcomes by inverse CDF
+_STAGED = {specinfer_position: _specinfer_stages, mcss_position: _mcss_stages,
+           spectr_position: lambda p, q, c: _spectr_stages(p, q, c, spectr_rho),
+           spectr_position_select: lambda p, q, c: _spectr_stages(p, q, c, spectr_rho_select)}
+
+
 def _staged(rule: PositionRule):
-    return {specinfer_position: _specinfer_stages, mcss_position: _mcss_stages,
-            spectr_position: lambda p, q, c: _spectr_stages(p, q, c, spectr_rho),
-            spectr_position_select: lambda p, q, c: _spectr_stages(p, q, c, spectr_rho_select)}.get(rule)
+    return _STAGED.get(rule)
 
 
 _SLACK = 2.0**-22  # per rounding of a float32 (or float64) product, with room: 4 x float32's unit
@@ -648,12 +654,13 @@ def _lazy_pick(st: _Stages, u: float) -> int:
         if st.certify_first(min(u * hi, math.nextafter(hi, 0.0))):
             return 0
     masses: list[float] = []
+    c: list[float] = []  # running sums of the masses, as cdf_list_index makes them (in order)
     for i in range(k):
         masses.append(max(float(st.next()), 0.0))
+        c.append(masses[-1] if i == 0 else c[-1] + masses[-1])
         n = k - 1 - i  # candidates still to come
         if n == 0:
             break
-        c = list(itertools.accumulate(masses))  # as cdf_list_index sums them
         reach = max(float(st.reach), 0.0)
         if not (math.isfinite(c[-1]) and math.isfinite(reach)):
             continue
