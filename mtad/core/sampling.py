@@ -74,6 +74,8 @@ from typing import NamedTuple
 
 import torch
 
+from mtad.core import cdf_blocks
+from mtad.core.cdf_blocks import cdf_search
 from mtad.core.topk import topk_rows
 
 __all__ = [
@@ -147,19 +149,22 @@ def cdf_index(
     below the total (a product rounded up to it would point past the last entry with mass), so
     an index always has mass when the total is positive and finite (the caller checks it).
     ``nonneg``: the masses are clamped already (a clamp of clamped masses changes no bit), so
-    the vocabulary-long clamp is not made twice."""
+    the vocabulary-long clamp is not made twice.
+
+    On the CPU a row of at least ``cdf_blocks.MIN_LENGTH`` entries is searched by its blocks
+    (``mtad.core.cdf_blocks``): the same indices without the whole cumulative sum; its total is
+    then the blocks' sum, within about 1e-10 of the cumulative sum's last entry relative to it,
+    and positive and finite exactly when that is (callers only check it)."""
+    n = masses.shape[-1]
+    if masses.device.type == "cpu" and n >= cdf_blocks.MIN_LENGTH and masses.dtype.is_floating_point:
+        x = masses if nonneg else masses.clamp_min(0)  # (clamped in the masses' dtype: the same values)
+        rows = x.float() if x.dtype not in cdf_blocks.DTYPES else x  # (half precision: exact in float32)
+        rows = rows.reshape(-1, n).contiguous()
+        j, totals = cdf_blocks.Blocks(list(rows)).index(u.reshape(rows.shape[0], -1).tolist())
+        return (torch.tensor(j, dtype=torch.long).reshape(u.shape),
+                torch.tensor(totals, dtype=torch.float64).reshape(*u.shape[:-1], 1))
     c = masses.to(torch.float64)
     return cdf_search((c if nonneg else c.clamp_min(0)).cumsum(-1), u)
-
-
-def cdf_search(
-    c: torch.Tensor,  # [..., n] float64 cumulative masses
-    u: torch.Tensor,  # [..., k] float64 uniforms on c's device
-) -> tuple[torch.Tensor, torch.Tensor]:  # [..., k] int64 indices, [..., 1] float64 totals
-    """``cdf_index``'s search on cumulative masses already made (see there)."""
-    total = c[..., -1:]
-    t = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
-    return torch.searchsorted(c, t.contiguous(), right=True), total
 
 
 def check_total(total: float) -> None:
@@ -193,7 +198,9 @@ def cdf_positions(
     Without replacement each draw searches the float64 cumulative masses of what the draws before
     it left; only the part from the entry last drawn on is summed again (the running sum before
     it, then the masses after it, one after the other: the very additions a sum of the whole row
-    makes, so the same values bit for bit, ``tests/core/test_cdf_suffix.py``)."""
+    makes, so the same values bit for bit, ``tests/core/test_cdf_suffix.py``). A long row
+    (``cdf_blocks.MIN_LENGTH``) is searched by its blocks instead, a drawn entry's block summed
+    again (``mtad.core.cdf_blocks``: the same positions)."""
     if k <= 0:
         return []
     if vals.numel() <= _LIST_MAX and vals.device.type == "cpu":  # a short support: on Python floats
@@ -208,7 +215,7 @@ def cdf_positions(
             if not replacement:
                 masses[out[-1]] = 0.0
         return out
-    x = (vals if positive else vals.clamp_min(0)).to(torch.float64)  # clamped in the masses' dtype
+    x = vals if positive else vals.clamp_min(0)  # clamped in the masses' dtype
     if not replacement:
         nz = x.numel() if positive else int((x > 0).sum())
         if min(k, nz) == 0:
@@ -218,6 +225,16 @@ def cdf_positions(
         j, total = cdf_index(x, u, nonneg=True)
         check_total(float(total))
         return j.tolist()
+    if x.numel() >= cdf_blocks.MIN_LENGTH and x.device.type == "cpu" and x.dtype in cdf_blocks.DTYPES:
+        blocks, out = cdf_blocks.Blocks([x.contiguous()]), []
+        for i, ui in enumerate(u.tolist()[: min(k, nz)]):
+            (j,), (total,) = blocks.index([[ui]])
+            check_total(total)
+            out.append(j[0])
+            if i + 1 < min(k, nz):
+                blocks.drop(0, j[0])
+        return out
+    x = x.to(torch.float64)
     if x is vals:
         x = x.clone()  # (a float64 row: written into below)
     c = x.cumsum(-1)

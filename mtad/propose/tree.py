@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import torch
 
-from mtad.core import hostfloat
+from mtad.core import cdf_blocks, hostfloat
 from mtad.core.decoder import StepContext
 from mtad.core.knobs import GAMMA, Knob, Rule
 from mtad.core.protocols import ROOT
@@ -166,8 +166,16 @@ def _whole_level_cdf(rows: list[torch.Tensor], k: int, generator: torch.Generato
     block, the ``F k`` uniforms in one call (the generator's stream is sequential: the ones the
     rows take in turn), one search and one read. The same positions as row after row
     (``mtad.core.sampling.cdf_positions``), bit for bit; a few torch calls per level instead of
-    per row (``tests/propose/test_level_cdf.py``)."""
+    per row (``tests/propose/test_level_cdf.py``). Rows of at least ``cdf_blocks.MIN_LENGTH``
+    entries are searched by their blocks instead (``mtad.core.cdf_blocks``: the same positions,
+    a read of each row in place of its float64 copy and cumulative sum)."""
     f, v = len(rows), rows[0].numel()
+    if v >= cdf_blocks.MIN_LENGTH and rows[0].dtype in cdf_blocks.DTYPES:  # by blocks: the same positions
+        j, totals = cdf_blocks.Blocks([r.contiguous() for r in rows]).index(uniforms(f * k, generator).view(
+            f, k).tolist())
+        for t in totals:
+            check_total(t)
+        return j
     c = torch.empty(f, v, dtype=torch.float64)
     for i, r in enumerate(rows):
         c[i].copy_(r)  # (float32 -> float64: exact)

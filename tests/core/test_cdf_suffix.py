@@ -7,11 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mtad.core.sampling import InverseCdf, cdf_index, cdf_positions, uniforms
+from mtad.core.sampling import InverseCdf, cdf_positions, cdf_search, uniforms
 
 
 def _whole_again(vals: torch.Tensor, k: int, gen: torch.Generator) -> list[int]:
-    """The draws as made before: the whole row's float64 cumulative masses before every draw."""
+    """The draws by the definition: the whole row's float64 cumulative masses before every draw
+    (also for rows searched by blocks, ``mtad.core.cdf_blocks``)."""
     x = vals.clamp_min(0).to(torch.float64)
     nz = int((x > 0).sum())
     if min(k, nz) == 0:
@@ -19,7 +20,7 @@ def _whole_again(vals: torch.Tensor, k: int, gen: torch.Generator) -> list[int]:
     u = uniforms(k, gen)
     out = []
     for i in range(min(k, nz)):
-        j, total = cdf_index(x, u[i : i + 1], nonneg=True)
+        j, total = cdf_search(x.cumsum(-1), u[i : i + 1])
         assert 0 < float(total) < float("inf")
         out.append(int(j))
         x[out[-1]] = 0.0
