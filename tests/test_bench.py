@@ -430,6 +430,27 @@ def test_phases_split_the_time_outside_the_models_by_phase(tmp_path):
     assert ms["walk"][1] > 0 and ms["walk"][0] == 0 and ms["tree draws"][1] > 0
 
 
+def test_draw_paths_times_each_block_site_on_and_off(tmp_path):
+    """``bench/draw_paths.py``: a cell per site and system; the sites are put back as they were;
+    an unknown site is refused in one line."""
+    import draw_paths
+
+    from mtad.core import cdf_blocks
+
+    before = dict(cdf_blocks.SITES)
+    out = tmp_path / "paths.md"
+    draw_paths.main(["--vocab", str(cdf_blocks.MIN_LENGTH + 3), "--hidden", "16", "--draft-hidden", "16",
+                     "--prompts", "2", "--max-new-tokens", "4", "--systems", "spd,mcss", "--sites", "level,without",
+                     "--out", str(out)])
+    assert cdf_blocks.SITES == before
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in out.read_text().splitlines()
+            if line.startswith("| level") or line.startswith("| without")]
+    assert [r[0] for r in rows] == ["level", "without"] and all(len(r) == 3 for r in rows)
+    assert all(float(c.split()[0]) > 0 for r in rows for c in r[1:])
+    with pytest.raises(SystemExit, match="unknown"):
+        draw_paths.main(["--vocab", "300", "--sites", "everywhere"])
+
+
 def test_docs_quote_the_held_out_goals_rerun_counts():
     """docs/speed.md's verdict counts for the goals table re-run commit against commit are the
     committed records' (each commit's goals table, recomputed from the kept runs)."""

@@ -30,6 +30,16 @@ before, on its whole cumulative sum (``fallback``): every index and every refusa
 ``tests/core/test_cdf_blocks.py`` checks the indices against ``c``'s on random, adversarial and
 boundary targets and forces the fallback.
 
+Where: ``SITES``. In a hot loop a single draw from one row of 151,936 entries takes about 60
+µs here against 100 for the whole sum, but in a run it is the other way round: after a model's
+forward pass the caches are cold (a fixed Python and numpy workload then takes about 3x its
+hot-loop time), and the blocks' dozen small Python and numpy operations cost more than the
+whole sum's few torch ones. ``bench/draw_paths.py`` measures each site on and off in one process
+(``results/bench/draw_paths_cpu.md``): a tree level's draws at once (``level``) and draws without
+replacement (``without``, MCSS's siblings: each drop sums one block again, not the row's suffix)
+gain; one row's draws (``single``: SpD's chain, a correction) and a batch of rows with their own
+uniforms (``rows``: a beam's) do not, and keep the whole sum.
+
 Costs: the block sums read the row once (35-45 µs at 151,936 entries, float32 rows, one core
 of an AMD EPYC; the float64 accumulation, not the read, is most of it); the rest is a few operations on ``BLOCK`` and ``n / BLOCK`` numbers. Shorter rows
 than ``MIN_LENGTH`` keep the whole sum, which is as cheap there. Draws without replacement
@@ -49,6 +59,11 @@ import torch
 BLOCK = 1024  # entries per block
 MIN_LENGTH = 65536  # rows at least this long are searched by blocks (shorter: the whole sum is as cheap)
 DTYPES = (torch.float32, torch.float64)  # the rows' dtypes here (numpy reads them in place)
+# where draws are searched by blocks (``bench/draw_paths.py`` measures each site on and off in
+# one process): a tree level's draws from whole rows (``mtad.propose.tree._whole_level_cdf``) and
+# draws without replacement (``mtad.core.sampling.cdf_positions``), not one row's draws
+# (``single``) nor a batch of rows with their own uniforms (``rows``: ``cdf_index``)
+SITES = {"level": True, "without": True, "single": False, "rows": False}
 _U = 2.0**-53
 _WIDE = 1 + 2.0**-50  # widens a product past its roundings (a few units in the last place)
 

@@ -151,12 +151,14 @@ def cdf_index(
     ``nonneg``: the masses are clamped already (a clamp of clamped masses changes no bit), so
     the vocabulary-long clamp is not made twice.
 
-    On the CPU a row of at least ``cdf_blocks.MIN_LENGTH`` entries is searched by its blocks
-    (``mtad.core.cdf_blocks``): the same indices without the whole cumulative sum; its total is
-    then the blocks' sum, within about 1e-10 of the cumulative sum's last entry relative to it,
-    and positive and finite exactly when that is (callers only check it)."""
+    Where ``cdf_blocks.SITES`` says so (``single``: one row; ``rows``: several; both off by
+    default, see there), a CPU row of at least ``cdf_blocks.MIN_LENGTH`` entries is searched by
+    its blocks (``mtad.core.cdf_blocks``): the same indices without the whole cumulative sum; its
+    total is then the blocks' sum, within about 1e-10 of the cumulative sum's last entry relative
+    to it, and positive and finite exactly when that is (callers only check it)."""
     n = masses.shape[-1]
-    if masses.device.type == "cpu" and n >= cdf_blocks.MIN_LENGTH and masses.dtype.is_floating_point:
+    if masses.device.type == "cpu" and n >= cdf_blocks.MIN_LENGTH and masses.dtype.is_floating_point and (
+            cdf_blocks.SITES["single" if masses.numel() == n else "rows"]):
         x = masses if nonneg else masses.clamp_min(0)  # (clamped in the masses' dtype: the same values)
         rows = x.float() if x.dtype not in cdf_blocks.DTYPES else x  # (half precision: exact in float32)
         rows = rows.reshape(-1, n).contiguous()
@@ -225,7 +227,8 @@ def cdf_positions(
         j, total = cdf_index(x, u, nonneg=True)
         check_total(float(total))
         return j.tolist()
-    if x.numel() >= cdf_blocks.MIN_LENGTH and x.device.type == "cpu" and x.dtype in cdf_blocks.DTYPES:
+    if x.numel() >= cdf_blocks.MIN_LENGTH and x.device.type == "cpu" and x.dtype in cdf_blocks.DTYPES and (
+            cdf_blocks.SITES["without"]):
         blocks, out = cdf_blocks.Blocks([x.contiguous()]), []
         for i, ui in enumerate(u.tolist()[: min(k, nz)]):
             (j,), (total,) = blocks.index([[ui]])

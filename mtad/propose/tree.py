@@ -170,7 +170,7 @@ def _whole_level_cdf(rows: list[torch.Tensor], k: int, generator: torch.Generato
     entries are searched by their blocks instead (``mtad.core.cdf_blocks``: the same positions,
     a read of each row in place of its float64 copy and cumulative sum)."""
     f, v = len(rows), rows[0].numel()
-    if v >= cdf_blocks.MIN_LENGTH and rows[0].dtype in cdf_blocks.DTYPES:  # by blocks: the same positions
+    if v >= cdf_blocks.MIN_LENGTH and rows[0].dtype in cdf_blocks.DTYPES and cdf_blocks.SITES["level"]:
         j, totals = cdf_blocks.Blocks([r.contiguous() for r in rows]).index(uniforms(f * k, generator).view(
             f, k).tolist())
         for t in totals:

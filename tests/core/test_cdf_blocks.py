@@ -80,7 +80,12 @@ def test_blocks_find_the_whole_sums_index(n, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
-def test_cdf_index_on_a_batch_of_long_rows_is_the_definition(dtype):
+def test_cdf_index_on_a_batch_of_long_rows_is_the_definition(dtype, monkeypatch):
+    """``cdf_index`` by blocks where ``SITES`` turns it on (off by default: ``bench/draw_paths.py``)."""
+    calls = []
+    monkeypatch.setattr(cdf_blocks, "SITES", {**cdf_blocks.SITES, "single": True, "rows": True})
+    monkeypatch.setattr(cdf_blocks.Blocks, "_row", lambda self, *a, _f=cdf_blocks.Blocks._row: calls.append(1)
+                        or _f(self, *a))
     g = torch.Generator().manual_seed(3)
     x = torch.softmax(3 * torch.randn(2, 3, 151_936, generator=g), -1).to(dtype)
     u = torch.rand(2, 3, 4, dtype=torch.float64, generator=g)
@@ -90,6 +95,14 @@ def test_cdf_index_on_a_batch_of_long_rows_is_the_definition(dtype):
     assert torch.allclose(total, want_total, rtol=1e-9, atol=0)
     jt, _ = cdf_index(x.transpose(0, 1), u.transpose(0, 1))  # not contiguous
     assert torch.equal(jt, want.transpose(0, 1))
+    assert len(calls) == 12
+    monkeypatch.setattr(cdf_blocks, "SITES", {**cdf_blocks.SITES, "single": False, "rows": False})
+    assert torch.equal(cdf_index(x, u)[0], want) and len(calls) == 12  # the whole sum, as by default
+
+
+def test_the_sites_by_default():
+    """Blocks where they were measured to gain in a run (``results/bench/draw_paths_cpu.md``)."""
+    assert cdf_blocks.SITES == {"level": True, "without": True, "single": False, "rows": False}
 
 
 @pytest.mark.parametrize("n", LONG)

@@ -1,0 +1,124 @@
+#!/usr/bin/env python
+"""Where block-sum draws pay: each site of ``mtad.core.cdf_blocks.SITES`` on and off, in one process.
+
+The block sums (``mtad.core.cdf_blocks``) give the inverse-CDF draw's index without the row's
+whole float64 cumulative sum: the same tokens, bit for bit, so a site can use them or not and
+only the harness's time moves. Timed alone they are faster; in a run the caches are cold after
+each forward pass, so what a site gains there is measured there. For each site, every decoder
+runs each prompt twice in one process, once with the site on and once with every site off
+(the order alternating by prompt), on the overhead bench's tiny pair (``bench/overhead.py``),
+at plain temperature by default. Each cell: the geometric mean over prompts of on / off of the
+harness time per emitted token (wall less the models' forward passes), with its range; both runs
+must emit the same tokens (checked).
+
+    python bench/draw_paths.py --vocab 151936 --draft random --out results/bench/draw_paths_cpu.md
+    python bench/draw_paths.py --vocab 70000 --hidden 16 --draft-hidden 16 --prompts 2 --max-new-tokens 4  # seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from overhead import build_pair, make_prompts, measure  # noqa: E402
+from phases import _machine  # noqa: E402
+from speed import ForwardTimer, parse_decoder  # noqa: E402
+
+from mtad.core import allocator, cdf_blocks  # noqa: E402
+from mtad.core.warping import Warping  # noqa: E402
+from mtad.run.cli import load_decoder  # noqa: E402
+
+
+def run(args) -> str:
+    torch.set_num_threads(args.threads)
+    systems = args.systems.split(",")
+    sites = args.sites.split(",")
+    unknown = [s for s in sites if s not in cdf_blocks.SITES]
+    if unknown:
+        raise SystemExit(f"--sites: unknown {unknown}; choose among {list(cdf_blocks.SITES)}")
+    pair = build_pair(args.vocab, args.hidden, args.layers, args.draft_hidden, args.draft_layers, args.draft)
+    timers = {"target": ForwardTimer(pair.target), "draft": ForwardTimer(pair.draft)}
+    w = Warping(args.temperature, args.top_k, args.top_p)
+    decs = {s: load_decoder(*parse_decoder(s, args.gamma)[:1], **parse_decoder(s, args.gamma)[1]) for s in systems}
+    prompts = make_prompts(args.prompts, args.prompt_length, args.vocab, args.prompt_seed)
+    default = dict(cdf_blocks.SITES)
+    off = {k: False for k in cdf_blocks.SITES}
+    for s in systems:  # warm-up
+        measure(s, pair, timers, decs[s], prompts[0], 4, w, args.gamma, 0)
+    ratios: dict[tuple[str, str], list[float]] = {}
+    try:
+        for site in sites:
+            for pi, ids in enumerate(prompts):
+                for s in systems:
+                    got, toks = {}, {}
+                    for on in ((True, False) if pi % 2 == 0 else (False, True)):
+                        cdf_blocks.SITES.update(off)
+                        cdf_blocks.SITES[site] = on
+                        r = measure(s, pair, timers, decs[s], ids, args.max_new_tokens, w, args.gamma, 1000 * pi)
+                        got[on], toks[on] = r["overhead"] / r["tokens"], r["ids"]
+                    if toks[True] != toks[False]:
+                        raise SystemExit(f"{s}: the site {site!r} changed the tokens: the block sums are not the "
+                                         "whole sum's draws")
+                    ratios.setdefault((site, s), []).append(got[True] / got[False])
+            print(f"[{site}] done", file=sys.stderr, flush=True)
+    finally:
+        cdf_blocks.SITES.update(default)
+    mode = f"T {args.temperature:g}" + (f", top-k {args.top_k}" if args.top_k else "") + (
+        f", top-p {args.top_p:g}" if args.top_p < 1 else "" if args.top_k else ", plain")
+    lines = [f"## Block-sum draws by site, on / off in one process: V{args.vocab}, {args.draft} draft, {mode} "
+             "(`bench/draw_paths.py`)", "",
+             " ".join((__doc__ or "").split("\n\n")[1].split()), "",
+             f"Command: `python bench/draw_paths.py {' '.join(args.argv)}`; {args.prompts} prompts x "
+             f"{args.max_new_tokens} tokens, prompt seed {args.prompt_seed}, gamma {args.gamma}, torch threads "
+             f"{torch.get_num_threads()}; the sites' defaults: "
+             + ", ".join(f"{k} {'on' if v else 'off'}" for k, v in default.items()) + ".",
+             _machine(), "",
+             "| site | " + " | ".join(systems) + " |", "| --- |" + " ---: |" * len(systems)]
+    for site in sites:
+        cells = []
+        for s in systems:
+            r = ratios[(site, s)]
+            g = math.exp(sum(math.log(x) for x in r) / len(r))
+            cells.append(f"{g:.3f} [{min(r):.2f}, {max(r):.2f}]")
+        lines.append(f"| {site} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--vocab", type=int, default=151936)
+    ap.add_argument("--draft", default="random", choices=("random", "equal"))
+    ap.add_argument("--systems", default="spd,specinfer,mcss,spectr,beam_specinfer,tree_mtad")
+    ap.add_argument("--sites", default=",".join(cdf_blocks.SITES))
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--draft-hidden", type=int, default=64)
+    ap.add_argument("--draft-layers", type=int, default=1)
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--prompt-length", type=int, default=32)
+    ap.add_argument("--prompt-seed", type=int, default=0)
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--gamma", type=int, default=4)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--top-k", type=int, default=0)
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", help="write the table here (markdown)")
+    args = ap.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    allocator.tune()  # as the entry points run (mtad.core.allocator)
+    text = run(args)
+    if args.out:
+        Path(args.out).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
