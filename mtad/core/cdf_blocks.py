@@ -129,6 +129,14 @@ class Blocks:
         j, total = cdf_search(x.cumsum_(0), torch.tensor(u, dtype=torch.float64))
         return j.tolist(), float(total)
 
+    def draw(self, r: int, u: float) -> tuple[int, float]:
+        """One draw from row r for the uniform ``u``: ``c``'s index and the row's total (``index``)."""
+        got = self._row(r, (u,))
+        if got is None:
+            self.fell += 1
+            got = self.fallback(r, (u,))
+        return got[0][0], got[1]
+
     def index(self, u: Sequence[Sequence[float]]) -> tuple[list[list[int]], list[float]]:
         """Row r's draws for the uniforms ``u[r]``: ``c``'s indices, and each row's total (within
         ``slack`` of ``c[-1]``; ``c[-1]`` itself where the row fell back, so a refusal reads it)."""

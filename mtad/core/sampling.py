@@ -231,11 +231,11 @@ def cdf_positions(
             cdf_blocks.SITES["without"]):
         blocks, out = cdf_blocks.Blocks([x.contiguous()]), []
         for i, ui in enumerate(u.tolist()[: min(k, nz)]):
-            (j,), (total,) = blocks.index([[ui]])
+            j, total = blocks.draw(0, ui)
             check_total(total)
-            out.append(j[0])
+            out.append(j)
             if i + 1 < min(k, nz):
-                blocks.drop(0, j[0])
+                blocks.drop(0, j)
         return out
     x = x.to(torch.float64)
     if x is vals:

@@ -140,9 +140,14 @@ def _level_draws(supports: list[Support], k: int, generator: torch.Generator,
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
     if inverse_cdf(generator):
-        if replacement and k > 0 and len(supports) > 1 and all(s.whole() for s in supports) and len(
-                {s.vals.dtype for s in supports}) == 1:
+        whole = k > 0 and len(supports) > 1 and all(s.whole() for s in supports) and len(
+            {s.vals.dtype for s in supports}) == 1
+        if whole and replacement:
             return _whole_level_cdf([s.vals for s in supports], k, generator)
+        v = supports[0].vals.numel() if supports else 0
+        if whole and v >= cdf_blocks.MIN_LENGTH and supports[0].vals.dtype in cdf_blocks.DTYPES and (
+                cdf_blocks.SITES["without"]):
+            return _whole_level_siblings([s.vals for s in supports], k, generator)
         return [_draws(s, k, generator, replacement) for s in supports]
     plans = [_plan(s, k, replacement) for s in supports]
     dtypes = {s.vals.dtype for s in supports}
@@ -184,6 +189,27 @@ def _whole_level_cdf(rows: list[torch.Tensor], k: int, generator: torch.Generato
     for t in total.view(-1).tolist():
         check_total(t)
     return j.tolist()
+
+
+def _whole_level_siblings(rows: list[torch.Tensor], k: int, generator: torch.Generator) -> list[list[int]]:
+    """``_draws`` without replacement by inverse CDF on whole rows of at least
+    ``cdf_blocks.MIN_LENGTH`` entries (MCSS's siblings at plain temperature), for a level's rows
+    at once: one ``cdf_blocks.Blocks`` for the level (each drop sums one block again), the ``F k``
+    uniforms in one call (the ones the rows take in turn). The same positions and generator state
+    as row after row (``cdf_positions``; ``tests/propose/test_level_cdf.py``)."""
+    m = min(k, rows[0].numel())
+    u = uniforms(len(rows) * k, generator).view(len(rows), k).tolist()
+    blocks, out = cdf_blocks.Blocks([r.contiguous() for r in rows]), []
+    for r, ur in enumerate(u):
+        picks = []
+        for i in range(m):
+            j, total = blocks.draw(r, ur[i])
+            check_total(total)
+            picks.append(j)
+            if i + 1 < m:
+                blocks.drop(r, j)
+        out.append(picks)
+    return out
 
 
 def device_level_draws(rows: list[torch.Tensor], k: int, generator: torch.Generator,
