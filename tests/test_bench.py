@@ -587,3 +587,48 @@ def test_docs_quote_the_staged_walk_records():
         mlo, mhi = min(x[0] for x in v), max(x[0] for x in v)
         assert f"{words}{lo:.2f}-{hi:.2f}x; measured {mlo:.2f}-{mhi:.2f}x" in doc or \
             f"{words}{lo:.2f}-{hi:.2f}x; {mlo:.2f}-{mhi:.2f}x" in doc, (system, lo, hi, mlo, mhi)
+
+
+def test_docs_quote_the_block_sum_records():
+    """docs/speed.md's block-sum section: the on / off table is the draw-paths records', the
+    before → after ratios the commit-against-commit record's, and the floors' per-row costs,
+    ranges and verdicts their records'."""
+    root = Path(__file__).resolve().parent.parent
+    bench = root / "results/bench"
+    doc = " ".join((root / "docs/speed.md").read_text().split())
+
+    def table(name):
+        return [[c.strip() for c in line.strip().strip("|").split("|")]
+                for line in (bench / name).read_text().splitlines() if line.startswith("| ")]
+
+    r, e = ({c[0]: [x.split()[0] for x in c[1:]] for c in table(f"draw_paths_v151936_{d}_cpu.md")}
+            for d in ("random", "equal"))
+    for site in ("level", "without", "single", "rows"):
+        assert f"| {site} | " + " | ".join(f"{a} / {b}" for a, b in zip(r[site], e[site])) + " |" in doc, site
+    cells = {(c[1], c[0]): (c[3].split()[0], c[4].split()[0]) for c in table("compare_commits_block_sums_modes_cpu.md")
+             if c[0].startswith("V") and c[0].endswith("sample_nok")}
+    names = {"specinfer": "SpecInfer", "mcss": "MCSS", "spectr": "SpecTr", "beam_specinfer": "beam SpecInfer",
+             "tree_mtad": "tree-MTAD", "mtad": "MTAD"}
+    for s, n in names.items():
+        row = f"| {n} | " + " | ".join("{} → {}".format(*cells[(s, f"V151936/{d}/sample_nok")])
+                                       for d in ("random", "equal")) + " |"
+        assert row in doc, row
+
+    def floor(name):
+        return [c for c in table(name) if c[0].startswith("V")]
+
+    def per_row(rows):
+        v32 = [float(c[2]) for c in rows if c[0].startswith("V32000/")]
+        v15 = [float(c[2]) for c in rows if c[0].startswith("V151936/")]
+        return f"{min(v32):.1f}-{max(v32):.1f} µs at 32,000 tokens and {min(v15):,.1f}-{max(v15):,.1f} µs at 151,936"
+
+    plain, topp = floor("draw_floor_block_sums_cpu.md"), floor("draw_floor_topp_block_sums_cpu.md")
+    assert per_row(plain) in doc and per_row(topp) in doc
+    three = [c for c in plain if c[1] in ("specinfer", "mcss", "spectr")]
+    assert len(three) == 12 and all(c[10].startswith("reachable") for c in three)
+    lo, hi = min(float(c[9]) for c in three), max(float(c[9]) for c in three)
+    mlo, mhi = min(float(c[8]) for c in three), max(float(c[8]) for c in three)
+    assert f"floor {lo:.2f}-{hi:.2f}x SpD; measured {mlo:.2f}-{mhi:.2f}x SpD" in doc
+    four = [c for c in topp if c[1] in ("specinfer", "mcss", "spectr", "mcns")]
+    assert len(four) == 16 and all(c[10].startswith("floor alone misses") for c in four)
+    assert all(c[10].startswith("floor alone misses") for c in plain if c[1] == "mcns")

@@ -3,8 +3,8 @@
 The inverse-CDF scheme (``mtad.core.sampling``) defines a draw by the row's float64 cumulative
 masses ``c = x.double().cumsum(-1)``: for a uniform ``u`` the draw is the first entry with
 ``c > min(u * c[-1], nextafter(c[-1], 0))`` (``cdf_search``). Making ``c`` costs a float64
-conversion and a sequential sum of the whole row (about 95 µs at 151,936 entries on one core),
-although the index depends on the sums only near its target. Here, on the CPU:
+conversion and a sequential sum of the whole row, although the index depends on the sums only
+near its target. Here, on the CPU:
 
 1. each block of ``BLOCK`` entries is summed in float64 (``torch.sum``, any order) and the block
    sums cumulated (``p``): every ``p`` is a float64 sum of a prefix of the row;
@@ -30,19 +30,18 @@ before, on its whole cumulative sum (``fallback``): every index and every refusa
 ``tests/core/test_cdf_blocks.py`` checks the indices against ``c``'s on random, adversarial and
 boundary targets and forces the fallback.
 
-Where: ``SITES``. In a hot loop a single draw from one row of 151,936 entries takes about 60
-µs here against 100 for the whole sum, but in a run it is the other way round: after a model's
-forward pass the caches are cold (a fixed Python and numpy workload then takes about 3x its
-hot-loop time), and the blocks' dozen small Python and numpy operations cost more than the
+Where: ``SITES``. In a hot loop a single draw from a row of 151,936 entries is faster by blocks
+than by the whole sum, but in a run it is the other way round: after a model's forward pass the
+caches are cold, and the blocks' dozen small Python and numpy operations cost more than the
 whole sum's few torch ones. ``bench/draw_paths.py`` measures each site on and off in one process
-(``results/bench/draw_paths_cpu.md``): a tree level's draws at once (``level``) and draws without
-replacement (``without``, MCSS's siblings: each drop sums one block again, not the row's suffix)
-gain; one row's draws (``single``: SpD's chain, a correction) and a batch of rows with their own
-uniforms (``rows``: a beam's) do not, and keep the whole sum.
+(``results/bench/draw_paths_v151936_{random,equal}_cpu.md``): a tree level's draws at once
+(``level``) and draws without replacement (``without``, MCSS's siblings) gain; one row's draws
+(``single``: SpD's chain, a correction) and a batch of rows with their own uniforms (``rows``: a
+beam's) do not, and keep the whole sum.
 
-Costs: the block sums read the row once (35-45 µs at 151,936 entries, float32 rows, one core
-of an AMD EPYC; the float64 accumulation, not the read, is most of it); the rest is a few operations on ``BLOCK`` and ``n / BLOCK`` numbers. Shorter rows
-than ``MIN_LENGTH`` keep the whole sum, which is as cheap there. Draws without replacement
+Costs: the block sums read the row once (the float64 accumulation, not the read, is most of
+it); the rest is a few operations on ``BLOCK`` and ``n / BLOCK`` numbers. Rows shorter than
+``MIN_LENGTH`` keep the whole sum, which is as cheap there. Draws without replacement
 (``Blocks.drop``) set the drawn entry to 0 and sum its block again, not the row's suffix.
 """
 
