@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from overhead import build_pair, make_prompts, measure  # noqa: E402
-from phases import _machine  # noqa: E402
+from phases import _machine, add_run_arguments  # noqa: E402
 from speed import ForwardTimer, parse_decoder  # noqa: E402
 
 from mtad.core import allocator, cdf_blocks  # noqa: E402
@@ -93,24 +93,8 @@ def run(args) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--vocab", type=int, default=151936)
-    ap.add_argument("--draft", default="random", choices=("random", "equal"))
-    ap.add_argument("--systems", default="spd,specinfer,mcss,spectr,beam_specinfer,tree_mtad")
+    add_run_arguments(ap, vocab=151936, draft="random", prompts=4)
     ap.add_argument("--sites", default=",".join(cdf_blocks.SITES))
-    ap.add_argument("--hidden", type=int, default=64)
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--draft-hidden", type=int, default=64)
-    ap.add_argument("--draft-layers", type=int, default=1)
-    ap.add_argument("--prompts", type=int, default=4)
-    ap.add_argument("--prompt-length", type=int, default=32)
-    ap.add_argument("--prompt-seed", type=int, default=0)
-    ap.add_argument("--max-new-tokens", type=int, default=32)
-    ap.add_argument("--gamma", type=int, default=4)
-    ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--top-k", type=int, default=0)
-    ap.add_argument("--top-p", type=float, default=1.0)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", help="write the table here (markdown)")
     args = ap.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     allocator.tune()  # as the entry points run (mtad.core.allocator)

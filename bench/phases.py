@@ -187,16 +187,16 @@ def _machine() -> str:
             f"native bfloat16: {'yes' if cpu.get('native_bf16') else 'no'}; torch {torch.__version__}; git {commit}.")
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--vocab", type=int, default=32000)
-    ap.add_argument("--draft", default="equal", choices=("random", "equal"))
+def add_run_arguments(ap: argparse.ArgumentParser, vocab: int, draft: str, prompts: int) -> None:
+    """The tiny pair, prompts and warping options ``bench/phases.py`` and ``bench/draw_paths.py`` share."""
+    ap.add_argument("--vocab", type=int, default=vocab)
+    ap.add_argument("--draft", default=draft, choices=("random", "equal"))
     ap.add_argument("--systems", default="spd,specinfer,mcss,spectr,beam_specinfer,tree_mtad")
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--draft-hidden", type=int, default=64)
     ap.add_argument("--draft-layers", type=int, default=1)
-    ap.add_argument("--prompts", type=int, default=3)
+    ap.add_argument("--prompts", type=int, default=prompts)
     ap.add_argument("--prompt-length", type=int, default=32)
     ap.add_argument("--prompt-seed", type=int, default=0)
     ap.add_argument("--max-new-tokens", type=int, default=32)
@@ -206,6 +206,11 @@ def main(argv=None):
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", help="write the table here (markdown)")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_arguments(ap, vocab=32000, draft="equal", prompts=3)
     args = ap.parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
     text = profile(args)

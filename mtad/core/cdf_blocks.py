@@ -57,7 +57,7 @@ import torch
 
 BLOCK = 1024  # entries per block
 MIN_LENGTH = 65536  # rows at least this long are searched by blocks (shorter: the whole sum is as cheap)
-DTYPES = (torch.float32, torch.float64)  # the rows' dtypes here (numpy reads them in place)
+DTYPES = (torch.float32, torch.float64)  # numpy reads these in place (half precision: made float32, exactly)
 # where draws are searched by blocks (``bench/draw_paths.py`` measures each site on and off in
 # one process): a tree level's draws from whole rows (``mtad.propose.tree._whole_level_cdf``) and
 # draws without replacement (``mtad.core.sampling.cdf_positions``), not one row's draws
@@ -78,6 +78,12 @@ def cdf_search(
     return torch.searchsorted(c, t.contiguous(), right=True), total
 
 
+def used(x: torch.Tensor, site: str) -> bool:
+    """Whether draws from ``x`` (rows [..., n]) at ``site`` are made by blocks: the site is on
+    (``SITES``), the rows are on the CPU, floating point and at least ``MIN_LENGTH`` long."""
+    return SITES[site] and x.device.type == "cpu" and x.dtype.is_floating_point and x.shape[-1] >= MIN_LENGTH
+
+
 def _slack(n: int, total: float) -> float:
     """Twice gamma_n times the exact total (bounded through the computed one), with 1% spare."""
     g = (n + 1) * _U / (1 - (n + 1) * _U)
@@ -89,7 +95,7 @@ class Blocks:
     block sums, for inverse-CDF draws that find ``c``'s index (see the module docstring)."""
 
     def __init__(self, rows: Sequence[torch.Tensor]):
-        self.rows = list(rows)
+        self.rows = [(x if x.dtype in DTYPES else x.float()).contiguous() for x in rows]
         self.n = n = self.rows[0].numel()
         nb, tail = divmod(n, BLOCK)
         sums = []
@@ -128,26 +134,24 @@ class Blocks:
         j, total = cdf_search(x.cumsum_(0), torch.tensor(u, dtype=torch.float64))
         return j.tolist(), float(total)
 
-    def draw(self, r: int, u: float) -> tuple[int, float]:
-        """One draw from row r for the uniform ``u``: ``c``'s index and the row's total (``index``)."""
-        got = self._row(r, (u,))
+    def _decided(self, r: int, u: Sequence[float]) -> tuple[list[int], float]:
+        """Row r's draws by its blocks, or on its whole sum where they cannot decide (counted)."""
+        got = self._row(r, u)
         if got is None:
             self.fell += 1
-            got = self.fallback(r, (u,))
-        return got[0][0], got[1]
+            got = self.fallback(r, u)
+        return got
+
+    def draw(self, r: int, u: float) -> tuple[int, float]:
+        """One draw from row r for the uniform ``u``: ``c``'s index and the row's total (``index``)."""
+        (j,), total = self._decided(r, (u,))
+        return j, total
 
     def index(self, u: Sequence[Sequence[float]]) -> tuple[list[list[int]], list[float]]:
         """Row r's draws for the uniforms ``u[r]``: ``c``'s indices, and each row's total (within
         ``slack`` of ``c[-1]``; ``c[-1]`` itself where the row fell back, so a refusal reads it)."""
-        out, totals = [], []
-        for r, ur in enumerate(u):
-            got = self._row(r, ur)
-            if got is None:
-                self.fell += 1
-                got = self.fallback(r, ur)
-            out.append(got[0])
-            totals.append(got[1])
-        return out, totals
+        got = [self._decided(r, ur) for r, ur in enumerate(u)]
+        return [j for j, _ in got], [t for _, t in got]
 
     def _row(self, r: int, u: Sequence[float]) -> tuple[list[int], float] | None:
         """Row r's indices by its blocks, or None where a test fails (see the module docstring)."""

@@ -157,12 +157,9 @@ def cdf_index(
     total is then the blocks' sum, within about 1e-10 of the cumulative sum's last entry relative
     to it, and positive and finite exactly when that is (callers only check it)."""
     n = masses.shape[-1]
-    if masses.device.type == "cpu" and n >= cdf_blocks.MIN_LENGTH and masses.dtype.is_floating_point and (
-            cdf_blocks.SITES["single" if masses.numel() == n else "rows"]):
-        x = masses if nonneg else masses.clamp_min(0)  # (clamped in the masses' dtype: the same values)
-        rows = x.float() if x.dtype not in cdf_blocks.DTYPES else x  # (half precision: exact in float32)
-        rows = rows.reshape(-1, n).contiguous()
-        j, totals = cdf_blocks.Blocks(list(rows)).index(u.reshape(rows.shape[0], -1).tolist())
+    if cdf_blocks.used(masses, "single" if masses.numel() == n else "rows"):
+        x = (masses if nonneg else masses.clamp_min(0)).reshape(-1, n)  # (clamped in the masses' dtype)
+        j, totals = cdf_blocks.Blocks(list(x)).index(u.reshape(x.shape[0], -1).tolist())
         return (torch.tensor(j, dtype=torch.long).reshape(u.shape),
                 torch.tensor(totals, dtype=torch.float64).reshape(*u.shape[:-1], 1))
     c = masses.to(torch.float64)
@@ -227,9 +224,8 @@ def cdf_positions(
         j, total = cdf_index(x, u, nonneg=True)
         check_total(float(total))
         return j.tolist()
-    if x.numel() >= cdf_blocks.MIN_LENGTH and x.device.type == "cpu" and x.dtype in cdf_blocks.DTYPES and (
-            cdf_blocks.SITES["without"]):
-        blocks, out = cdf_blocks.Blocks([x.contiguous()]), []
+    if cdf_blocks.used(x, "without"):
+        blocks, out = cdf_blocks.Blocks([x]), []
         for i, ui in enumerate(u.tolist()[: min(k, nz)]):
             j, total = blocks.draw(0, ui)
             check_total(total)

@@ -144,9 +144,7 @@ def _level_draws(supports: list[Support], k: int, generator: torch.Generator,
             {s.vals.dtype for s in supports}) == 1
         if whole and replacement:
             return _whole_level_cdf([s.vals for s in supports], k, generator)
-        v = supports[0].vals.numel() if supports else 0
-        if whole and v >= cdf_blocks.MIN_LENGTH and supports[0].vals.dtype in cdf_blocks.DTYPES and (
-                cdf_blocks.SITES["without"]):
+        if whole and cdf_blocks.used(supports[0].vals, "without"):
             return _whole_level_siblings([s.vals for s in supports], k, generator)
         return [_draws(s, k, generator, replacement) for s in supports]
     plans = [_plan(s, k, replacement) for s in supports]
@@ -175,9 +173,8 @@ def _whole_level_cdf(rows: list[torch.Tensor], k: int, generator: torch.Generato
     entries are searched by their blocks instead (``mtad.core.cdf_blocks``: the same positions,
     a read of each row in place of its float64 copy and cumulative sum)."""
     f, v = len(rows), rows[0].numel()
-    if v >= cdf_blocks.MIN_LENGTH and rows[0].dtype in cdf_blocks.DTYPES and cdf_blocks.SITES["level"]:
-        j, totals = cdf_blocks.Blocks([r.contiguous() for r in rows]).index(uniforms(f * k, generator).view(
-            f, k).tolist())
+    if cdf_blocks.used(rows[0], "level"):
+        j, totals = cdf_blocks.Blocks(rows).index(uniforms(f * k, generator).view(f, k).tolist())
         for t in totals:
             check_total(t)
         return j
@@ -199,7 +196,7 @@ def _whole_level_siblings(rows: list[torch.Tensor], k: int, generator: torch.Gen
     as row after row (``cdf_positions``; ``tests/propose/test_level_cdf.py``)."""
     m = min(k, rows[0].numel())
     u = uniforms(len(rows) * k, generator).view(len(rows), k).tolist()
-    blocks, out = cdf_blocks.Blocks([r.contiguous() for r in rows]), []
+    blocks, out = cdf_blocks.Blocks(rows), []
     for r, ur in enumerate(u):
         picks = []
         for i in range(m):
