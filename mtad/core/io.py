@@ -72,6 +72,27 @@ def portable_text(text: str) -> str:
     return text
 
 
+def not_git_ignored(paths: list[Path]) -> list[Path]:
+    """``paths`` less those git ignores: what a checkout keeps, without the run outputs it ignores
+    (``results/runs/``, ``outputs/``: ``.gitignore``), so that "every record under results/" means
+    the same before and after ``make run``. Tracked files are never dropped (git ignores only
+    untracked ones); outside a git work tree, or without git, every path stays."""
+    if not paths:
+        return paths
+    import subprocess
+
+    full = [str(Path(p).resolve()) for p in paths]
+    try:
+        got = subprocess.run(["git", "check-ignore", "-z", "--stdin"], input="\0".join(full).encode(),
+                             cwd=Path(full[0]).parent, capture_output=True, check=False)
+    except OSError:
+        return paths
+    if got.returncode not in (0, 1):  # 128: not a work tree (or a path outside it)
+        return paths
+    ignored = {x for x in got.stdout.decode().split("\0") if x}
+    return [p for p, f in zip(paths, full) if f not in ignored]
+
+
 def write_json_atomic(path: str | Path, obj: Any) -> None:
     """Write JSON to a temp file in the same folder, then rename: never a half-written file."""
     def dump(f):

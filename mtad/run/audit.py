@@ -584,15 +584,19 @@ def made_before_draw_changes(folders: list[Path], staging: Path = Path("reruns")
 
 
 def committed_points(root: Path) -> list[Path]:
-    """Every point folder (one holding ``samples.jsonl``) under ``root``, sorted."""
-    return sorted(p.parent for p in root.rglob("samples.jsonl") if p.is_file())
+    """Every point folder (one holding ``samples.jsonl``) under ``root`` that git does not ignore
+    (``mtad.core.io.not_git_ignored``: a local run's own output under ``results/runs/`` is not a
+    committed point), sorted."""
+    from mtad.core.io import not_git_ignored
+
+    return sorted(p.parent for p in not_git_ignored([p for p in root.rglob("samples.jsonl") if p.is_file()]))
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="mtad-audit", description=__doc__.split("\n\n")[0])
     p.add_argument("points", nargs="*", metavar="POINT", help="point folders (holding point.json and samples.jsonl)")
     p.add_argument("--all", nargs="?", const="results", default=None, metavar="ROOT",
-                   help="every point folder under ROOT (default results) after the POINTs given")
+                   help="every point folder under ROOT (default results) that git does not ignore, after the POINTs given")
     p.add_argument("--n", type=int, default=5, help="records drawn per point (default 5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the draw (default 0)")
     p.add_argument("--out", type=Path, default=None, help="JSON lines of audited records (appended; resumes)")

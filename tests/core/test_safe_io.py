@@ -161,3 +161,32 @@ def test_real_folder_and_check_entry_refuse_links(tmp_path):
     with pytest.raises(io.UnsafeResultsFile, match="symbolic link"):
         io.refuse_link(tmp_path / ".hydra")
     io.refuse_link(tmp_path / "made")
+
+
+def test_what_git_ignores_is_no_committed_record(tmp_path):
+    """``not_git_ignored``: a run's output in an ignored folder (``results/runs/`` after ``make
+    run``) drops out of "every record under results/"; tracked and untracked-but-not-ignored files
+    stay; outside a work tree nothing drops."""
+    import shutil
+    import subprocess
+
+    from mtad.core.io import not_git_ignored
+    from mtad.run.audit import committed_points
+    from mtad.run.results.derive_segments import samples_files
+
+    if shutil.which("git") is None:
+        pytest.skip("git not installed")
+    outside = [tmp_path / "loose" / "samples.jsonl"]
+    outside[0].parent.mkdir()
+    outside[0].write_text("{}\n")
+    assert not_git_ignored(outside) == outside
+    repo = tmp_path / "repo"
+    for d in ("results/runs/x", "results/claims/a", "results/new/b"):
+        (repo / d).mkdir(parents=True)
+        (repo / d / "samples.jsonl").write_text("{}\n")
+    (repo / ".gitignore").write_text("results/runs/\n")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "add", ".gitignore", "results/claims"], check=True)
+    assert committed_points(repo / "results") == [repo / "results/claims/a", repo / "results/new/b"]
+    assert samples_files([repo / "results"]) == [repo / "results/claims/a/samples.jsonl",
+                                                 repo / "results/new/b/samples.jsonl"]

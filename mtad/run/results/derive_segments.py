@@ -208,7 +208,11 @@ def derived_segment(root: Path, added: Added, rewritten: list[str], hist: Histor
 
 
 def samples_files(roots: Iterable[Path]) -> list[Path]:
-    return sorted(p for r in roots for p in Path(r).rglob(SAMPLES) if p.is_file())
+    """Every ``samples.jsonl`` under ``roots`` that git does not ignore (``mtad.core.io.not_git_ignored``:
+    a local run's output under ``results/runs/`` is no committed record), sorted."""
+    from mtad.core.io import not_git_ignored
+
+    return sorted(not_git_ignored([p for r in roots for p in Path(r).rglob(SAMPLES) if p.is_file()]))
 
 
 @dataclass
