@@ -168,6 +168,7 @@ def warped_rows(
     logits: torch.Tensor,  # [M, V] logits after the canonical rows in ``pos`` (on the CPU: any rows by index)
     pos: dict[int, int],  # canonical row -> its row of ``logits``
     stay: bool = False,  # an accelerator: keep the rows there as vectors without reading their hints
+    done: dict[int, torch.Tensor] | None = None,  # canonical row -> its warped row already made (the CPU)
 ) -> Rows:  # [N+1] host supports of the warped rows; a row without logits (a leaf) is empty
     """A model's warped distribution after every row of ``tree``, read lazily onto the host.
 
@@ -180,9 +181,11 @@ def warped_rows(
     hint), keeps the warped rows on the device as vectors (the multi-draft walk then reads scalars:
     ``mtad.verify.devicewalk``). On an accelerator the rows are also there as vectors
     (``Rows.device_row``) for a walk on the device. Rows with equal paths share their
-    canonical row's support.
+    canonical row's support. On the CPU a row in ``done`` (a beam's draws warped it already:
+    ``mtad.propose.beam._slot_then_row``, the same warping of the same logits) is not warped again.
     """
     bound = warping.support_bound
+    done = done or {}
     canon = tree.canon  # read, not ``tree``: the rows hold no reference to the tree (no cycle
     # through ``tree.q``, which would keep the step's logits until a garbage collection)
     warped: dict[int, Support | torch.Tensor] = {}  # canonical row -> host support (or device row)
@@ -216,7 +219,7 @@ def warped_rows(
                 x = root if c == ROOT else logits[pos[c]]
                 cand = warping.candidates(x[None])  # no dense row where the warping is sparse
                 warped[c] = (candidate_supports(*cand, x.shape[-1])[0] if cand is not None
-                             else host_support(warping(x), bound))
+                             else host_support(done[c] if c in done else warping(x), bound))
             else:
                 every()
         return warped[c]

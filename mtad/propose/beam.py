@@ -106,6 +106,10 @@ from mtad.core.topk import topk_rows
 from mtad.core.tree import Beams, TokenTree, warped_rows
 from mtad.core.warping import Warping
 
+#: the walk's q reads the rows slot-then-row draws warped instead of warping them again (the CPU;
+#: the same values: ``tests/propose/test_beam_q_reuse.py``); ``bench/draw_paths.py`` times it on / off
+REUSE_DRAWN_ROWS = True
+
 
 def scoring_probs(warping: Warping, logits: torch.Tensor) -> torch.Tensor:  # [..., V]
     """The draft distribution beams are scored with: warped q, or plain softmax at temperature 0."""
@@ -218,13 +222,18 @@ def _beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool) ->
     note: dict = {}  # _select's: whether a depth's support ran past the hint
     slot_first = replacement and not greedy and inverse_cdf(ctx.generator)  # ``_slot_then_row``
     for t in range(gamma):
+        base = sum(len(x) for x in fed.logits)  # where this depth's rows start in the fed logits
         if t == 0:
             logits, which = root, None  # the root: one row (a vector here)
         else:
             logits, which = _expand(ctx, tree, out.rows[-1], fed)  # [u, V], slot -> row (None: same)
         picked = None
         if slot_first:  # inverse CDF with replacement: a slot by its weight, then a token of its row
-            picked = _slot_then_row(ctx.warping, logits, which, weights, width, ctx.generator)
+            kept: dict[int, torch.Tensor] | None = {} if sparse and REUSE_DRAWN_ROWS else None  # (the CPU)
+            picked = _slot_then_row(ctx.warping, logits, which, weights, width, ctx.generator, kept)
+            if kept:
+                at = {p: c for c, p in fed.pos.items()} if t else {}
+                fed.warped.update((at[base + i] if t else ROOT, row) for i, row in kept.items())
             if root.device.type != "cpu":
                 note["long"] = True  # no support read: the tree's rows stay there too
         probs = scoring_probs(ctx.warping, logits) if greedy else None  # plain softmax at T = 0
@@ -268,6 +277,7 @@ def _slot_then_row(
     weights: torch.Tensor,  # [n] the slots' weights, on the host
     width: int,
     generator: torch.Generator,  # an inverse-CDF generator (``mtad.core.sampling.inverse_cdf``)
+    keep: dict[int, torch.Tensor] | None = None,  # given: row of ``logits`` -> its warped row, for each picked
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # host: [W] flattened ids, scores, q there
     """W draws with replacement from the flattened scores ``weight_i * q_i(v)``, each made as a
     slot drawn by its weight, then a token drawn from that slot's warped row (``Beam.cdf_draws``):
@@ -304,6 +314,8 @@ def _slot_then_row(
         ut, at = to_device([ut, torch.tensor(picked)], lg.device)
         sel = lg.index_select(0, at)
     q = scoring_probs(warping, sel)  # [d, V] the picked warped rows (a softmax reads row by row)
+    if keep is not None:
+        keep.update(zip(picked, q))
     idx, total = cdf_index(q, ut, nonneg=True)  # [d, k], [d, 1]
     host = torch.cat([idx.double().reshape(-1), q.gather(1, idx).double().reshape(-1),
                       total.reshape(-1)]).cpu().tolist()  # one read
@@ -344,7 +356,7 @@ def _lazy_q(tree: TokenTree, warping: Warping, root: torch.Tensor, fed: _Fed, st
                 logits = _Stacked(fed.logits)
             else:
                 logits = torch.cat(fed.logits) if fed.logits else root[None][:0]
-            inner.append(warped_rows(tree, warping, root, logits, fed.pos, stay=stay))
+            inner.append(warped_rows(tree, warping, root, logits, fed.pos, stay=stay, done=fed.warped))
         return inner[0]
 
     def row(r: int):
@@ -493,6 +505,9 @@ class _Fed:
         self.node = {ROOT: ROOT}  # canonical tree row -> draft runner row
         self.pos: dict[int, int] = {}  # canonical tree row -> row of cat(logits)
         self.logits: list[torch.Tensor] = []
+        # canonical tree row -> its warped row where a draw already made it (the CPU's slot-then-row
+        # draws: the rows they pick), which the walk's q then reads instead of warping it again
+        self.warped: dict[int, torch.Tensor] = {}
 
 
 class Beam:
