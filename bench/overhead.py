@@ -494,6 +494,8 @@ def beam_floor(args) -> str:
     alone exceeds that, no exact implementation on this CPU meets the goal; where it does not,
     the rest of the gap is the harness's.
     """
+    from phases import _machine  # (phases imports this module)
+
     width, gamma, reps = args.width, args.gamma, 100
     systems = ["spd", *[s for s in BEAM_SYSTEMS if s in args.systems.split(",")]] if args.systems != ALL_SYSTEMS \
         else ["spd", *BEAM_SYSTEMS]
@@ -502,7 +504,7 @@ def beam_floor(args) -> str:
              f"Command: `python bench/overhead.py --beam-floor --vocabs {args.vocabs} --drafts {args.drafts} "
              f"--prompts {args.prompts} --max-new-tokens {args.max_new_tokens} --prompt-seed {args.prompt_seed}`; "
              f"torch threads {torch.get_num_threads()}, float32; W = {width}, gamma = {gamma}; floor ops: best of "
-             f"{reps}-call rounds, one round after every run; systems and floor interleaved per prompt.", "",
+             f"{reps}-call rounds, one round after every run; systems and floor interleaved per prompt.", _machine(), "",
              "| setting | system | argmax depth (µs) | beam depth floor (µs) | tokens/step (SpD's) | added floor ms/token | "
              "SpD overhead ms/token | goal allows +ms/token | measured overhead x SpD | floor alone x SpD | verdict |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
@@ -671,7 +673,9 @@ def draw_floor(args) -> str:
     through the caches first), and in a run every draw is made so. So the least per-row time is
     measured a second way too (``_in_situ_seconds``): the draft's pass over ``IN_SITU_ROWS``
     random tokens, then each formulation on each of the rows it made, best of passes, the least
-    formulation; with that per-row cost, a second added floor and verdict. Where the hot floor
+    formulation; with that per-row cost, a second added floor and verdict. Those rows are the
+    draft's own (the hot floor's is a standard normal row): at plain temperature a draw's work
+    does not depend on a row's values, at top-p the nucleus is the draft's, as a run meets it. Where the hot floor
     is reachable but this one is not, the goal is out of reach of these formulations as a run
     meets its rows, and only a draw fused into the pass that makes its row (which no torch
     operation on this CPU is) could meet it.
@@ -684,6 +688,8 @@ def draw_floor(args) -> str:
     softmax's running sum, the prefix that reaches P and a search in it), and the decoders run
     at T = 1, top-p P.
     """
+    from phases import _machine  # (phases imports this module)
+
     gamma, reps = args.gamma, 100
     top_p = args.floor_top_p
     if not 0 < top_p <= 1:
@@ -702,7 +708,7 @@ def draw_floor(args) -> str:
              f"--prompt-seed {args.prompt_seed}`; torch threads {torch.get_num_threads()}, float32; gamma = {gamma}, "
              f"decoders at their defaults; floor ops: best of {reps}-call rounds, one round after every run; after a "
              f"pass: best of {IN_SITU_PASSES} draft passes over {IN_SITU_ROWS} tokens per formulation after every run; "
-             f"systems and floor interleaved per prompt.", "",
+             f"systems and floor interleaved per prompt.", _machine(), "",
              "| setting | system | one draw from a row (µs) | draft rows per token (SpD's) | tokens/step (SpD's) | "
              "added floor ms/token | SpD overhead ms/token | goal allows +ms/token | measured overhead x SpD | "
              "floor alone x SpD | verdict | one draw after a draft pass (µs) | added floor after a pass ms/token | "
