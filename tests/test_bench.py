@@ -381,7 +381,18 @@ def test_beam_floor_sets_the_least_beam_work_beside_spd_measured_alongside(tmp_p
     lines = [x for x in md.read_text().splitlines() if x.startswith("| V257/equal/greedy")]
     assert [x.split("|")[2].strip() for x in lines] == ["tree_mtad"]
     cells = [c.strip() for c in lines[0].strip("|").split("|")]
-    assert float(cells[3]) > 0 and float(cells[2]) > 0 and cells[10].startswith(("floor alone", "reachable"))
+    assert float(cells[3]) > 0 and float(cells[2]) > 0 and float(cells[11]) > 0
+    assert cells[10].startswith(("floor alone", "reachable", "not a bound here"))
+    # the added floor: (gamma - 1) W-row depths and the root's one-row depth, less SpD's argmaxes, per token
+    tps = float(cells[4].split()[0])
+    want = ((4 - 1) * (float(cells[3]) - float(cells[2])) + max(float(cells[11]) - float(cells[2]), 0)) / tps / 1000
+    assert float(cells[5]) == pytest.approx(want, abs=0.002)
+
+
+def test_a_floor_verdict_is_never_stronger_than_its_own_run():
+    assert overhead._floor_verdict(1.0, 0.5, 1.2, 1.8, "misses", "reachable").startswith("not a bound here")
+    assert overhead._floor_verdict(1.0, 0.5, 2.0, 1.8, "misses", "reachable") == "misses"
+    assert overhead._floor_verdict(0.2, 0.5, 2.0, 1.2, "misses", "reachable") == "reachable"
 
 
 @pytest.mark.parametrize("top_p", [1.0, 0.9])
