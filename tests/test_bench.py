@@ -647,3 +647,61 @@ def test_docs_quote_the_block_sum_records():
     four = [c for c in topp if c[1] in ("specinfer", "mcss", "spectr", "mcns")]
     assert len(four) == 16 and all(c[10].startswith("floor alone misses") for c in four)
     assert all(c[10].startswith("floor alone misses") for c in plain if c[1] == "mcns")
+
+
+def _goals_table(path, top_p, cells, tokens=()):
+    """A goals table as ``bench/compare_commits.py`` writes one: ``cells`` (setting, system, ratio, verdict)."""
+    rows = [f"| {st} | {s}_le_1.5x_spd | {r} [1.0, 2.0] | no | {v} |" for st, s, r, v in cells]
+    apart = [f"| {st} | {s} | {r} | {v} | 1.0x | 1.00 (4.00) | 4.00 | "
+             f"{'tokens per step' if (st, s) in tokens else 'per step'} | - | - |" for st, s, r, v in cells if v != "met"]
+    path.write_text(f"Command: `python bench/overhead.py --top-p {top_p} --prompt-seed 1`\n\n"
+                    "### goals (overhead per token, paired ratio [95% CI])\n\n| setting | goal | ratio | estimate within "
+                    "| 95% CI says |\n| --- | --- | ---: | --- | --- |\n" + "\n".join(rows) + "\n\n"
+                    "### goals against SpD not met, taken apart (per token = per step / tokens per step)\n\n"
+                    "| setting | system | x | verdict | a | b | c | larger factor | d | e |\n| --- |\n"
+                    + "\n".join(apart) + "\n\n### Cells by verdict\n")
+
+
+def test_verdicts_give_every_cell_one_reason_from_the_records(tmp_path):
+    """``bench/verdicts.py``: met cells stay met; a cell not met takes the first reason that holds
+    (tokens per step, the floor alone, the floor after a pass, the harness; no floor measured)."""
+    import verdicts
+
+    plain, topk = tmp_path / "plain.md", tmp_path / "topk.md"
+    _goals_table(plain, 1.0, [("V9/random/sample_nok", "specinfer", "1.20", "met"),
+                              ("V9/random/sample_nok", "mcss", "2.00", "missed"),
+                              ("V9/random/sample_nok", "spectr", "1.60", "unresolved"),
+                              ("V9/random/sample_nok", "mcns", "6.00", "missed"),
+                              ("V9/random/sample_nok", "tree_mtad", "1.90", "missed"),
+                              ("V9/random/sample_nok", "typical", "1.70", "missed")],
+                 tokens={("V9/random/sample_nok", "mcns")})
+    _goals_table(topk, 1.0, [("V9/random/sample", "specinfer", "1.70", "missed")])
+    floor = tmp_path / "floor.md"
+    verdict = {"mcss": ("floor alone misses x", "misses after a pass x"), "spectr": ("reachable x", "misses after a pass x"),
+               "mcns": ("floor alone misses x", "misses after a pass x"), "tree_mtad": ("reachable x", "reachable after x")}
+    floor.write_text("\n".join(f"| V9/random/plain | {s} | 1 | 1 | 1 | 1 | 1 | 1 | 1 | 1 | {a} | 1 | 1 | 1 | {b} |"
+                               for s, (a, b) in verdict.items()) + "\n")
+    text = verdicts.main(["--goals", str(plain), "--goals", f"{topk}:topk10", "--floor", str(floor)])
+    row = {line.split("|")[1].strip(): line for line in text.split("### plain")[1].splitlines() if line.startswith("| ")}
+    assert row["specinfer"].endswith("| 1.20 met |") and row["mcss"].endswith("| 2.00 missed F |")
+    assert row["spectr"].endswith("| 1.60 unres P |") and row["mcns"].endswith("| 6.00 missed † |")
+    assert row["tree_mtad"].endswith("| 1.90 missed H |") and row["typical"].endswith("| 1.70 missed h |")
+    assert "| topk10 | missed: harness (no floor) | 1 |" in text and "| plain | missed: floor misses | 1 |" in text
+    with pytest.raises(SystemExit, match="in two goals tables"):
+        verdicts.main(["--goals", str(plain), "--goals", str(plain)])
+    with pytest.raises(SystemExit, match="no such record"):
+        verdicts.main(["--goals", str(tmp_path / "none.md")])
+
+
+def test_the_committed_verdicts_recompute_from_their_records():
+    """``results/bench/verdicts_cpu.md`` is what ``bench/verdicts.py`` makes of the records it names."""
+    import verdicts
+
+    bench = Path(__file__).resolve().parent.parent / "results/bench"
+    rec = (bench / "verdicts_cpu.md").read_text()
+    goals = [(bench / "compare_commits_block_sums_modes_cpu_goals_67a2e8c6b4.md", {"greedy", "topk10"}),
+             (bench / "compare_commits_beam_rows_plain_cpu_goals_3f0fa92310.md", None),
+             (bench / "compare_commits_beam_rows_topp_cpu_goals_3f0fa92310.md", None)]
+    floors = [bench / n for n in ("draw_floor_in_situ_cpu.md", "draw_floor_topp_in_situ_cpu.md",
+                                  "beam_floor_root_row_cpu.md")]
+    assert verdicts.render(goals, floors) == rec

@@ -1,0 +1,187 @@
+#!/usr/bin/env python
+"""Every cell of the overhead goals table with its verdict and, where the goal is not met, why:
+joined by code from committed records.
+
+A cell (vocabulary, draft, mode; decoder) takes its ratio to SpD and its verdict (met, missed,
+unresolved: the 95% interval straddles 1.5x) from a goals table (``bench/compare_commits.py``'s
+``*_goals_<commit>.md``, or ``bench/overhead.py``'s report). A cell that is not met gets one
+reason, the first that holds:
+
+- ``tokens per step``: the goals table takes it apart and finds SpD's tokens per step over the
+  decoder's the larger factor (the rule's acceptance with these models, which the goal excuses);
+- ``floor misses``: the draw floor (``bench/overhead.py --draw-floor``, plain temperature and
+  top-p alone; ``--beam-floor``, greedy beams) says the least draw by the formulations measured,
+  timed alone, already costs more than the goal allows: the method's draws, not the harness;
+- ``floor misses after a pass``: timed alone the floor is within the goal, but timed right after
+  a draft pass, as a run meets its rows, it is not;
+- ``harness``: the floor is within the goal both ways: the rest of the gap is the harness's;
+- ``harness (no floor)``: no floor was measured for the cell (top-k 10, where a draw reads 10
+  entries; the decoders no floor covers).
+
+The floors come from their own runs (their prompts and commit, named in their records), the ratios
+from the goals tables': a reason says what those records show together, no more.
+
+    python bench/verdicts.py --goals results/bench/X_goals_C.md ... --floor results/bench/draw_floor_in_situ_cpu.md \
+        --floor results/bench/draw_floor_topp_in_situ_cpu.md --beam-floor results/bench/beam_floor_cpu.md \
+        --out results/bench/verdicts_cpu.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+REASONS = ("tokens per step", "floor misses", "floor misses after a pass", "harness", "harness (no floor)")
+SHORT = {"met": "met", "tokens per step": "†", "floor misses": "F", "floor misses after a pass": "P",
+         "harness": "H", "harness (no floor)": "h"}
+
+
+def _rows(text: str, heading: str) -> list[list[str]]:
+    """The table rows under the first heading that starts with ``heading``."""
+    part = text.split("\n" + heading, 1)
+    if len(part) < 2:
+        raise SystemExit(f"no section starting {heading!r}: not a goals table")
+    body = part[1].split("\n### ", 1)[0]
+    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in body.splitlines()
+            if line.startswith("| V")]
+
+
+def _mode(setting: str, top_p: float) -> str:
+    """A goals table's mode as the floors name it: greedy, topk10, plain, topp<P>."""
+    mode = setting.rsplit("/", 1)[1]
+    if mode == "greedy":
+        return "greedy"
+    if mode == "sample":
+        return "topk10"
+    if mode == "sample_nok":
+        return "plain" if top_p >= 1.0 else f"topp{top_p:g}"
+    raise SystemExit(f"unknown mode {mode!r} in {setting!r}")
+
+
+def read_goals(path: Path) -> dict[tuple[str, str], dict]:
+    """(cell ``V/draft/mode``, decoder) -> ratio text, verdict, whether tokens per step is the larger factor."""
+    text = path.read_text()
+    m = re.search(r"--top-p (\S+?)[ `]", text)
+    top_p = float(m.group(1)) if m else 1.0
+    cells = {}
+    for c in _rows(text, "### goals (overhead per token"):
+        if not c[1].endswith("_le_1.5x_spd"):
+            continue
+        cell = c[0].rsplit("/", 1)[0] + "/" + _mode(c[0], top_p)
+        cells[(cell, c[1].split("_le_")[0])] = {"ratio": c[2].split()[0], "verdict": c[4].split(",")[0].strip(),
+                                                  "tokens": False, "source": path.name}
+    for c in _rows(text, "### goals against SpD not met"):
+        key = (c[0].rsplit("/", 1)[0] + "/" + _mode(c[0], top_p), c[1])
+        if key in cells:
+            cells[key]["tokens"] = c[7] == "tokens per step"
+    return cells
+
+
+def read_floor(path: Path) -> dict[tuple[str, str], tuple[str, str | None]]:
+    """(cell, decoder) -> the floor's verdict timed alone, and after a pass (None where not measured)."""
+    out = {}
+    for line in path.read_text().splitlines():
+        if not line.startswith("| V"):
+            continue
+        c = [x.strip() for x in line.strip().strip("|").split("|")]
+        out[(c[0], c[1])] = (c[10], c[14] if len(c) > 14 else None)
+    return out
+
+
+def reason(cell: dict, floor: tuple[str, str | None] | None) -> str:
+    if cell["tokens"]:
+        return "tokens per step"
+    if floor is None:
+        return "harness (no floor)"
+    hot, after = floor
+    if hot.startswith("floor alone misses"):
+        return "floor misses"
+    if after is not None and after.startswith("misses after a pass"):
+        return "floor misses after a pass"
+    return "harness"
+
+
+def goals_spec(spec: str) -> tuple[Path, set[str] | None]:
+    """``PATH`` or ``PATH:MODE,MODE``: a goals table, and the modes to take from it (None: all)."""
+    path, _, modes = spec.partition(":")
+    return Path(path), set(modes.split(",")) if modes else None
+
+
+def render(goals: list[tuple[Path, set[str] | None]], floors: list[Path]) -> str:
+    cells: dict[tuple[str, str], dict] = {}
+    for g, only in goals:
+        for k, v in read_goals(g).items():
+            if only is not None and k[0].rsplit("/", 1)[1] not in only:
+                continue
+            if k in cells:
+                raise SystemExit(f"{k} is in two goals tables ({cells[k]['source']}, {g.name}): give one per mode")
+            cells[k] = v
+    floor: dict[tuple[str, str], tuple[str, str | None]] = {}
+    for f in floors:
+        floor.update(read_floor(f))
+    modes = ["greedy", "topk10", "plain", *sorted({k[0].rsplit("/", 1)[1] for k in cells} - {"greedy", "topk10", "plain"})]
+    lines = ["## Every goals cell, its verdict and why (`bench/verdicts.py`)", "",
+             " ".join((__doc__ or "").split("\n\n")[1].split()), "",
+             "Reasons, in this order: " + "; ".join(f"{SHORT[r]} {r}" for r in REASONS) + ".", "",
+             "Goals tables: " + ", ".join(f"`{g.name}`" + (f" ({', '.join(sorted(m))})" if m else "")
+                                          for g, m in goals) + ". Floors: "
+             + ", ".join(f"`{f.name}`" for f in floors) + "."]
+    counts: dict[str, dict[str, int]] = {}
+    for mode in modes:
+        keys = sorted({k for k in cells if k[0].endswith("/" + mode)}, key=lambda k: (k[0], k[1]))
+        if not keys:
+            continue
+        settings = sorted({k[0] for k in keys}, key=lambda s: (int(s.split("/")[0][1:]), s))
+        systems = list(dict.fromkeys(k[1] for k in sorted(keys, key=lambda k: _order(k[1]))))
+        lines += ["", f"### {mode}", "", "| decoder | " + " | ".join(settings) + " |",
+                  "| --- |" + " ---: |" * len(settings)]
+        tally = counts.setdefault(mode, {})
+        for s in systems:
+            row = []
+            for st in settings:
+                c = cells.get((st, s))
+                if c is None:
+                    row.append("-")
+                    continue
+                why = "met" if c["verdict"] == "met" else reason(c, floor.get((st, s)))
+                tally[f"{c['verdict']}: {why}" if why != "met" else "met"] = tally.get(
+                    f"{c['verdict']}: {why}" if why != "met" else "met", 0) + 1
+                row.append(f"{c['ratio']} {c['verdict'] if c['verdict'] != 'unresolved' else 'unres'}"
+                           + ("" if why == "met" else f" {SHORT[why]}"))
+            lines.append(f"| {s} | " + " | ".join(row) + " |")
+    lines += ["", "### Cells by verdict and reason", "", "| mode | verdict: reason | cells |", "| --- | --- | ---: |"]
+    for mode, tally in counts.items():
+        lines += [f"| {mode} | {k} | {n} |" for k, n in sorted(tally.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _order(system: str) -> int:
+    order = ("specinfer", "mcss", "spectr", "mcns", "beam_specinfer", "tree_mtad", "mtad", "typical", "bild",
+             "bild_sampling")
+    return order.index(system) if system in order else len(order)
+
+
+def main(argv: list[str] | None = None) -> str:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--goals", action="append", required=True,
+                    help="a goals table, PATH or PATH:MODE,... (modes: greedy, topk10, plain, topp<P>); repeat")
+    ap.add_argument("--floor", type=Path, action="append", default=[], help="a --draw-floor record (repeat)")
+    ap.add_argument("--beam-floor", type=Path, action="append", default=[], help="a --beam-floor record (repeat)")
+    ap.add_argument("--out", type=Path, help="write the table here (markdown)")
+    args = ap.parse_args(argv)
+    goals = [goals_spec(g) for g in args.goals]
+    for p in [*(g for g, _ in goals), *args.floor, *args.beam_floor]:
+        if not p.is_file():
+            raise SystemExit(f"{p}: no such record")
+    text = render(goals, [*args.floor, *args.beam_floor])
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)
