@@ -705,3 +705,55 @@ def test_the_committed_verdicts_recompute_from_their_records():
     floors = [bench / n for n in ("draw_floor_in_situ_cpu.md", "draw_floor_topp_in_situ_cpu.md",
                                   "beam_floor_root_row_cpu.md")]
     assert verdicts.render(goals, floors) == rec
+
+
+def test_docs_quote_the_after_a_pass_records():
+    """docs/speed.md's "After a pass" section: per-row costs, ranges, flipped cells and counts are
+    the floor, beam-floor, draw-paths, commit-against-commit and verdicts records'."""
+    root = Path(__file__).resolve().parent.parent
+    bench = root / "results/bench"
+    doc = " ".join((root / "docs/speed.md").read_text().split())
+
+    def rows(name):
+        return [[c.strip() for c in line.strip().strip("|").split("|")]
+                for line in (bench / name).read_text().splitlines() if line.startswith("| V")]
+
+    def span(vals, fmt="{:,.1f}"):
+        return f"{fmt.format(min(vals))}-{fmt.format(max(vals))}"
+
+    plain, topp = rows("draw_floor_in_situ_cpu.md"), rows("draw_floor_topp_in_situ_cpu.md")
+    for v, alone, after in (("V32000/", "alone", "after a pass at 32,000"), ("V151936/", "alone", "after a pass at 151,936")):
+        r = [c for c in plain if c[0].startswith(v)]
+        assert f"{span([float(c[2]) for c in r])} µs {alone} and {span([float(c[11]) for c in r])} µs {after}" in doc
+    names = {"specinfer": "SpecInfer", "mcss": "MCSS", "spectr": "SpecTr", "beam_specinfer": "beam SpecInfer",
+             "tree_mtad": "tree-MTAD", "mtad": "MTAD"}
+    for s, n in names.items():
+        r = [c for c in plain if c[1] == s]
+        cols = [span([float(c[i]) for c in r], "{:.2f}") for i in (9, 13, 8)]
+        assert f"| {n} | " + " | ".join(cols) + " |" in doc, n
+    flips = [(c[0], c[1], c[13]) for c in plain if c[10].startswith("reachable") and c[14].startswith("misses")]
+    assert f"In {len(flips)} cells the floor after a pass exceeds the goal" in doc
+    assert all(f"{x}x" in doc for _, _, x in flips)
+    r32, r15 = ([c for c in topp if c[0].startswith(v)] for v in ("V32000/", "V151936/"))
+    assert (f"{span([float(c[11]) for c in r32])} µs at 32,000 tokens and {span([float(c[11]) for c in r15])} µs at "
+            f"151,936 (alone {span([float(c[2]) for c in r32])} and {span([float(c[2]) for c in r15])})") in doc
+    both = [c for c in topp if c[10].startswith("floor alone misses") and c[14].startswith("misses")]
+    assert len(both) == 20 and {c[1] for c in both} == {"specinfer", "mcss", "spectr", "mcns", "beam_specinfer"}
+    beam = rows("beam_floor_root_row_cpu.md")
+    r32, r15 = ([c for c in beam if c[0].startswith(v)] for v in ("V32000/", "V151936/"))
+    assert (f"{span([float(c[3]) for c in r32])} µs at 32,000 tokens and {span([float(c[3]) for c in r15])} µs at "
+            f"151,936 (the root's {span([float(c[11]) for c in r32])} and {span([float(c[11]) for c in r15])})") in doc
+    assert [c[0] for c in beam if c[10].startswith("floor alone misses")] == ["V151936/equal/greedy"] * 3
+    for t, col in (("", 1), ("topp_", 2)):
+        for v in ("32000", "151936"):
+            for d in ("random", "equal"):
+                line = next(x for x in (bench / f"draw_paths_beam_rows_{t}v{v}_{d}_cpu.md").read_text().splitlines()
+                            if x.startswith("| beam_rows"))
+                c = [x.strip().split()[0] for x in line.strip().strip("|").split("|")]
+                sec = doc.split("### After a pass")[1].split("###")[0]
+                row = next(x for x in sec.split("| V") if x.startswith(f"{v} {d} |"))
+                assert row.split("|")[col].strip() == f"{c[1]} / {c[2]}", (t, v, d)
+    counts = (bench / "verdicts_cpu.md").read_text().split("### Cells by verdict and reason")[1]
+    for line in counts.splitlines():
+        if line.startswith("| ") and not line.startswith("| mode") and not line.startswith("| ---"):
+            assert line in doc, line
