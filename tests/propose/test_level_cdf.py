@@ -76,3 +76,49 @@ def test_the_siblings_path_takes_long_whole_rows_without_replacement_only(monkey
     monkeypatch.setattr(cdf_blocks, "SITES", {**cdf_blocks.SITES, "without": False})
     tr._level_draws(level, 2, InverseCdf().manual_seed(0), replacement=False)  # the site off
     assert calls == [1]
+
+
+@pytest.mark.parametrize("v", [DENSE_MAX + 1, 32_000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_short_whole_levels_siblings_at_once_are_row_after_row(v, dtype):
+    """MCSS's siblings without replacement from a level of whole rows shorter than the block sums'
+    ``MIN_LENGTH`` (``_whole_level_without``): the positions and generator state of the draws row
+    after row, their cumulative sums in one block, each drop its own row's suffix."""
+    for f, k, seed in ((2, 1, 0), (4, 2, 1), (8, 2, 2), (3, 4, 3)):
+        level = _level(f, v, dtype, seed)
+        a, b = InverseCdf().manual_seed(seed), InverseCdf().manual_seed(seed)
+        got = tr._whole_level_without([s.vals for s in level], k, a)
+        want = [cdf_positions(s.vals, k, False, b, positive=True) for s in level]
+        assert got == want and torch.equal(a.get_state(), b.get_state()), (f, k)
+        assert all(len(set(p)) == len(p) == k for p in got)
+        assert all(torch.equal(s.vals, r.vals) for s, r in zip(level, _level(f, v, dtype, seed)))  # rows untouched
+
+
+def test_the_short_siblings_path_takes_whole_rows_without_replacement_only(monkeypatch):
+    calls = []
+    orig = tr._whole_level_without
+    monkeypatch.setattr(tr, "_whole_level_without", lambda *a: calls.append(1) or orig(*a))
+    level = _level(3, DENSE_MAX + 50, torch.float32, 4)
+    tr._level_draws(level, 2, InverseCdf().manual_seed(0), replacement=False)
+    assert calls == [1]
+    tr._level_draws(level, 2, InverseCdf().manual_seed(0), replacement=True)  # with replacement: the level cdf
+    tr._level_draws(level[:1], 2, InverseCdf().manual_seed(0), replacement=False)  # one row: as it is
+    cut = level[1].vals.clone()
+    cut[::3] = 0  # not whole
+    tr._level_draws([level[0], Support(*support(cut), cut.numel())], 2, InverseCdf().manual_seed(0), False)
+    monkeypatch.setattr(tr, "LEVEL_WITHOUT", False)
+    tr._level_draws(level, 2, InverseCdf().manual_seed(0), replacement=False)  # switched off
+    assert calls == [1]
+
+
+def test_a_short_level_refuses_the_first_row_without_mass_as_row_after_row():
+    from mtad.core.sampling import EmptySupport
+
+    level = _level(3, DENSE_MAX + 50, torch.float32, 5)
+    bad = [level[0].vals, level[1].vals * float("nan"), level[2].vals * 0 + float("inf")]
+    with pytest.raises(EmptySupport, match="sum of probabilities nan"):
+        tr._whole_level_without(bad, 2, InverseCdf().manual_seed(0))
+    b = InverseCdf().manual_seed(0)
+    cdf_positions(bad[0], 2, False, b, positive=True)
+    with pytest.raises(EmptySupport, match="sum of probabilities nan"):
+        cdf_positions(bad[1], 2, False, b, positive=True)
