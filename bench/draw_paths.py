@@ -40,8 +40,10 @@ from mtad.core.warping import Warping  # noqa: E402
 from mtad.propose import beam, tree  # noqa: E402
 from mtad.run.cli import load_decoder  # noqa: E402
 
-#: what can be switched: the block-sum sites (``cdf_blocks.SITES``) and ``beam_rows``, a beam walk's
-#: q reading the rows its draws warped (``mtad.propose.beam.REUSE_DRAWN_ROWS``): the same tokens either way
+#: what can be switched: the block-sum sites (``cdf_blocks.SITES``); ``beam_rows``, a beam walk's q
+#: reading the rows its draws warped (``mtad.propose.beam.REUSE_DRAWN_ROWS``); ``level_without``, a
+#: level's short whole rows drawn without replacement at once (``mtad.propose.tree.LEVEL_WITHOUT``):
+#: the same tokens either way
 SITES = (*cdf_blocks.SITES, "beam_rows", "level_without")
 
 
