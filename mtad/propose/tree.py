@@ -26,7 +26,6 @@ accelerator (on the CPU it warps the rows a walk reads, lazily).
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
@@ -42,7 +41,6 @@ from mtad.core.sampling import (
     Support,
     as_support,
     candidate_supports,
-    cdf_drop,
     cdf_index,
     cdf_positions,
     cdf_search,
@@ -61,9 +59,6 @@ ChildSampler = Callable[[torch.Tensor | Support, int, torch.Generator], list[int
 
 
 _SHORT = 512  # supports up to this long are drawn on Python lists (fewer torch calls)
-#: a level's whole rows shorter than ``cdf_blocks.MIN_LENGTH`` drawn without replacement at once
-#: (``_whole_level_without``; ``bench/draw_paths.py`` times it on / off as ``level_without``)
-LEVEL_WITHOUT = True
 
 
 def exponentials(vals: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:  # [k, n]
@@ -151,8 +146,6 @@ def _level_draws(supports: list[Support], k: int, generator: torch.Generator,
             return _whole_level_cdf([s.vals for s in supports], k, generator)
         if whole and cdf_blocks.used(supports[0].vals, "without"):
             return _whole_level_siblings([s.vals for s in supports], k, generator)
-        if whole and not replacement and LEVEL_WITHOUT:
-            return _whole_level_without([s.vals for s in supports], k, generator)
         return [_draws(s, k, generator, replacement) for s in supports]
     plans = [_plan(s, k, replacement) for s in supports]
     dtypes = {s.vals.dtype for s in supports}
@@ -193,41 +186,6 @@ def _whole_level_cdf(rows: list[torch.Tensor], k: int, generator: torch.Generato
     for t in total.view(-1).tolist():
         check_total(t)
     return j.tolist()
-
-
-def _whole_level_without(rows: list[torch.Tensor], k: int, generator: torch.Generator) -> list[list[int]]:
-    """``_draws`` without replacement by inverse CDF on whole rows shorter than
-    ``cdf_blocks.MIN_LENGTH`` (MCSS's siblings at plain temperature), for a level's rows at once:
-    their float64 masses and cumulative sums in one [F, V] block, the ``F k`` uniforms in one call
-    (the ones the rows take in turn), each draw's search over every row in one call; each drop
-    sums its own row's suffix again (``cdf_drop``). The same positions as row after row
-    (``cdf_positions``, bit for bit; ``tests/propose/test_level_cdf.py``). A row whose total
-    cannot be drawn from stops there, and the totals are checked row after row, as the draws were
-    made: the refusal is the first row's."""
-    f, v = len(rows), rows[0].numel()
-    x = torch.empty(f, v, dtype=torch.float64)
-    for i, r in enumerate(rows):
-        x[i].copy_(r)  # (float32 -> float64: exact)
-    c = x.cumsum(-1)
-    u = uniforms(f * k, generator).view(f, k)
-    m = min(k, v)
-    picks: list[list[int]] = [[] for _ in rows]
-    totals: list[list[float]] = [[] for _ in rows]
-    alive = [True] * f
-    for i in range(m):
-        j, total = cdf_search(c, u[:, i : i + 1])
-        for r, (jr, tr) in enumerate(zip(j.view(-1).tolist(), total.view(-1).tolist())):
-            if not alive[r]:
-                continue
-            picks[r].append(jr)
-            totals[r].append(tr)
-            if not 0 < tr < math.inf:
-                alive[r] = False
-            elif i + 1 < m:
-                cdf_drop(c[r], x[r], jr)
-    for t in itertools.chain.from_iterable(totals):  # row after row, as the draws were made
-        check_total(t)
-    return picks
 
 
 def _whole_level_siblings(rows: list[torch.Tensor], k: int, generator: torch.Generator) -> list[list[int]]:
