@@ -757,3 +757,37 @@ def test_docs_quote_the_after_a_pass_records():
     for line in counts.splitlines():
         if line.startswith("| ") and not line.startswith("| mode") and not line.startswith("| ---"):
             assert line in doc, line
+
+
+def test_docs_quote_the_reverted_change_and_the_second_plain_run():
+    """The "not kept" paragraph: MCSS's on / off and commit-against-commit values are the records'; the
+    two plain-temperature goals tables' counts are theirs."""
+    root = Path(__file__).resolve().parent.parent
+    bench = root / "results/bench"
+    doc = " ".join((root / "docs/speed.md").read_text().split())
+    mcss = []
+    for d in ("random", "equal"):
+        line = next(x for x in (bench / f"draw_paths_level_without_v32000_{d}_cpu.md").read_text().splitlines()
+                    if x.startswith("| level_without"))
+        mcss.append(line.strip().strip("|").split("|")[3].split()[0])
+    assert f"but {mcss[0]} and {mcss[1]} at seed 89" in doc
+    cc = {(c[0], c[1]): c[2] for c in ([x.strip() for x in line.strip().strip("|").split("|")] for line in
+          (bench / "compare_commits_level_without_plain_cpu.md").read_text().splitlines() if line.startswith("| V"))}
+    assert (f"commit against commit {cc[('V32000/random/sample_nok', 'mcss')]} and "
+            f"{cc[('V32000/equal/sample_nok', 'mcss')]}") in doc
+
+    def counts(name):
+        text = (bench / name).read_text().split("### Cells by verdict")[1]
+        got = {}
+        for line in text.splitlines():
+            c = [x.strip() for x in line.strip().strip("|").split("|")]
+            if line.startswith("| sample_nok"):
+                got[c[1]] = int(c[2])
+        return got
+
+    a = counts("compare_commits_level_without_plain_cpu_goals_3f0fa92310.md")
+    b = counts("compare_commits_beam_rows_plain_cpu_goals_3f0fa92310.md")
+    tok = [sum(v for k, v in x.items() if "tokens per step" in k) for x in (a, b)]
+    assert (f"{a['met']} cells met, {a['missed']} missed and {a['unresolved']} unresolved besides {tok[0]} where "
+            f"tokens per step") in doc
+    assert f"against {b['met']}, {b['missed']} and {b['unresolved']} (and {tok[1]}) at seed 73" in doc
