@@ -784,27 +784,29 @@ def draw_floor(args) -> str:
             pair = build_pair(vocab, args.hidden, args.layers, args.draft_hidden, args.draft_layers, draft)
             timers = {"target": ForwardTimer(pair.target), "draft": ForwardTimer(pair.draft)}
             counter, picked = RowCounter(pair.draft), PickedRowCounter()
-            gs = torch.Generator().manual_seed(1)
-            prompts = make_prompts(args.prompts, args.prompt_length, vocab, args.prompt_seed)
-            decs = {s: load_decoder(*parse_decoder(s, gamma)[:1], **parse_decoder(s, gamma)[1]) for s in systems}
-            for s in systems:
-                measure(s, pair, timers, decs[s], prompts[0], 4, w, gamma, 0)
-            best = situ = float("inf")
-            acc = {s: {"overhead": 0.0, "tokens": 0, "steps": 0, "rows": 0} for s in systems}
-            for pi, ids in enumerate(prompts):
-                shift = pi % len(systems)
-                for s in systems[shift:] + systems[:shift]:
-                    counter.reset()
-                    picked.reset()
-                    r = measure(s, pair, timers, decs[s], ids, args.max_new_tokens, w, gamma, 1000 * pi)
-                    acc[s]["overhead"] += r["overhead"]
-                    acc[s]["tokens"] += r["tokens"]
-                    acc[s]["steps"] += r["steps"]
-                    acc[s]["rows"] += picked.rows if s in BEAM_SYSTEMS else counter.rows
-                    best = min(best, draw_seconds())
-                    situ = min(situ, _in_situ_seconds(pair.draft, vocab, ops, gs))
-            counter.close()
-            picked.close()
+            try:  # (the counters hook the draft and patch beam drafting: undone whatever happens)
+                gs = torch.Generator().manual_seed(1)
+                prompts = make_prompts(args.prompts, args.prompt_length, vocab, args.prompt_seed)
+                decs = {s: load_decoder(*parse_decoder(s, gamma)[:1], **parse_decoder(s, gamma)[1]) for s in systems}
+                for s in systems:
+                    measure(s, pair, timers, decs[s], prompts[0], 4, w, gamma, 0)
+                best = situ = float("inf")
+                acc = {s: {"overhead": 0.0, "tokens": 0, "steps": 0, "rows": 0} for s in systems}
+                for pi, ids in enumerate(prompts):
+                    shift = pi % len(systems)
+                    for s in systems[shift:] + systems[:shift]:
+                        counter.reset()
+                        picked.reset()
+                        r = measure(s, pair, timers, decs[s], ids, args.max_new_tokens, w, gamma, 1000 * pi)
+                        acc[s]["overhead"] += r["overhead"]
+                        acc[s]["tokens"] += r["tokens"]
+                        acc[s]["steps"] += r["steps"]
+                        acc[s]["rows"] += picked.rows if s in BEAM_SYSTEMS else counter.rows
+                        best = min(best, draw_seconds())
+                        situ = min(situ, _in_situ_seconds(pair.draft, vocab, ops, gs))
+            finally:
+                counter.close()
+                picked.close()
             spd = acc["spd"]
             spd_ms = 1000 * spd["overhead"] / spd["tokens"]
             spd_tps, spd_rows = spd["tokens"] / spd["steps"], spd["rows"] / spd["tokens"]

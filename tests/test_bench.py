@@ -791,3 +791,21 @@ def test_docs_quote_the_reverted_change_and_the_second_plain_run():
     assert (f"{a['met']} cells met, {a['missed']} missed and {a['unresolved']} unresolved besides {tok[0]} where "
             f"tokens per step") in doc
     assert f"against {b['met']}, {b['missed']} and {b['unresolved']} (and {tok[1]}) at seed 73" in doc
+
+
+def test_the_draw_floor_puts_beam_drafting_back_whatever_happens(monkeypatch):
+    """``--draw-floor`` patches beam drafting's ``scoring_probs`` to count picked rows: undone
+    when the run fails too."""
+    from mtad.propose import beam
+
+    before = beam.scoring_probs
+
+    def fail(*a, **k):
+        assert beam.scoring_probs is not before  # counting while it runs
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(overhead, "measure", fail)
+    with pytest.raises(RuntimeError, match="planted"):
+        overhead.main(["--draw-floor", "--vocabs", "300", "--hidden", "16", "--draft-hidden", "16", "--drafts", "random",
+                       "--prompts", "1", "--max-new-tokens", "2", "--systems", "specinfer"])
+    assert beam.scoring_probs is before
