@@ -175,7 +175,21 @@ bench-overhead-tiny: install ## Overhead per step/token outside the models, tiny
 bench-transfers: install ## Host round-trips per step, every decoder x gamma 2/4/8 x W 1/4, on virtual CUDA devices (mtad.testing.devicecheck) -> results/bench/transfers.{json,md}
 	$(BIN)mtad-bench transfers --out results/bench/transfers $(ARGS)
 
-.PHONY: bench-cost bench-speed bench-claim4 bench-overhead bench-overhead-tiny bench-transfers
+# What the goals table's misses are made of: the least draw work (alone and right after a draft
+# pass) and the greedy beam's, beside SpD measured alongside; then every cell's reason from
+# bench-overhead-tiny's table and these floors (bench/verdicts.py; docs/speed.md, "After a pass").
+FLOOR_ARGS ?= --vocabs 32000,151936 --drafts random,equal --prompts 3 --max-new-tokens 64
+bench-floors: install ## Draw floors (plain, top-p 0.9) and the greedy beam floor, tiny models (~8 min, quiet CPU) -> results/bench/*_floor*_latest_cpu.md
+	$(BIN)mtad-bench overhead --draw-floor $(FLOOR_ARGS) --md results/bench/draw_floor_latest_cpu.md $(ARGS)
+	$(BIN)mtad-bench overhead --draw-floor --floor-top-p 0.9 $(FLOOR_ARGS) --md results/bench/draw_floor_topp_latest_cpu.md $(ARGS)
+	$(BIN)mtad-bench overhead --beam-floor $(FLOOR_ARGS) --md results/bench/beam_floor_latest_cpu.md $(ARGS)
+
+bench-verdicts: ## Every goals cell's verdict and reason, from bench-overhead-tiny's table and bench-floors' records -> results/bench/verdicts_latest_cpu.md
+	$(BIN)mtad-bench verdicts --goals results/bench/overhead_tiny_cpu.md --floor results/bench/draw_floor_latest_cpu.md \
+	  --floor results/bench/draw_floor_topp_latest_cpu.md --beam-floor results/bench/beam_floor_latest_cpu.md \
+	  --out results/bench/verdicts_latest_cpu.md
+
+.PHONY: bench-cost bench-speed bench-claim4 bench-overhead bench-overhead-tiny bench-transfers bench-floors bench-verdicts
 
 # ---- The check on a GPU node (docs/cluster.md): random models built in-process, no hub, no data ----
 # Uses .venv when it exists, else $(PYTHON) with whatever torch/transformers it has. ARGS=--dry-run: CPU, seconds.

@@ -49,32 +49,44 @@ def _rows(text: str, heading: str) -> list[list[str]]:
             if line.startswith("| V")]
 
 
-def _mode(setting: str, top_p: float) -> str:
-    """A goals table's mode as the floors name it: greedy, topk10, plain, topp<P>."""
-    mode = setting.rsplit("/", 1)[1]
-    if mode == "greedy":
-        return "greedy"
-    if mode == "sample":
-        return "topk10"
-    if mode == "sample_nok":
-        return "plain" if top_p >= 1.0 else f"topp{top_p:g}"
-    raise SystemExit(f"unknown mode {mode!r} in {setting!r}")
+_MODES = re.compile(r"sample = T (\S+) top-k (\d+) top-p (\S+), sample_nok = T (\S+) top-p (\S+) without top-k")
+
+
+def _modes(text: str, path: Path) -> dict[str, str]:
+    """A goals table's modes as the floors name them (greedy, topk10, plain, topp0.9; a
+    temperature other than 1 prefixes ``T<t>_``), read from its header's own description."""
+    m = _MODES.search(text)
+    if m is None:
+        raise SystemExit(f"{path}: no 'sample = T .. top-k .. top-p .., sample_nok = ..' in its header: "
+                         "not a goals table of bench/overhead.py")
+    t, k, p, t_nok, p_nok = float(m[1]), int(m[2]), float(m[3]), float(m[4]), float(m[5])
+
+    def temp(x: float) -> str:
+        return "" if x == 1.0 else f"T{x:g}_"
+
+    return {"greedy": "greedy", "sample": f"{temp(t)}topk{k}" + ("" if p >= 1.0 else f"_topp{p:g}"),
+            "sample_nok": temp(t_nok) + ("plain" if p_nok >= 1.0 else f"topp{p_nok:g}")}
+
+
+def _cell(setting: str, modes: dict[str, str]) -> str:
+    head, mode = setting.rsplit("/", 1)
+    if mode not in modes:
+        raise SystemExit(f"unknown mode {mode!r} in {setting!r}")
+    return f"{head}/{modes[mode]}"
 
 
 def read_goals(path: Path) -> dict[tuple[str, str], dict]:
     """(cell ``V/draft/mode``, decoder) -> ratio text, verdict, whether tokens per step is the larger factor."""
     text = path.read_text()
-    m = re.search(r"--top-p (\S+?)[ `]", text)
-    top_p = float(m.group(1)) if m else 1.0
+    modes = _modes(text, path)
     cells = {}
     for c in _rows(text, "### goals (overhead per token"):
         if not c[1].endswith("_le_1.5x_spd"):
             continue
-        cell = c[0].rsplit("/", 1)[0] + "/" + _mode(c[0], top_p)
-        cells[(cell, c[1].split("_le_")[0])] = {"ratio": c[2].split()[0], "verdict": c[4].split(",")[0].strip(),
-                                                  "tokens": False, "source": path.name}
+        cells[(_cell(c[0], modes), c[1].split("_le_")[0])] = {
+            "ratio": c[2].split()[0], "verdict": c[4].split(",")[0].strip(), "tokens": False, "source": path.name}
     for c in _rows(text, "### goals against SpD not met"):
-        key = (c[0].rsplit("/", 1)[0] + "/" + _mode(c[0], top_p), c[1])
+        key = (_cell(c[0], modes), c[1])
         if key in cells:
             cells[key]["tokens"] = c[7] == "tokens per step"
     return cells

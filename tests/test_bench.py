@@ -654,7 +654,8 @@ def _goals_table(path, top_p, cells, tokens=()):
     rows = [f"| {st} | {s}_le_1.5x_spd | {r} [1.0, 2.0] | no | {v} |" for st, s, r, v in cells]
     apart = [f"| {st} | {s} | {r} | {v} | 1.0x | 1.00 (4.00) | 4.00 | "
              f"{'tokens per step' if (st, s) in tokens else 'per step'} | - | - |" for st, s, r, v in cells if v != "met"]
-    path.write_text(f"Command: `python bench/overhead.py --top-p {top_p} --prompt-seed 1`\n\n"
+    path.write_text(f"Harness overhead ...; sample = T 1 top-k 10 top-p {top_p:g}, sample_nok = T 1 top-p {top_p:g} "
+                    "without top-k; systems interleaved\n\n"
                     "### goals (overhead per token, paired ratio [95% CI])\n\n| setting | goal | ratio | estimate within "
                     "| 95% CI says |\n| --- | --- | ---: | --- | --- |\n" + "\n".join(rows) + "\n\n"
                     "### goals against SpD not met, taken apart (per token = per step / tokens per step)\n\n"
@@ -691,6 +692,15 @@ def test_verdicts_give_every_cell_one_reason_from_the_records(tmp_path):
         verdicts.main(["--goals", str(plain), "--goals", str(plain)])
     with pytest.raises(SystemExit, match="no such record"):
         verdicts.main(["--goals", str(tmp_path / "none.md")])
+    bare = tmp_path / "bare.md"  # no description of its modes: refused, not guessed
+    bare.write_text(plain.read_text().split("\n", 1)[1])
+    with pytest.raises(SystemExit, match="not a goals table"):
+        verdicts.main(["--goals", str(bare)])
+    nucleus = tmp_path / "nucleus.md"  # bench/overhead.py's default top-p 0.9: its modes say so
+    _goals_table(nucleus, 0.9, [("V9/random/sample", "mcss", "1.70", "missed"),
+                                ("V9/random/sample_nok", "mcss", "2.70", "missed")])
+    text = verdicts.main(["--goals", str(nucleus)])
+    assert "### topk10_topp0.9" in text and "### topp0.9" in text and "### plain" not in text
 
 
 def test_the_committed_verdicts_recompute_from_their_records():
