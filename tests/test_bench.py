@@ -819,3 +819,18 @@ def test_the_draw_floor_puts_beam_drafting_back_whatever_happens(monkeypatch):
         overhead.main(["--draw-floor", "--vocabs", "300", "--hidden", "16", "--draft-hidden", "16", "--drafts", "random",
                        "--prompts", "1", "--max-new-tokens", "2", "--systems", "specinfer"])
     assert beam.scoring_probs is before
+
+
+def test_after_pass_times_the_same_work_after_a_pass_and_again(tmp_path):
+    """``bench/after_pass.py``: both workloads timed after a pass and again, per vocabulary, with
+    their ratio; a bad pass count is refused in one line."""
+    import after_pass
+
+    out = tmp_path / "after.md"
+    text = after_pass.main(["--vocabs", "300", "--passes", "2", "--out", str(out)])
+    assert out.read_text() == text
+    row = next(line for line in text.splitlines() if line.startswith("| 300 |"))
+    c = [float(x) for x in row.strip().strip("|").split("|")]
+    assert all(x > 0 for x in c) and c[3] == pytest.approx(c[1] / c[2], abs=0.006)
+    with pytest.raises(SystemExit, match="--passes"):
+        after_pass.main(["--passes", "0"])
