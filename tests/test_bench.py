@@ -834,3 +834,15 @@ def test_after_pass_times_the_same_work_after_a_pass_and_again(tmp_path):
     assert all(x > 0 for x in c) and c[3] == pytest.approx(c[1] / c[2], abs=0.006)
     with pytest.raises(SystemExit, match="--passes"):
         after_pass.main(["--passes", "0"])
+
+
+def test_docs_quote_the_after_pass_record():
+    root = Path(__file__).resolve().parent.parent
+    doc = " ".join((root / "docs/speed.md").read_text().split())
+    rows = {line.split("|")[1].strip(): [x.strip() for x in line.strip().strip("|").split("|")]
+            for line in (root / "results/bench/after_pass_cpu.md").read_text().splitlines() if line.startswith("| 3")
+            or line.startswith("| 1")}
+    a, b = rows["32,000"], rows["151,936"]
+    assert (f"take {a[1]} µs right after a draft pass against {a[2]} µs again at once at 32,000 tokens ({a[3]}x), "
+            f"and {b[1]} against {b[2]} µs at 151,936 ({b[3]}x); a softmax of the pass's 8 rows {a[6]}x at both") in doc
+    assert a[6] == b[6]
