@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from overhead import build_pair  # noqa: E402
-from phases import _machine  # noqa: E402
+from phases import _machine, command, publish  # noqa: E402
 
 from mtad.core import allocator  # noqa: E402
 from mtad.core.sampling import InverseCdf, uniforms  # noqa: E402
@@ -65,7 +65,7 @@ def measure(vocab: int, passes: int, draft: str = "random") -> dict[str, float]:
 def render(args, results: dict[int, dict[str, float]]) -> str:
     lines = ["## Harness work right after a model's pass (`bench/after_pass.py`)", "",
              " ".join((__doc__ or "").split("\n\n")[1].split()), "",
-             f"Command: `python bench/after_pass.py {' '.join(args.argv)}`; {args.passes} passes per vocabulary, "
+             f"Command: `{command('after_pass.py', args.argv)}`; {args.passes} passes per vocabulary, "
              f"{args.draft} draft (hidden 64, 1 layer), torch threads {torch.get_num_threads()}.", _machine(), "",
              "| vocabulary | small, after a pass (µs) | small, again (µs) | small: after / again | rows, after a pass (µs) "
              "| rows, again (µs) | rows: after / again |", "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -89,11 +89,8 @@ def main(argv: list[str] | None = None) -> str:
     args.argv = list(sys.argv[1:] if argv is None else argv)
     allocator.tune()  # as the entry points run (mtad.core.allocator)
     torch.set_num_threads(args.threads)
-    text = render(args, {int(v): measure(int(v), args.passes, args.draft) for v in args.vocabs.split(",")})
-    if args.out:
-        Path(args.out).write_text(text)
-    print(text)
-    return text
+    return publish(render(args, {int(v): measure(int(v), args.passes, args.draft) for v in args.vocabs.split(",")}),
+                   args.out)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from overhead import build_pair, make_prompts, measure  # noqa: E402
-from phases import _machine, add_run_arguments  # noqa: E402
+from phases import _machine, add_run_arguments, command, publish  # noqa: E402
 from speed import ForwardTimer, parse_decoder  # noqa: E402
 
 from mtad.core import allocator, cdf_blocks  # noqa: E402
@@ -89,7 +89,7 @@ def run(args) -> str:
     lines = [f"## Block-sum draws by site, on / off in one process: V{args.vocab}, {args.draft} draft, {mode} "
              "(`bench/draw_paths.py`)", "",
              " ".join((__doc__ or "").split("\n\n")[1].split()), "",
-             f"Command: `python bench/draw_paths.py {' '.join(args.argv)}`; {args.prompts} prompts x "
+             f"Command: `{command('draw_paths.py', args.argv)}`; {args.prompts} prompts x "
              f"{args.max_new_tokens} tokens, prompt seed {args.prompt_seed}, gamma {args.gamma}, torch threads "
              f"{torch.get_num_threads()}; the sites' defaults: "
              + ", ".join(f"{k} {'on' if v else 'off'}" for k, v in default.items()) + ".",
@@ -112,10 +112,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     allocator.tune()  # as the entry points run (mtad.core.allocator)
-    text = run(args)
-    if args.out:
-        Path(args.out).write_text(text)
-    print(text)
+    publish(run(args), args.out)
 
 
 if __name__ == "__main__":

@@ -151,7 +151,7 @@ def profile(args) -> str:
     labels = list(dict.fromkeys(label for _, _, label in PHASES))
     lines = [f"## Harness time per step by phase: V{args.vocab}, {args.draft} draft, {mode} (`bench/phases.py`)", "",
              (__doc__ or "").split("\n\n")[1].replace("\n", " "), "",
-             f"Command: `python bench/phases.py {' '.join(args.argv)}`; {args.prompts} prompts x "
+             f"Command: `{command('phases.py', args.argv)}`; {args.prompts} prompts x "
              f"{args.max_new_tokens} tokens, prompt seed {args.prompt_seed}, gamma {args.gamma}, torch threads "
              f"{torch.get_num_threads()}. Milliseconds per step (share of the step's time outside the models).",
              _machine(), "",
@@ -169,6 +169,31 @@ def profile(args) -> str:
     lines.append("| outside the models, ms per token | " + " | ".join(
         f"{1e3 * results[s]['outside'] / results[s]['tokens']:.3f}" for s in systems) + " |")
     return "\n".join(lines) + "\n"
+
+
+def command(script: str, argv: list[str]) -> str:
+    """The command a record names, ``python bench/SCRIPT ARGS``, with every absolute path argument
+    (``PATH`` or ``--opt=PATH``) shown relative to the repository, or by its name alone where it
+    lies outside it: a record names no directory of the machine that made it."""
+    root = Path(__file__).resolve().parent.parent
+
+    def shown(arg: str) -> str:
+        opt, eq, path = arg.rpartition("=") if arg.startswith("--") and "=" in arg else ("", "", arg)
+        if not Path(path).is_absolute():
+            return arg
+        p = Path(path).resolve()
+        rel = str(p.relative_to(root)) if p.is_relative_to(root) else p.name
+        return f"{opt}{eq}{rel}"
+
+    return " ".join(["python", f"bench/{script}", *map(shown, argv)])
+
+
+def publish(text: str, out: str | None) -> str:
+    """Write a bench's markdown to ``out`` (if given) and print it."""
+    if out:
+        Path(out).write_text(text)
+    print(text)
+    return text
 
 
 def _machine() -> str:
@@ -213,10 +238,7 @@ def main(argv=None):
     add_run_arguments(ap, vocab=32000, draft="equal", prompts=3)
     args = ap.parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
-    text = profile(args)
-    if args.out:
-        Path(args.out).write_text(text)
-    print(text)
+    publish(profile(args), args.out)
 
 
 if __name__ == "__main__":

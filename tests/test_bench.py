@@ -846,3 +846,15 @@ def test_docs_quote_the_after_pass_record():
     assert (f"take {a[1]} µs right after a draft pass against {a[2]} µs again at once at 32,000 tokens ({a[3]}x), "
             f"and {b[1]} against {b[2]} µs at 151,936 ({b[3]}x); a softmax of the pass's 8 rows {a[6]}x at both") in doc
     assert a[6] == b[6]
+
+
+def test_a_records_command_names_no_directory_of_this_machine(tmp_path):
+    """``phases.command``: absolute paths shown relative to the repository, or by name outside it."""
+    import phases
+
+    root = Path(__file__).resolve().parent.parent
+    got = phases.command("x.py", ["--out", str(tmp_path / "a.md"), "--out=/abs/b.md",
+                                  str(root / "results/bench/c.md"), "rel/d.md", "--vocab", "7"])
+    assert got == "python bench/x.py --out a.md --out=b.md results/bench/c.md rel/d.md --vocab 7"
+    text = __import__("after_pass").main(["--vocabs", "300", "--passes", "1", "--out", str(tmp_path / "e.md")])
+    assert str(tmp_path) not in text and "--out e.md" in text
