@@ -173,17 +173,13 @@ def profile(args) -> str:
 
 def command(script: str, argv: list[str]) -> str:
     """The command a record names, ``python bench/SCRIPT ARGS``, with every absolute path argument
-    (``PATH`` or ``--opt=PATH``) shown relative to the repository, or by its name alone where it
-    lies outside it: a record names no directory of the machine that made it."""
-    root = Path(__file__).resolve().parent.parent
+    (``PATH`` or ``--opt=PATH``) as ``mtad.core.io.shown_path`` shows it (relative, or its name):
+    a record names no directory of the machine that made it."""
+    from mtad.core.io import shown_path
 
     def shown(arg: str) -> str:
         opt, eq, path = arg.rpartition("=") if arg.startswith("--") and "=" in arg else ("", "", arg)
-        if not Path(path).is_absolute():
-            return arg
-        p = Path(path).resolve()
-        rel = str(p.relative_to(root)) if p.is_relative_to(root) else p.name
-        return f"{opt}{eq}{rel}"
+        return f"{opt}{eq}{shown_path(path)}" if Path(path).is_absolute() else arg
 
     return " ".join(["python", f"bench/{script}", *map(shown, argv)])
 

@@ -72,25 +72,34 @@ def portable_text(text: str) -> str:
     return text
 
 
-def not_git_ignored(paths: list[Path]) -> list[Path]:
+def not_git_ignored(paths: list[Path], checkout: Path | None = None) -> list[Path]:
     """``paths`` less those git ignores: what a checkout keeps, without the run outputs it ignores
     (``results/runs/``, ``outputs/``: ``.gitignore``), so that "every record under results/" means
     the same before and after ``make run``. Tracked files are never dropped (git ignores only
-    untracked ones); outside a git work tree, or without git, every path stays."""
+    untracked ones); outside a git work tree, or without git, every path stays.
+
+    Git runs in ``checkout`` only (by default the one this code is in; tests name another) and is
+    asked only of paths inside it, with ``core.fsmonitor`` off: a results folder from anyone may
+    hold a ``.git`` of its own, whose config could name a program for git to run, and git must
+    never be started inside it."""
     if not paths:
         return paths
     import subprocess
 
-    full = [str(Path(p).resolve()) for p in paths]
+    root = (checkout or REPO_ROOT).resolve()
+    full = [Path(p).resolve() for p in paths]
+    inside = [str(f) for f in full if f.is_relative_to(root)]
+    if not inside:
+        return paths
     try:
-        got = subprocess.run(["git", "check-ignore", "-z", "--stdin"], input="\0".join(full).encode(),
-                             cwd=Path(full[0]).parent, capture_output=True, check=False)
+        got = subprocess.run(["git", "-c", "core.fsmonitor=false", "check-ignore", "-z", "--stdin"],
+                             input="\0".join(inside).encode(), cwd=root, capture_output=True, check=False)
     except OSError:
         return paths
-    if got.returncode not in (0, 1):  # 128: not a work tree (or a path outside it)
+    if got.returncode not in (0, 1):  # 128: not a work tree (an installed package)
         return paths
     ignored = {x for x in got.stdout.decode().split("\0") if x}
-    return [p for p, f in zip(paths, full) if f not in ignored]
+    return [p for p, f in zip(paths, full) if str(f) not in ignored]
 
 
 def write_json_atomic(path: str | Path, obj: Any) -> None:

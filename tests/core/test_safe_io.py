@@ -163,7 +163,7 @@ def test_real_folder_and_check_entry_refuse_links(tmp_path):
     io.refuse_link(tmp_path / "made")
 
 
-def test_what_git_ignores_is_no_committed_record(tmp_path):
+def test_what_git_ignores_is_no_committed_record(tmp_path, monkeypatch):
     """``not_git_ignored``: a run's output in an ignored folder (``results/runs/`` after ``make
     run``) drops out of "every record under results/"; tracked and untracked-but-not-ignored files
     stay; outside a work tree nothing drops."""
@@ -187,6 +187,35 @@ def test_what_git_ignores_is_no_committed_record(tmp_path):
     (repo / ".gitignore").write_text("results/runs/\n")
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     subprocess.run(["git", "-C", str(repo), "add", ".gitignore", "results/claims"], check=True)
+    assert samples_files([repo / "results"]) == sorted(repo.rglob("samples.jsonl"))  # not this checkout: all stay
+    from mtad.core import io
+
+    monkeypatch.setattr(io, "REPO_ROOT", repo)  # the checkout the readers run from
     assert committed_points(repo / "results") == [repo / "results/claims/a", repo / "results/new/b"]
     assert samples_files([repo / "results"]) == [repo / "results/claims/a/samples.jsonl",
                                                  repo / "results/new/b/samples.jsonl"]
+
+
+def test_git_is_never_started_in_a_results_folders_own_repository(tmp_path):
+    """A results folder may hold a ``.git`` whose config names a program (``core.fsmonitor``):
+    ``not_git_ignored`` asks only the checkout's git, with that hook off, and runs nothing of the
+    folder's, whether the folder lies outside the checkout or inside it."""
+    import shutil
+    import subprocess
+
+    from mtad.core.io import not_git_ignored
+
+    if shutil.which("git") is None:
+        pytest.skip("git not installed")
+    marker = tmp_path / "ran"
+    checkout = tmp_path / "checkout"
+    (checkout / "results").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(checkout)], check=True)
+    subprocess.run(["git", "-C", str(checkout), "config", "core.fsmonitor", f"touch {marker}; false"], check=True)
+    for folder in (tmp_path / "foreign", checkout / "results" / "foreign"):
+        folder.mkdir()
+        subprocess.run(["git", "init", "-q", str(folder)], check=True)
+        subprocess.run(["git", "-C", str(folder), "config", "core.fsmonitor", f"touch {marker}; false"], check=True)
+        (folder / "samples.jsonl").write_text("{}\n")
+        got = not_git_ignored([folder / "samples.jsonl"], checkout=checkout)
+        assert got == [folder / "samples.jsonl"] and not marker.exists(), folder
