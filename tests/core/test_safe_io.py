@@ -219,3 +219,36 @@ def test_git_is_never_started_in_a_results_folders_own_repository(tmp_path):
         (folder / "samples.jsonl").write_text("{}\n")
         got = not_git_ignored([folder / "samples.jsonl"], checkout=checkout)
         assert got == [folder / "samples.jsonl"] and not marker.exists(), folder
+
+
+def test_segment_history_runs_no_program_a_repository_names(tmp_path):
+    """``derive_segments.read_history`` reads ``git log -p`` of a repository: its config's text
+    conversion, external diff and fsmonitor (named by a ``.gitattributes`` in the tree) never run."""
+    import shutil
+    import subprocess
+
+    from mtad.run.results.derive_segments import read_history
+
+    if shutil.which("git") is None:
+        pytest.skip("git not installed")
+    marker = tmp_path / "ran"
+    repo = tmp_path / "repo"
+    (repo / "results/x").mkdir(parents=True)
+    (repo / "results/x/samples.jsonl").write_text('{"example_id": 0}\n')
+    (repo / ".gitattributes").write_text("*.jsonl diff=evil\n")
+
+    def git(*a):
+        subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True)
+
+    git("init", "-q")
+    for key, value in (("diff.evil.textconv", f"sh -c 'touch {marker}; cat \"$0\"'"),
+                       ("diff.external", f"sh -c 'touch {marker}'"), ("core.fsmonitor", f"touch {marker}; false"),
+                       ("user.email", "t@t"), ("user.name", "t")):
+        git("config", key, value)
+    git("add", ".")
+    git("commit", "-q", "-m", "records")
+    subprocess.run(["git", "-C", str(repo), "log", "-p", "--format=%H"], capture_output=True)  # (the plant works:
+    assert marker.exists()  # an ordinary log -p runs the text conversion)
+    marker.unlink()
+    read_history(repo)
+    assert not marker.exists()

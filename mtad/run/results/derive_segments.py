@@ -61,7 +61,10 @@ PROVENANCE_FIELDS = ("time_utc", "git", "packages", "device", "torch_threads", "
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False)
+    """Git in ``root`` with the settings that could start a program turned off (a repository's own
+    config may name one: ``core.fsmonitor``, an external diff, a text conversion)."""
+    return subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", str(root), *args], capture_output=True,
+                          text=True, check=False)
 
 
 def without_segment(line: str) -> str:
@@ -121,7 +124,7 @@ class History:
 def read_history(root: Path = REPO_ROOT) -> History:
     """``git log -p`` over every ``samples.jsonl`` under ``results/``, oldest commit first."""
     out = _git(root, "log", "--reverse", "--topo-order", "--format=@@COMMIT %H %cI", "-p", "-U0",
-               "--no-renames", "--no-color", "--", ":(glob)results/**/" + SAMPLES)
+               "--no-renames", "--no-color", "--no-ext-diff", "--no-textconv", "--", ":(glob)results/**/" + SAMPLES)
     if out.returncode != 0:
         raise SystemExit(f"derive_segments: git log failed in {root}: {out.stderr.strip()[:200]}")
     hist = History()
@@ -154,7 +157,7 @@ def provenance_then(root: Path, added: Added, cache: dict) -> tuple[dict[str, An
     key = (added.commit, folder)
     if key not in cache:
         where = f"{added.commit}:{folder}/summary.json"
-        shown = _git(root, "show", where)
+        shown = _git(root, "show", "--no-textconv", where)
         summary = None
         if shown.returncode == 0:
             try:
