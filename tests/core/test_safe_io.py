@@ -175,7 +175,7 @@ def test_what_git_ignores_is_no_committed_record(tmp_path, monkeypatch):
     from mtad.run.results.derive_segments import samples_files
 
     if shutil.which("git") is None:
-        pytest.skip("git not installed")
+        pytest.skip("git not installed")  # (what is tested is git's answer and what git runs; without git every path stays)
     outside = [tmp_path / "loose" / "samples.jsonl"]
     outside[0].parent.mkdir()
     outside[0].write_text("{}\n")
@@ -206,7 +206,7 @@ def test_git_is_never_started_in_a_results_folders_own_repository(tmp_path):
     from mtad.core.io import not_git_ignored
 
     if shutil.which("git") is None:
-        pytest.skip("git not installed")
+        pytest.skip("git not installed")  # (what is tested is git's answer and what git runs; without git every path stays)
     marker = tmp_path / "ran"
     checkout = tmp_path / "checkout"
     (checkout / "results").mkdir(parents=True)
@@ -230,7 +230,7 @@ def test_segment_history_runs_no_program_a_repository_names(tmp_path):
     from mtad.run.results.derive_segments import read_history
 
     if shutil.which("git") is None:
-        pytest.skip("git not installed")
+        pytest.skip("git not installed")  # (what is tested is git's answer and what git runs; without git every path stays)
     marker = tmp_path / "ran"
     repo = tmp_path / "repo"
     (repo / "results/x").mkdir(parents=True)
