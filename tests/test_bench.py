@@ -18,6 +18,18 @@ import transfers  # noqa: E402
 TINY = ["model=tiny_random"]
 
 
+
+def _doc() -> str:
+    """docs/speed.md with its whitespace made single spaces (the docs-quote tests search it)."""
+    return " ".join((Path(__file__).resolve().parent.parent / "docs/speed.md").read_text().split())
+
+
+def _table(name: str, start: str = "| ") -> list[list[str]]:
+    """The cells of a committed bench record's table rows (``results/bench/NAME``) starting ``start``."""
+    path = Path(__file__).resolve().parent.parent / "results/bench" / name
+    return [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in path.read_text().splitlines() if line.startswith(start)]
+
 def test_task_and_decoder_specs():
     assert speed.parse_task("humaneval", 3) == ("humaneval", 0, 2)
     assert speed.parse_task("humaneval:10-19", 3) == ("humaneval", 10, 19)
@@ -608,13 +620,7 @@ def test_docs_quote_the_block_sum_records():
     """docs/speed.md's block-sum section: the on / off table is the draw-paths records', the
     before → after ratios the commit-against-commit record's, and the floors' per-row costs,
     ranges and verdicts their records'."""
-    root = Path(__file__).resolve().parent.parent
-    bench = root / "results/bench"
-    doc = " ".join((root / "docs/speed.md").read_text().split())
-
-    def table(name):
-        return [[c.strip() for c in line.strip().strip("|").split("|")]
-                for line in (bench / name).read_text().splitlines() if line.startswith("| ")]
+    doc, table = _doc(), _table
 
     r, e = ({c[0]: [x.split()[0] for x in c[1:]] for c in table(f"draw_paths_v151936_{d}_cpu.md")}
             for d in ("random", "equal"))
@@ -720,13 +726,11 @@ def test_the_committed_verdicts_recompute_from_their_records():
 def test_docs_quote_the_after_a_pass_records():
     """docs/speed.md's "After a pass" section: per-row costs, ranges, flipped cells and counts are
     the floor, beam-floor, draw-paths, commit-against-commit and verdicts records'."""
-    root = Path(__file__).resolve().parent.parent
-    bench = root / "results/bench"
-    doc = " ".join((root / "docs/speed.md").read_text().split())
+    bench = Path(__file__).resolve().parent.parent / "results/bench"
+    doc = _doc()
 
     def rows(name):
-        return [[c.strip() for c in line.strip().strip("|").split("|")]
-                for line in (bench / name).read_text().splitlines() if line.startswith("| V")]
+        return _table(name, "| V")
 
     def span(vals, fmt="{:,.1f}"):
         return f"{fmt.format(min(vals))}-{fmt.format(max(vals))}"

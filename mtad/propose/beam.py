@@ -222,14 +222,15 @@ def _beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool) ->
     note: dict = {}  # _select's: whether a depth's support ran past the hint
     slot_first = replacement and not greedy and inverse_cdf(ctx.generator)  # ``_slot_then_row``
     for t in range(gamma):
-        base = sum(len(x) for x in fed.logits)  # where this depth's rows start in the fed logits
+        keep = slot_first and sparse and REUSE_DRAWN_ROWS  # (the CPU: the rows its draws warp, for the walk)
+        base = sum(len(x) for x in fed.logits) if keep else 0  # where this depth's rows start in the fed logits
         if t == 0:
             logits, which = root, None  # the root: one row (a vector here)
         else:
             logits, which = _expand(ctx, tree, out.rows[-1], fed)  # [u, V], slot -> row (None: same)
         picked = None
         if slot_first:  # inverse CDF with replacement: a slot by its weight, then a token of its row
-            kept: dict[int, torch.Tensor] | None = {} if sparse and REUSE_DRAWN_ROWS else None  # (the CPU)
+            kept: dict[int, torch.Tensor] | None = {} if keep else None
             picked = _slot_then_row(ctx.warping, logits, which, weights, width, ctx.generator, kept)
             if kept:
                 at = {p: c for c, p in fed.pos.items()} if t else {}
