@@ -256,7 +256,7 @@ def _beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool) ->
         idx, chosen, q_chosen = picked
         parent, token = idx // vocab, idx % vocab
         total = chosen.sum()
-        weights = chosen / total if total > 0 else torch.full_like(chosen, 1 / len(idx))
+        weights = chosen / total if float(total) > 0 else torch.full_like(chosen, 1 / len(idx))
         log_q = q_chosen.log()  # q(token | beam) read with the selection
         cum = log_q if cum_prev is None else cum_prev[parent] + log_q
         out.tokens.append(token)
@@ -318,8 +318,11 @@ def _slot_then_row(
     if keep is not None:
         keep.update(zip(picked, q))
     idx, total = cdf_index(q, ut, nonneg=True)  # [d, k], [d, 1]
-    host = torch.cat([idx.double().reshape(-1), q.gather(1, idx).double().reshape(-1),
-                      total.reshape(-1)]).cpu().tolist()  # one read
+    if q.device.type == "cpu":  # no transfer to save: read each part (fewer torch calls)
+        host = idx.reshape(-1).tolist() + q.gather(1, idx).reshape(-1).tolist() + total.reshape(-1).tolist()
+    else:
+        host = torch.cat([idx.double().reshape(-1), q.gather(1, idx).double().reshape(-1),
+                          total.reshape(-1)]).cpu().tolist()  # one read
     row_dtype, vocab, n = q.dtype, lg.shape[-1], len(picked) * k
     if not all(0 < t < float("inf") for t in host[2 * n :]):
         raise RuntimeError(_NO_SCORE)
@@ -328,9 +331,9 @@ def _slot_then_row(
         for c, j in enumerate(js):
             ids[j] = slots[j] * vocab + int(host[i * k + c])
             qs[j] = host[n + i * k + c]
-    q_chosen = torch.tensor(qs, dtype=torch.float64).to(row_dtype)  # exact: the row's own values
+    q_chosen = torch.tensor(qs, dtype=row_dtype)  # exact: the row's own values
     dt = torch.promote_types(row_dtype, weights.dtype)  # as the flattened scores' product promotes
-    chosen = q_chosen.to(dt) * weights[torch.tensor(slots)].to(dt)  # weight_i * q_i(v), rounded once
+    chosen = q_chosen.to(dt) * torch.tensor([w[s] for s in slots], dtype=dt)  # weight_i * q_i(v), rounded once
     return torch.tensor(ids, dtype=torch.long), chosen, q_chosen
 
 

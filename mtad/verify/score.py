@@ -95,6 +95,23 @@ class Scores:
             rows[row] = self.ctx.warping((self.root if row == 0 else self.body[row - 1])[None])[0]
         return rows[row]
 
+    def _warp_rows(self, wanted: list[int]) -> None:
+        """``_warped_row`` of every row in ``wanted`` (row-wise, CPU), in as few warping calls as
+        the rows allow: the root alone, the body's from the first wanted row to the last in one
+        call on that slice of the logits (a view: no copy), where that span holds no more than
+        twice the wanted rows (its rows in between are kept too), else row by row. The same
+        values: a softmax reads one row at a time (``tests/verify/test_score.py``)."""
+        rows = self._cache.setdefault("p_rows", {})
+        if 0 in wanted and 0 not in rows:
+            rows[0] = self.ctx.warping(self.root[None])[0]
+        body = sorted({r for r in wanted if r > 0 and r not in rows})
+        if len(body) > 1 and body[-1] - body[0] + 1 <= 2 * len(body):
+            lo, hi = body[0], body[-1]
+            for r, row in enumerate(self.ctx.warping(self.body[lo - 1 : hi]).unbind(0), start=lo):
+                rows.setdefault(r, row)
+        for r in body:
+            self._warped_row(r)
+
     def lazy_rows(self) -> bool:
         """Row-wise warping on the CPU: each row of ``p`` is warped when a rule first reads it
         (``_warped_row``), so a tree rule that reads its edges' masses normalises the rows
@@ -167,8 +184,15 @@ class Scores:
         cand = self.candidates()
         if cand is None and self.lazy_rows():  # plain temperature on the CPU: the rows read only
             pairs = list(zip(rows.tolist(), tokens.tolist()))
-            m = (torch.stack([self._warped_row(r)[t] for r, t in pairs]) if pairs else
-                 torch.empty(0, dtype=torch.float64 if self.root.dtype == torch.float64 else torch.float32))
+            if not pairs:
+                return torch.empty(0, dtype=torch.float64 if self.root.dtype == torch.float64 else torch.float32)
+            self._warp_rows([r for r, _ in pairs])
+            dtype = self._warped_row(pairs[0][0]).dtype
+            if dtype in (torch.float32, torch.float64):  # read through numpy: no torch call per mass
+                arrays = {r: self._warped_row(r).numpy() for r in dict.fromkeys(r for r, _ in pairs)}
+                m = torch.tensor([float(arrays[r][t]) for r, t in pairs], dtype=dtype)
+            else:
+                m = torch.stack([self._warped_row(r)[t] for r, t in pairs])
             return m.log() if log else m
         if cand is None and self.row_wise():  # plain temperature: gathered from the two parts
             root, body = self._parts()
