@@ -862,3 +862,32 @@ def test_a_records_command_names_no_directory_of_this_machine(tmp_path):
     assert got == "python bench/x.py --out a.md --out=b.md results/bench/c.md rel/d.md --vocab 7"
     text = __import__("after_pass").main(["--vocabs", "300", "--passes", "1", "--out", str(tmp_path / "e.md")])
     assert str(tmp_path) not in text and "--out e.md" in text
+
+
+def test_docs_quote_the_fewer_calls_records():
+    """The section on fewer torch calls (179097a): its table is the commit-against-commit record's
+    new / old cells, its ratios each commit's, its call counts the two goals tables'."""
+    doc = _doc()
+    cells = {(r[0].rsplit("/", 1)[0], r[1]): r for r in _table("compare_commits_fewer_calls_plain_cpu.md", "| V")}
+    sets = ["V32000/random", "V32000/equal", "V151936/random", "V151936/equal"]
+    names = {"spd": "SpD", "beam_specinfer": "beam SpecInfer", "tree_mtad": "tree-MTAD", "mtad": "MTAD",
+             "specinfer": "SpecInfer", "mcss": "MCSS"}
+    for system, name in names.items():
+        assert f"| {name} | " + " | ".join(cells[(s, system)][2] for s in sets) + " |" in doc, system
+    for system, name in (("tree_mtad", "tree-MTAD is"), ("mtad", "MTAD"), ("beam_specinfer", "beam SpecInfer")):
+        new = [cells[(s, system)][4].split()[0] for s in sets]
+        assert f"{name} {new[0]}, {new[1]}, {new[2]} and {new[3]}" in doc, system
+    topp = [float(r[2].split()[0]) for r in _table("compare_commits_fewer_calls_topp_cpu.md", "| V")]
+    assert f"gives {min(topp):.2f}-{max(topp):.2f} for every decoder" in doc
+    calls = {}
+    for commit in ("9ea6946", "179097a"):
+        text = (Path(__file__).resolve().parent.parent / f"results/bench/torch_calls_plain_v32000_{commit}_cpu.md"
+                ).read_text().split("### torch calls outside the models per emitted token")[1].split("###")[0]
+        rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")]
+        assert rows[0][1:] == ["V32000/random/sample_nok", "V32000/equal/sample_nok"]
+        calls[commit] = {r[0]: f"{r[1].split()[0]} / {r[2].split()[0]}" for r in rows[2:]}
+    old, new = calls["9ea6946"], calls["179097a"]
+    assert (f"tree-MTAD {old['tree_mtad']} → {new['tree_mtad']}, MTAD {old['mtad']} → {new['mtad']}, "
+            f"beam SpecInfer {old['beam_specinfer']} → {new['beam_specinfer']}; SpD {new['spd']} and "
+            f"SpecInfer {new['specinfer']} either side") in doc
+    assert old["spd"] == new["spd"] and old["specinfer"] == new["specinfer"]

@@ -102,6 +102,32 @@ def test_plain_temperature_masses_and_draws_read_the_rows_apart(toy_pair, temper
     assert torch.equal(apart.p, whole.p)  # p read afterwards: built from the same rows
 
 
+@pytest.mark.parametrize("wanted, calls", [([0, 1, 2, 3, 4, 5, 6], 2), ([2, 3, 5], 1), ([1, 6], 2),
+                                           ([0, 6], 2), ([3], 1), ([0], 1)])
+def test_wanted_rows_warp_in_few_calls_into_the_very_floats_of_p(toy_pair, monkeypatch, wanted, calls):
+    """``Scores._warp_rows`` (the threshold rules' masses at plain temperature on the CPU): the
+    root alone and the body's wanted span in one call where it holds at most twice the wanted
+    rows, else row by row; every row kept is ``p``'s row bit for bit (a planted off-by-one in
+    the span's numbering fails it), and a row warped once is not warped again."""
+    tree = TokenTree()
+    a = tree.add(ROOT, 4)
+    b = tree.add(a, 1)
+    tree.add(b, 3), tree.add(a, 5), tree.add(ROOT, 2), tree.add(b, 0)
+    warping = Warping(1.0)
+    apart, p = score(_ctx(toy_pair, warping), tree), score(_ctx(toy_pair, warping), tree).p
+    n = []
+    orig = Warping.__call__
+    monkeypatch.setattr(Warping, "__call__", lambda self, x: n.append(len(x)) or orig(self, x))
+    apart._warp_rows(wanted)
+    assert len(n) == calls
+    kept = apart._cache["p_rows"]
+    assert set(wanted) <= set(kept)
+    for r, row in kept.items():
+        assert torch.equal(row, p[r]), r
+    apart._warp_rows(wanted)
+    assert len(n) == calls  # kept: nothing warped again
+
+
 @pytest.mark.parametrize("verifier", [SpeculativeChain(), TypicalAcceptance(0.09, 0.3),
                                       Rollback("sampling", 1.0)])
 def test_a_chain_rule_refuses_a_tree_that_is_not_a_chain(toy_pair, verifier):
