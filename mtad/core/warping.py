@@ -8,7 +8,8 @@ Temperature 0 means greedy: the warped distribution is one-hot on the argmax
 
 On the CPU, top-k then top-p runs on the k candidates only (``_top_k_candidates``, which
 reads the number of tied candidates on the host), and top-p alone finds the nucleus by
-bucketing the logits (``_nucleus_remove``) instead of sorting the vocabulary; on an
+bucketing the logits (``_nucleus_remove``) instead of sorting the vocabulary, and applies it
+without a mask over the vocabulary where the logits are finite (``_nucleus_logits``); on an
 accelerator the general path runs (a sort over the vocabulary, no host round-trip). They
 keep the same tokens with the same probabilities, up to floating-point summation order (and
 the order of tied logits at the nucleus boundary, which a sort leaves unspecified).
@@ -18,8 +19,10 @@ This module knows nothing about models: logits in, probabilities out.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from mtad.core.topk import argmax_rows, topk_rows
@@ -130,7 +133,7 @@ def warp_probs(
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p < 1.0:
         if logits.device.type == "cpu" and logits.dim() >= 1 and logits.shape[-1] > _NUCLEUS_BUCKETS:
-            remove = _nucleus_remove(logits.reshape(-1, vocab), top_p).reshape(logits.shape)
+            return _nucleus_logits(logits.reshape(-1, vocab), top_p).reshape(logits.shape).softmax(-1)
         else:
             sorted_logits, sorted_idx = torch.sort(logits, dim=-1, descending=False)
             cum = sorted_logits.softmax(-1).cumsum(-1)
@@ -166,7 +169,8 @@ def _nucleus_remove(logits: torch.Tensor, top_p: float) -> torch.Tensor:  # [R, 
     p = logits.softmax(-1).double()
     top = logits.max(-1, keepdim=True).values
     low = torch.where(logits > float("-inf"), logits, top).min(-1, keepdim=True).values
-    scale = (_NUCLEUS_BUCKETS - 1) / (top - low).clamp_min(torch.finfo(logits.dtype).tiny)
+    # a row of equal logits (or all but equal: the quotient overflows) has one bucket, 0
+    scale = ((_NUCLEUS_BUCKETS - 1) / (top - low).clamp_min(torch.finfo(logits.dtype).tiny)).nan_to_num(posinf=0.0)
     bucket = ((logits - low) * scale).clamp_(0, _NUCLEUS_BUCKETS - 1).long()  # ascending logit
     through = torch.zeros(rows, _NUCLEUS_BUCKETS, dtype=torch.float64).scatter_add_(-1, bucket, p).cumsum(-1)
     first = (through <= thr - _NUCLEUS_SLACK).sum(-1, keepdim=True)  # buckets before it: removed
@@ -181,6 +185,115 @@ def _nucleus_remove(logits: torch.Tensor, top_p: float) -> torch.Tensor:  # [R, 
         cum = (below[r] + p[r, ids].cumsum(0)).to(logits.dtype)
         remove[r, ids] = cum <= thr_dtype
     return remove.scatter_(-1, logits.argmax(-1, keepdim=True), False)  # always keep the most likely
+
+
+_LEAST_STEPS = 8  # representable values ``_least_in_bucket`` steps from an estimate before giving up
+
+
+def _least_in_bucket(k: int, low: float, scale: float, dtype: torch.dtype) -> float | None:
+    """The least value ``v`` of ``dtype`` that ``_nucleus_remove``'s bucketing puts in bucket ``k``
+    or above (1 <= k < ``_NUCLEUS_BUCKETS``): ``(v - low) * scale``, rounded in ``dtype`` after
+    each operation as the tensor operations round it, is at least ``k``. That is monotone in
+    ``v`` (``scale > 0``), so a logit is in bucket ``k`` or above exactly when it is at least
+    this value.
+
+    Found in two steps: the least difference ``d`` whose product with ``scale`` reaches ``k``
+    (from ``k / scale``, a step or two at most), then the least ``v`` whose difference with
+    ``low`` rounds to ``d`` or more: ``v - low`` (exact before rounding) at least the midpoint
+    between ``d`` and the value below it, computed exactly (``fractions.Fraction``). The answer
+    is checked with the operations themselves (``v`` in, the value below it out); None where
+    that check fails or a search runs past ``_LEAST_STEPS`` (the caller then masks)."""
+    from fractions import Fraction
+
+    dt = np.float32 if dtype == torch.float32 else np.float64
+    lo, sc, kk = dt(low), dt(scale), dt(k)
+    up, down = dt(math.inf), dt(-math.inf)
+
+    def least(v, ok):  # the least value from ``v`` on (stepping up, then down) where ``ok`` holds
+        for _ in range(_LEAST_STEPS):
+            if ok(v):
+                break
+            v = np.nextafter(v, up)
+        else:
+            return None
+        for _ in range(_LEAST_STEPS):
+            w = np.nextafter(v, down)
+            if not ok(w):
+                return v
+            v = w
+        return None
+
+    d = least(dt(k / scale), lambda x: dt(x * sc) >= kk)
+    if d is None:
+        return None
+    target = Fraction(float(lo)) + (Fraction(float(np.nextafter(d, down))) + Fraction(float(d))) / 2
+    v = least(dt(float(target)), lambda x: dt(x - lo) >= d)
+    if v is None or not dt(dt(v - lo) * sc) >= kk or dt(dt(np.nextafter(v, down) - lo) * sc) >= kk:
+        return None
+    return float(v)
+
+
+def _nucleus_logits(logits: torch.Tensor, top_p: float) -> torch.Tensor:  # [R, V] -> [R, V]
+    """``logits.masked_fill(_nucleus_remove(logits, top_p), -inf)``, the very tensor, with fewer
+    passes over the vocabulary (the masked fill and the reductions on a boolean mask are the
+    slow ones on the CPU).
+
+    The same buckets, bucket masses, band and decisions in the band as ``_nucleus_remove``;
+    what differs is how they are applied. A token below the band (bucket < ``first``) is
+    removed: since the bucket grows with the logit, those are exactly the logits below the
+    least value of bucket ``first`` (``_least_in_bucket``, found on the host), and one
+    ``threshold_`` per row sets them to -inf. The band's tokens the cumulative mass removes are
+    set to -inf by index (tens of them); the most likely token is kept as ``_nucleus_remove``
+    keeps it (the first maximum: if any of the row's maximal tokens is in the band, all are,
+    and the lowest id among them). The extremes come from ``amax`` / ``amin`` (the values of
+    ``max`` / ``min``, without their indices). Rows with a non-finite logit (-inf from top-k,
+    or all equal) and a least value not found within ``_LEAST_STEPS`` take ``_nucleus_remove``
+    and the masked fill. ``tests/core/test_warping.py`` compares both, bit for bit."""
+    rows, _ = logits.shape
+    thr = 1 - top_p
+    top = logits.amax(-1, keepdim=True)
+    low = logits.amin(-1, keepdim=True)
+    scale = (_NUCLEUS_BUCKETS - 1) / (top - low).clamp_min(torch.finfo(logits.dtype).tiny)
+    ends = torch.cat([top, low, scale], -1).tolist()
+    if not all(math.isfinite(t) and math.isfinite(lo) and 0 < sc < math.inf for t, lo, sc in ends):
+        return logits.masked_fill(_nucleus_remove(logits, top_p), float("-inf"))
+    p = logits.softmax(-1).double()
+    bucket = ((logits - low) * scale).clamp_(0, _NUCLEUS_BUCKETS - 1).long()  # ascending logit
+    through = torch.zeros(rows, _NUCLEUS_BUCKETS, dtype=torch.float64).scatter_add_(-1, bucket, p).cumsum(-1)
+    first = (through <= thr - _NUCLEUS_SLACK).sum(-1, keepdim=True)  # buckets before it: removed
+    last = (through <= thr + _NUCLEUS_SLACK).sum(-1, keepdim=True)  # buckets after it: kept
+    below = torch.cat([through.new_zeros(rows, 1), through], -1).gather(-1, first)  # mass before `first`
+    firsts, lasts = torch.cat([first, last], -1).T.tolist()
+    cuts = [None if f == 0 else _least_in_bucket(f, lo, sc, logits.dtype) for f, (_, lo, sc) in zip(firsts, ends)]
+    if any(f > 0 and c is None for f, c in zip(firsts, cuts)):
+        return logits.masked_fill(_nucleus_remove(logits, top_p), float("-inf"))
+    # [n, 2]: by row, ids ascending (a band of one bucket, the usual one, in one comparison)
+    band = torch.nonzero(bucket == first if firsts == lasts else (bucket >= first) & (bucket <= last))
+    counts = torch.bincount(band[:, 0], minlength=rows).tolist()
+    out = logits.clone()
+    thr_dtype = torch.tensor(thr, dtype=logits.dtype)
+    at = 0
+    for r in range(rows):
+        if cuts[r] is not None:  # below the least logit of bucket `first`: removed
+            torch.nn.functional.threshold_(out[r], _below(cuts[r], logits.dtype), float("-inf"))
+        ids = band[at : at + counts[r], 1]
+        at += counts[r]
+        vals = logits[r, ids]
+        order = torch.sort(vals, stable=True).indices  # ascending; ties by id
+        ids = ids[order]
+        cum = (below[r] + p[r, ids].cumsum(0)).to(logits.dtype)
+        drop = ids[cum <= thr_dtype]
+        tops = ids[vals[order] == ends[r][0]]  # the row's maximal tokens in the band (all or none)
+        if len(tops):
+            drop = drop[drop != tops.min()]  # the most likely token is kept
+        out[r].index_fill_(0, drop, float("-inf"))
+    return out
+
+
+def _below(v: float, dtype: torch.dtype) -> float:
+    """The largest value of ``dtype`` below ``v``: ``threshold_`` keeps what is above it."""
+    dt = np.float32 if dtype == torch.float32 else np.float64
+    return float(np.nextafter(dt(v), dt(-math.inf)))
 
 
 def warp_candidates(

@@ -173,3 +173,68 @@ def test_top_k_candidates_read_ties_from_the_top_k_plus_one(dtype):
         top = torch.topk(x, k + 1, dim=-1).values
         fast += bool((top[:, :-1] > top[:, 1:]).all())
     assert 100 < fast < 600  # both the strictly decreasing rows and the tied ones were met
+
+
+def _masked(x, top_p):
+    """The bucketed nucleus applied by a mask: what ``_nucleus_logits`` must equal, bit for bit."""
+    from mtad.core.warping import _nucleus_remove
+
+    return x.masked_fill(_nucleus_remove(x, top_p), float("-inf"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("scale", [0.05, 1.0, 4.0, 12.0])
+@pytest.mark.parametrize("ties", [False, True])
+def test_nucleus_logits_are_the_masked_logits_bit_for_bit(dtype, scale, ties):
+    """``_nucleus_logits`` (a threshold below the band, the band's removals by index) is the
+    masked fill of ``_nucleus_remove``'s tokens, as warp_probs took it before: the same tensor."""
+    from mtad.core.warping import _nucleus_logits
+
+    g = torch.Generator().manual_seed(int(scale * 10) + 2 * ties + (dtype == torch.float64))
+    x = (scale * torch.randn(5, 20000, generator=g, dtype=torch.float64)).to(dtype)
+    if ties:
+        x = x.to(torch.bfloat16).to(dtype)  # many tied logits, at the cut too
+        x[2, 100:] = x[2, 99]  # a row mostly of one value
+        x[3] = 0.0
+        x[3, 12000:] = -1.0  # two values: the cut falls among the tied maxima, the first of them kept
+    for top_p in (0.1, 0.5, 0.9, 0.95, 0.999):
+        assert torch.equal(_nucleus_logits(x, top_p), _masked(x, top_p)), top_p
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_nucleus_logits_cut_exactly_at_a_buckets_least_value(dtype):
+    """Logits placed on every bucket's least value and on the value just below it: whatever the
+    first bucket kept, tokens sit on both sides of the threshold (a threshold one value off,
+    or a bucket's least value found one step off, fails this), and each found value is the
+    least that the tensors' own arithmetic puts in its bucket."""
+    import numpy as np
+
+    from mtad.core.warping import _NUCLEUS_BUCKETS, _least_in_bucket, _nucleus_logits
+
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(3, 9000, generator=g, dtype=torch.float64).to(dtype)
+    dt = np.float32 if dtype == torch.float32 else np.float64
+    for r in range(3):
+        top, low = x[r].max(), x[r].min()
+        scale = (_NUCLEUS_BUCKETS - 1) / (top - low).clamp_min(torch.finfo(dtype).tiny)
+        cuts = [_least_in_bucket(k, float(low), float(scale), dtype) for k in range(1, _NUCLEUS_BUCKETS)]
+        vals = torch.tensor([[c, float(np.nextafter(dt(c), dt(-np.inf)))] for c in cuts], dtype=dtype)
+        buckets = ((vals - low) * scale).clamp_(0, _NUCLEUS_BUCKETS - 1).long()
+        assert buckets[:, 0].tolist() == list(range(1, _NUCLEUS_BUCKETS))  # in its bucket ...
+        assert buckets[:, 1].tolist() == list(range(0, _NUCLEUS_BUCKETS - 1))  # ... the value below not
+        x[r, 1 : 1 + 2 * len(cuts)] = vals.flatten()  # inside (low, top): the extremes stay
+    for top_p in (0.3, 0.6, 0.9, 0.97):
+        assert torch.equal(_nucleus_logits(x, top_p), _masked(x, top_p)), top_p
+
+
+def test_top_p_on_a_row_of_equal_logits_keeps_the_highest_ids():
+    """A row of equal logits is one bucket (the bucketing's quotient would overflow): top-p keeps
+    the tokens the sorting path's count says (4,500 of 4,999), the highest ids (ties cut by id),
+    and the most likely token (the first maximum: id 0 when all are equal), instead of failing."""
+    x = torch.zeros(2, 4999)  # (0.1 of the mass is not a whole number of tokens: no rounding at the cut)
+    x[1, 7] = 1e-40  # all but equal: the quotient overflows too
+    out = warp_probs(x, 1.0, 0, 0.9)
+    assert int((~_sort_path_remove(x[:1], 0.9)).sum()) == 4500
+    assert torch.nonzero(out[0] > 0).flatten().tolist() == [0, *range(499, 4999)]
+    assert torch.nonzero(out[1] > 0).flatten().tolist() == [7, *range(500, 4999)]  # its largest, then by id
+    assert torch.isclose(out.sum(-1), torch.ones(2)).all()
