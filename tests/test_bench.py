@@ -721,6 +721,10 @@ def test_the_committed_verdicts_recompute_from_their_records():
     floors = [bench / n for n in ("draw_floor_in_situ_cpu.md", "draw_floor_topp_in_situ_cpu.md",
                                   "beam_floor_root_row_cpu.md")]
     assert verdicts.render(goals, floors) == rec
+    session = [goals[0], (bench / "compare_commits_session_plain_cpu_goals_84827ddd8b.md", None),
+               (bench / "compare_commits_nucleus_topp_cpu_goals_84827ddd8b.md", None)]
+    floors[1] = bench / "draw_floor_topp_nucleus_cpu.md"
+    assert verdicts.render(session, floors) == (bench / "verdicts_session_cpu.md").read_text()
 
 
 def test_docs_quote_the_after_a_pass_records():
@@ -891,3 +895,36 @@ def test_docs_quote_the_fewer_calls_records():
             f"beam SpecInfer {old['beam_specinfer']} → {new['beam_specinfer']}; SpD {new['spd']} and "
             f"SpecInfer {new['specinfer']} either side") in doc
     assert old["spd"] == new["spd"] and old["specinfer"] == new["specinfer"]
+
+
+def test_docs_quote_the_nucleus_and_session_records():
+    """The nucleus section's table, floor spans and counts, and the session's verdict counts, are
+    the records'."""
+    bench = Path(__file__).resolve().parent.parent / "results/bench"
+    doc = _doc()
+    cells = {(r[0].rsplit("/", 1)[0], r[1]): r for r in _table("compare_commits_nucleus_topp_cpu.md", "| V")}
+    sets = ["V32000/random", "V32000/equal", "V151936/random", "V151936/equal"]
+    names = {"spd": "SpD", "specinfer": "SpecInfer", "mcss": "MCSS", "spectr": "SpecTr", "mcns": "MCNS",
+             "beam_specinfer": "beam SpecInfer", "tree_mtad": "tree-MTAD", "mtad": "MTAD",
+             "typical": "typical acceptance", "bild": "BiLD", "bild_sampling": "BiLD (sampling)"}
+    for s, n in names.items():
+        row = [cells[(k, s)][2] if s == "spd" else
+               f"{cells[(k, s)][2].split()[0]} ({cells[(k, s)][3].split()[0]} → {cells[(k, s)][4].split()[0]})"
+               for k in sets]
+        assert f"| {n} | " + " | ".join(row) + " |" in doc, s
+
+    def span(vals):
+        return f"{min(vals):,.1f}-{max(vals):,.1f}"
+
+    for name in ("draw_floor_topp_nucleus_cpu.md", "draw_floor_topp_in_situ_cpu.md"):
+        rows = _table(name, "| V")
+        r32, r15 = ([c for c in rows if c[0].startswith(v)] for v in ("V32000/", "V151936/"))
+        for r in (r32, r15):
+            assert span([float(c[2]) for c in r]) in doc and span([float(c[11]) for c in r]) in doc, name
+    both = [c for c in _table("draw_floor_topp_nucleus_cpu.md", "| V")
+            if c[10].startswith("floor alone misses") and c[14].startswith("misses")]
+    assert f"The floor misses both ways in {len(both)} cells" in doc
+    counts = (bench / "verdicts_session_cpu.md").read_text().split("### Cells by verdict and reason")[1]
+    lines = [x for x in counts.splitlines() if x.startswith("| ") and not x.startswith(("| mode", "| ---"))]
+    sec = doc.split("### The goals table after this session's changes")[1].split("###")[0]
+    assert lines and all(x in sec for x in lines)
