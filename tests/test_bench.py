@@ -928,3 +928,16 @@ def test_docs_quote_the_nucleus_and_session_records():
     lines = [x for x in counts.splitlines() if x.startswith("| ") and not x.startswith(("| mode", "| ---"))]
     sec = doc.split("### The goals table after this session's changes")[1].split("###")[0]
     assert lines and all(x in sec for x in lines)
+
+
+def test_docs_quote_the_session_offline_record():
+    """The session's offline-pair paragraph: new / old, ratios to SpD and wall ratios are the record's."""
+    doc = _doc()
+    cells = {r[1]: r for r in _table("compare_commits_offline5_session_humaneval_cpu.md", "| humaneval")}
+    names = {"tree_mtad": "tree-MTAD", "mtad": "MTAD", "specinfer": "SpecInfer", "mcss": "MCSS", "spd": "SpD"}
+    assert ", ".join(f"{n} {cells[s][2]}" for s, n in names.items()) in doc
+    assert ", ".join(f"{n} {cells[s][3].split()[0]} → {cells[s][4].split()[0]}" for s, n in names.items()
+                     if s != "spd") in doc
+    walls = [float(cells[s][5].split()[0]) for s in names]
+    assert f"Wall time per token new / old {min(walls):.2f}-{max(walls):.2f}" in doc
+    assert ", ".join(f"{n} {cells[s][7].split()[0]}" for s, n in names.items() if s != "spd") in doc
