@@ -422,13 +422,16 @@ def test_draw_floor_at_plain_temperature_and_top_p(tmp_path, top_p):
     lines = [x for x in text.splitlines() if x.startswith(f"| V3000/random/{tag} ")]
     assert [x.split("|")[2].strip() for x in lines] == ["specinfer", "beam_specinfer"]
     cells = [c.strip() for c in lines[0].strip("|").split("|")]
-    assert float(cells[2]) > 0 and cells[10].startswith(("floor alone", "reachable"))
-    assert float(cells[11]) > 0 and cells[14].startswith(("misses after a pass", "reachable after a pass"))
+    # a verdict never stronger than its own run: "not a bound here" where this tiny run measured the
+    # decoder below the floor (timing: either can happen on 4 tokens)
+    assert float(cells[2]) > 0 and cells[10].startswith(("floor alone", "reachable", "not a bound here"))
+    assert float(cells[11]) > 0 and cells[14].startswith(("misses after a pass", "reachable after a pass",
+                                                          "not a bound here"))
     assert float(cells[13]) == pytest.approx((float(cells[6]) + float(cells[12])) / float(cells[6]), abs=0.006)
     assert "rows their draws pick (``PickedRowCounter``)" in text and "best of 3 draft passes over 8 tokens" in text
     beam = [c.strip() for c in next(x for x in text.splitlines()
                                      if x.startswith(f"| V3000/random/{tag} | beam_specinfer ")).strip("|").split("|")]
-    assert 0 < float(beam[3].split()[0]) and beam[10].startswith(("floor alone", "reachable"))
+    assert 0 < float(beam[3].split()[0]) and beam[10].startswith(("floor alone", "reachable", "not a bound here"))
     assert ("top-p 0.9 alone" in text.splitlines()[0]) == (top_p < 1.0)
     assert ("--floor-top-p 0.9" in text) == (top_p < 1.0)
     assert ("With ``--floor-top-p P``" in text.split("Command:")[0]) == (top_p < 1.0)
