@@ -246,9 +246,9 @@ def _nucleus_logits(logits: torch.Tensor, top_p: float) -> torch.Tensor:  # [R, 
     set to -inf by index (tens of them); the most likely token is kept as ``_nucleus_remove``
     keeps it (the first maximum: if any of the row's maximal tokens is in the band, all are,
     and the lowest id among them). The extremes come from ``amax`` / ``amin`` (the values of
-    ``max`` / ``min``, without their indices). Rows with a non-finite logit (-inf from top-k,
-    or all equal) and a least value not found within ``_LEAST_STEPS`` take ``_nucleus_remove``
-    and the masked fill. ``tests/core/test_warping.py`` compares both, bit for bit."""
+    ``max`` / ``min``, without their indices). A call with a row of non-finite logits (-inf
+    from top-k), of equal ones, or whose least value is not found within ``_LEAST_STEPS``, takes
+    ``_nucleus_remove`` and the masked fill. ``tests/core/test_warping.py`` compares both, bit for bit."""
     rows, _ = logits.shape
     thr = 1 - top_p
     top = logits.amax(-1, keepdim=True)
@@ -265,7 +265,7 @@ def _nucleus_logits(logits: torch.Tensor, top_p: float) -> torch.Tensor:  # [R, 
     below = torch.cat([through.new_zeros(rows, 1), through], -1).gather(-1, first)  # mass before `first`
     firsts, lasts = torch.cat([first, last], -1).T.tolist()
     cuts = [None if f == 0 else _least_in_bucket(f, lo, sc, logits.dtype) for f, (_, lo, sc) in zip(firsts, ends)]
-    if any(f > 0 and c is None for f, c in zip(firsts, cuts)):
+    if any((f > 0 and c is None) or f >= _NUCLEUS_BUCKETS for f, c in zip(firsts, cuts)):  # (none above)
         return logits.masked_fill(_nucleus_remove(logits, top_p), float("-inf"))
     # [n, 2]: by row, ids ascending (a band of one bucket, the usual one, in one comparison)
     band = torch.nonzero(bucket == first if firsts == lasts else (bucket >= first) & (bucket <= last))

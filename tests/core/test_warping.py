@@ -197,7 +197,7 @@ def test_nucleus_logits_are_the_masked_logits_bit_for_bit(dtype, scale, ties):
         x[2, 100:] = x[2, 99]  # a row mostly of one value
         x[3] = 0.0
         x[3, 12000:] = -1.0  # two values: the cut falls among the tied maxima, the first of them kept
-    for top_p in (0.1, 0.5, 0.9, 0.95, 0.999):
+    for top_p in (1e-9, 0.1, 0.5, 0.9, 0.95, 0.999):
         assert torch.equal(_nucleus_logits(x, top_p), _masked(x, top_p)), top_p
 
 
