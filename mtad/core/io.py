@@ -72,6 +72,29 @@ def portable_text(text: str) -> str:
     return text
 
 
+#: a repository's own config can name a program for git to start even in a read-only command:
+#: a file-system monitor on any index read, a signature checker when ``git log`` shows signatures,
+#: a pager; an external diff and a text conversion are turned off per command (``--no-ext-diff``,
+#: ``--no-textconv``) by the callers that diff
+GIT_NO_PROGRAMS = ("-c", "core.fsmonitor=false", "-c", "log.showSignature=false", "-c", "core.pager=cat")
+
+
+def git(root: Path, *args: str, text: bool = True, **kwargs: Any):
+    """``git -C root ARGS`` with ``GIT_NO_PROGRAMS``, its output captured, never raising on a
+    non-zero exit: every git this project runs on a repository goes through here (the checkout
+    itself, or one a caller names). OSError where git is missing."""
+    import subprocess
+
+    return subprocess.run(["git", *GIT_NO_PROGRAMS, "-C", str(root), *args], capture_output=True, text=text,
+                          check=False, **kwargs)
+
+
+def is_commit_name(name: str) -> bool:
+    """A stored commit hash (4 to 40 hex digits): the only form of a stored value that is passed
+    to git (never as an option: a value starting with "-" would be one)."""
+    return isinstance(name, str) and 4 <= len(name) <= 40 and all(c in "0123456789abcdef" for c in name.lower())
+
+
 def not_git_ignored(paths: list[Path], checkout: Path | None = None) -> list[Path]:
     """``paths`` less those git ignores: what a checkout keeps, without the run outputs it ignores
     (``results/runs/``, ``outputs/``: ``.gitignore``), so that "every record under results/" means
@@ -79,21 +102,18 @@ def not_git_ignored(paths: list[Path], checkout: Path | None = None) -> list[Pat
     untracked ones); outside a git work tree, or without git, every path stays.
 
     Git runs in ``checkout`` only (by default the one this code is in; tests name another) and is
-    asked only of paths inside it, with ``core.fsmonitor`` off: a results folder from anyone may
-    hold a ``.git`` of its own, whose config could name a program for git to run, and git must
-    never be started inside it."""
+    asked only of paths inside it (``git``: no program its config names): a results folder from
+    anyone may hold a ``.git`` of its own, whose config could name a program for git to run, and
+    git must never be started inside it."""
     if not paths:
         return paths
-    import subprocess
-
     root = (checkout or REPO_ROOT).resolve()
     full = [Path(p).resolve() for p in paths]
     inside = [str(f) for f in full if f.is_relative_to(root)]
     if not inside:
         return paths
     try:
-        got = subprocess.run(["git", "-c", "core.fsmonitor=false", "check-ignore", "-z", "--stdin"],
-                             input="\0".join(inside).encode(), cwd=root, capture_output=True, check=False)
+        got = git(root, "check-ignore", "-z", "--stdin", input="\0".join(inside).encode(), text=False)
     except OSError:
         return paths
     if got.returncode not in (0, 1):  # 128: not a work tree (an installed package)

@@ -358,11 +358,12 @@ def _is_ancestor(older: str, commit: str) -> bool | None:
     """Whether ``older`` is ``commit`` or one of its ancestors (None: not in this history)."""
     import subprocess
 
-    from mtad.core.io import REPO_ROOT
+    from mtad.core.io import REPO_ROOT, git, is_commit_name
 
+    if not (is_commit_name(older) and is_commit_name(commit)):  # stored values: hashes only, never options
+        return None
     try:
-        out = subprocess.run(["git", "-C", str(REPO_ROOT), "merge-base", "--is-ancestor", older, commit],
-                             capture_output=True, timeout=10, check=False)
+        out = git(REPO_ROOT, "merge-base", "--is-ancestor", older, commit, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
     return {0: True, 1: False}.get(out.returncode)

@@ -16,7 +16,7 @@ from typing import Any
 
 # older imports (bench/speed.py): the file helpers now live in mtad.core.io
 from mtad.core import allocator
-from mtad.core.io import append_jsonl, read_jsonl, write_json_atomic  # noqa: F401
+from mtad.core.io import append_jsonl, git, read_jsonl, write_json_atomic  # noqa: F401
 from mtad.core.stack import record as stack_record
 from mtad.core.stack import versions
 
@@ -31,7 +31,7 @@ MAX_CHANGED = 50  # changed files listed in a provenance (their count is always 
 def git_info(root: str | Path | None = None) -> dict[str, Any]:
     root = Path(root or Path(__file__).resolve().parents[2])
     def _git(*args):
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
+        return git(root, *args, timeout=10)
     try:
         head = _git("rev-parse", "HEAD")
         if head.returncode != 0:

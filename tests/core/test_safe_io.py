@@ -252,3 +252,72 @@ def test_segment_history_runs_no_program_a_repository_names(tmp_path):
     marker.unlink()
     read_history(repo)
     assert not marker.exists()
+
+
+def _signed_commit_repo(repo: Path, marker: Path) -> None:
+    """A repository whose config shows signatures in ``git log`` with a checker that leaves
+    ``marker``, holding a signed-looking commit that changes a ``samples.jsonl`` under results/."""
+    import subprocess
+
+    def git(*a, **k):
+        return subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", str(repo), *a], check=True,
+                              capture_output=True, text=True, **k).stdout.strip()
+
+    (repo / "results/x").mkdir(parents=True)
+    (repo / "results/x/samples.jsonl").write_text('{"example_id": 0}\n')
+    git("init", "-q")
+    git("config", "user.email", "t@t")
+    git("config", "user.name", "t")
+    git("add", ".")
+    git("commit", "-q", "-m", "records")
+    (repo / "results/x/samples.jsonl").write_text('{"example_id": 1}\n')
+    git("add", ".")
+    body = (f"tree {git('write-tree')}\nparent {git('rev-parse', 'HEAD')}\nauthor t <t@t> 1700000000 +0000\n"
+            "committer t <t@t> 1700000000 +0000\ngpgsig -----BEGIN PGP SIGNATURE-----\n \n iQEzBAABCAAdFiEE\n"
+            " -----END PGP SIGNATURE-----\n\nsigned\n")
+    git("update-ref", "HEAD", git("hash-object", "-t", "commit", "-w", "--stdin", input=body))
+    checker = repo.parent / "checker"
+    checker.write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+    checker.chmod(0o755)
+    git("config", "gpg.program", str(checker))
+    git("config", "log.showSignature", "true")
+
+
+def test_no_git_here_starts_a_signature_checker_a_repository_names(tmp_path, monkeypatch):
+    """``log.showSignature`` in a repository's config makes an ordinary ``git log`` start its
+    ``gpg.program``: ``read_history`` (``mtad.core.io.git``) does not, and ``derive_segments``
+    started from inside such a repository runs git in the checkout it is given, not there."""
+    import shutil
+    import subprocess
+
+    from mtad.run.results import derive_segments
+
+    if shutil.which("git") is None:
+        pytest.skip("git not installed")  # (what is tested is what git runs; without git nothing runs)
+    marker = tmp_path / "ran"
+    repo = tmp_path / "repo"
+    _signed_commit_repo(repo, marker)
+    subprocess.run(["git", "-C", str(repo), "log", "-p", "--format=%H"], capture_output=True)  # (the plant works:
+    assert marker.exists()  # an ordinary log starts the checker)
+    marker.unlink()
+    derive_segments.read_history(repo)
+    assert not marker.exists()
+    clean, asked = tmp_path / "clean", []
+    clean.mkdir()
+    monkeypatch.setattr(derive_segments, "REPO_ROOT", clean)
+    monkeypatch.setattr(derive_segments, "read_history", lambda root: asked.append(root) or derive_segments.History())
+    monkeypatch.chdir(repo)
+    derive_segments.main(["--check", str(repo / "results")])
+    assert asked == [clean] and not marker.exists()  # the checkout, not the working directory's repository
+
+
+def test_a_stored_commit_reaches_git_only_as_a_hash():
+    """``audit._is_ancestor`` takes commit names from stored segments: anything but a hex hash
+    (an option, a revision expression) is not passed to git."""
+    from mtad.core.io import is_commit_name
+    from mtad.run.audit import _is_ancestor
+
+    assert is_commit_name("d397e67b0b") and is_commit_name("A" * 40)
+    for bad in ("--output=/tmp/x", "HEAD~1", "abc", "g" * 10, "a" * 41, None, 7):
+        assert not is_commit_name(bad)
+    assert _is_ancestor("--help", "a" * 40) is None

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from mtad.core.io import REPO_ROOT, loads
+from mtad.core.io import REPO_ROOT, git, loads
 from mtad.run.results.segments import SEGMENT_FIELD, SEGMENTS_FILE, describe_provenance
 
 SAMPLES = "samples.jsonl"
@@ -61,10 +61,9 @@ PROVENANCE_FIELDS = ("time_utc", "git", "packages", "device", "torch_threads", "
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
-    """Git in ``root`` with the settings that could start a program turned off (a repository's own
-    config may name one: ``core.fsmonitor``, an external diff, a text conversion)."""
-    return subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", str(root), *args], capture_output=True,
-                          text=True, check=False)
+    """Git in ``root``, starting no program its config names (``mtad.core.io.git``; the diffing
+    commands below add ``--no-ext-diff --no-textconv``)."""
+    return git(root, *args)
 
 
 def without_segment(line: str) -> str:
@@ -355,9 +354,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("roots", nargs="*", type=Path, default=[Path("results")],
                     help="folders searched for samples.jsonl (default: results)")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 on a missing or stale segment")
-    ap.add_argument("--repo", type=Path, default=None, help="the git checkout (default: the working directory's)")
+    ap.add_argument("--repo", type=Path, default=REPO_ROOT,
+                    help="the git checkout (default: the one this code is in; git is never started in a folder "
+                         "because it is the working directory)")
     args = ap.parse_args(argv)
-    root = args.repo or Path(_git(Path.cwd(), "rev-parse", "--show-toplevel").stdout.strip() or REPO_ROOT)
+    root = args.repo
     for r in args.roots:
         if not r.is_dir():
             print(f"derive_segments: {r} is not a folder; give the results folders to derive", file=sys.stderr)
