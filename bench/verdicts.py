@@ -45,8 +45,12 @@ def _rows(text: str, heading: str) -> list[list[str]]:
     if len(part) < 2:
         raise SystemExit(f"no section starting {heading!r}: not a goals table")
     body = part[1].split("\n### ", 1)[0]
-    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in body.splitlines()
-            if line.startswith("| V")]
+    return [_cells(line) for line in body.splitlines() if line.startswith("| V")]
+
+
+def _cells(line: str) -> list[str]:
+    """A markdown table row's cells."""
+    return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
 _MODES = re.compile(r"sample = T (\S+) top-k (\d+) top-p (\S+), sample_nok = T (\S+) top-p (\S+) without top-k")
@@ -98,7 +102,7 @@ def read_floor(path: Path) -> dict[tuple[str, str], tuple[str, str | None]]:
     for line in path.read_text().splitlines():
         if not line.startswith("| V"):
             continue
-        c = [x.strip() for x in line.strip().strip("|").split("|")]
+        c = _cells(line)
         out[(c[0], c[1])] = (c[10], c[14] if len(c) > 14 else None)
     return out
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 import torch
@@ -203,9 +204,7 @@ def _least_in_bucket(k: int, low: float, scale: float, dtype: torch.dtype) -> fl
     between ``d`` and the value below it, computed exactly (``fractions.Fraction``). The answer
     is checked with the operations themselves (``v`` in, the value below it out); None where
     that check fails or a search runs past ``_LEAST_STEPS`` (the caller then masks)."""
-    from fractions import Fraction
-
-    dt = np.float32 if dtype == torch.float32 else np.float64
+    dt = _np_dtype(dtype)
     lo, sc, kk = dt(low), dt(scale), dt(k)
     up, down = dt(math.inf), dt(-math.inf)
 
@@ -292,8 +291,13 @@ def _nucleus_logits(logits: torch.Tensor, top_p: float) -> torch.Tensor:  # [R, 
 
 def _below(v: float, dtype: torch.dtype) -> float:
     """The largest value of ``dtype`` below ``v``: ``threshold_`` keeps what is above it."""
-    dt = np.float32 if dtype == torch.float32 else np.float64
+    dt = _np_dtype(dtype)
     return float(np.nextafter(dt(v), dt(-math.inf)))
+
+
+def _np_dtype(dtype: torch.dtype) -> type:
+    """numpy's scalar type of the logits' dtype (float32 or float64 here: ``warp_probs``)."""
+    return np.float32 if dtype == torch.float32 else np.float64
 
 
 def warp_candidates(

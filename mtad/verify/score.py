@@ -187,12 +187,9 @@ class Scores:
             if not pairs:
                 return torch.empty(0, dtype=torch.float64 if self.root.dtype == torch.float64 else torch.float32)
             self._warp_rows([r for r, _ in pairs])
-            dtype = self._warped_row(pairs[0][0]).dtype
-            if dtype in (torch.float32, torch.float64):  # read through numpy: no torch call per mass
-                arrays = {r: self._warped_row(r).numpy() for r in dict.fromkeys(r for r, _ in pairs)}
-                m = torch.tensor([float(arrays[r][t]) for r, t in pairs], dtype=dtype)
-            else:
-                m = torch.stack([self._warped_row(r)[t] for r, t in pairs])
+            # read through numpy (a warped row is float32 or float64: ``warp_probs``): no torch call per mass
+            arrays = {r: self._warped_row(r).numpy() for r in dict.fromkeys(r for r, _ in pairs)}
+            m = torch.tensor([float(arrays[r][t]) for r, t in pairs], dtype=self._warped_row(pairs[0][0]).dtype)
             return m.log() if log else m
         if cand is None and self.row_wise():  # plain temperature: gathered from the two parts
             root, body = self._parts()
