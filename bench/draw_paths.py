@@ -6,7 +6,8 @@ whole float64 cumulative sum: the same tokens, bit for bit, so a site can use th
 only the harness's time moves. Timed alone they are faster; in a run the caches are cold after
 each forward pass, so what a site gains there is measured there. One more switch is timed the
 same way: ``beam_rows``, a beam walk's q reading the rows its slot-then-row draws warped instead
-of warping them again (``mtad.propose.beam.REUSE_DRAWN_ROWS``). For each site, every decoder
+of warping them again (``mtad.propose.beam.REUSE_DRAWN_ROWS``), and ``host_beams``, a beam's
+bookkeeping and its slot-then-row reads on the host (``mtad.propose.beam.HOST_BEAMS``). For each site, every decoder
 runs each prompt twice in one process, once with the site on and once with every site off
 (the order alternating by prompt), on the overhead bench's tiny pair (``bench/overhead.py``),
 at plain temperature by default. Each cell: the geometric mean over prompts of on / off of the
@@ -38,18 +39,20 @@ from mtad.core.warping import Warping  # noqa: E402
 from mtad.propose import beam  # noqa: E402
 from mtad.run.cli import load_decoder  # noqa: E402
 
-#: what can be switched: the block-sum sites (``cdf_blocks.SITES``) and ``beam_rows``, a beam walk's
-#: q reading the rows its draws warped (``mtad.propose.beam.REUSE_DRAWN_ROWS``): the same tokens either way
-SITES = (*cdf_blocks.SITES, "beam_rows")
+#: what can be switched: the block-sum sites (``cdf_blocks.SITES``), ``beam_rows``, a beam walk's
+#: q reading the rows its draws warped (``mtad.propose.beam.REUSE_DRAWN_ROWS``), and ``host_beams``,
+#: a beam's bookkeeping on the host (``mtad.propose.beam.HOST_BEAMS``): the same tokens either way
+SITES = (*cdf_blocks.SITES, "beam_rows", "host_beams")
 
 
 def _state() -> dict[str, bool]:
-    return {**cdf_blocks.SITES, "beam_rows": beam.REUSE_DRAWN_ROWS}
+    return {**cdf_blocks.SITES, "beam_rows": beam.REUSE_DRAWN_ROWS, "host_beams": beam.HOST_BEAMS}
 
 
 def _set(state: dict[str, bool]) -> None:
     cdf_blocks.SITES.update({k: v for k, v in state.items() if k in cdf_blocks.SITES})
     beam.REUSE_DRAWN_ROWS = state["beam_rows"]
+    beam.HOST_BEAMS = state["host_beams"]
 
 
 def run(args) -> str:

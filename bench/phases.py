@@ -48,6 +48,7 @@ PHASES = (
     ("mtad.propose.beam", "_beam_sample", "beam drafting"),
     ("mtad.propose.beam", "scoring_probs", "draft rows warped"),
     ("mtad.propose.beam", "_slot_then_row", "beam draws"),
+    ("mtad.propose.beam", "_slot_then_row_host", "beam draws"),
     ("mtad.verify.chain", "verify_chain", "chain verification"),
     ("mtad.verify.multidraft", "MultiDraft.verify", "multi-draft verification"),
     ("mtad.verify.multidraft", "_walk", "walk"),

@@ -471,11 +471,11 @@ def test_draw_paths_times_each_block_site_on_and_off(tmp_path):
     out = tmp_path / "paths.md"
     draw_paths.main(["--vocab", str(cdf_blocks.MIN_LENGTH + 3), "--hidden", "16", "--draft-hidden", "16",
                      "--prompts", "2", "--max-new-tokens", "4", "--systems", "spd,mcss,beam_specinfer",
-                     "--sites", "level,without,beam_rows", "--out", str(out)])
-    assert cdf_blocks.SITES == before and beam.REUSE_DRAWN_ROWS is True
+                     "--sites", "level,without,beam_rows,host_beams", "--out", str(out)])
+    assert cdf_blocks.SITES == before and beam.REUSE_DRAWN_ROWS is True and beam.HOST_BEAMS is True
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in out.read_text().splitlines()
-            if line.startswith(("| level", "| without", "| beam_rows"))]
-    assert [r[0] for r in rows] == ["level", "without", "beam_rows"] and all(len(r) == 4 for r in rows)
+            if line.startswith(("| level", "| without", "| beam_rows", "| host_beams"))]
+    assert [r[0] for r in rows] == ["level", "without", "beam_rows", "host_beams"] and all(len(r) == 4 for r in rows)
     assert all(float(c.split()[0]) > 0 for r in rows for c in r[1:])
     with pytest.raises(SystemExit, match="unknown"):
         draw_paths.main(["--vocab", "300", "--sites", "everywhere"])

@@ -61,6 +61,14 @@ with the tensor's float product: no ``W x V`` score vector, the same entries, va
 order, so the same draws (the dense path runs where that does not hold: no top-k, few
 entries, ties past a slot's top entries).
 
+On the CPU the beams' bookkeeping after each depth's draws (parents and tokens, the chosen
+scores, the renormalised weights, the cumulative log Q) is made on Python floats and ints
+(``_HostBeams``; ``mtad.core.hostfloat``: a product, quotient or sum of two values rounded once to
+the tensor's dtype, the weights' total by ``torch.sum`` and the logarithms by ``torch.log`` of the
+same vectors), and slot-then-row's draws read their rows' cumulative masses through numpy
+(``_slot_then_row_host``): the tensor form's values bit for bit, with a few torch calls a depth
+instead of a few dozen (``HOST_BEAMS``; ``tests/propose/test_host_beams.py``).
+
 The token tree (``mtad.core.tree.TokenTree``): one row per slot, depth by depth, slots in
 order; slots with the same path share a canonical row (the one (parent, token) merge of the
 tree type), so the draft is fed each distinct node once and ``TokenTree.dedup`` gives the beam
@@ -80,11 +88,13 @@ likelihoods.
 
 from __future__ import annotations
 
+import math
 import weakref
+from typing import NamedTuple
 
 import torch
 
-from mtad.core import hostfloat
+from mtad.core import cdf_blocks, hostfloat
 from mtad.core.decoder import plain_probs
 from mtad.core.knobs import GAMMA, WIDTH, Knob, Rule
 from mtad.core.protocols import ROOT, StepContext
@@ -109,6 +119,10 @@ from mtad.core.warping import Warping
 #: the walk's q reads the rows slot-then-row draws warped instead of warping them again (the CPU;
 #: the same values: ``tests/propose/test_beam_q_reuse.py``); ``bench/draw_paths.py`` times it on / off
 REUSE_DRAWN_ROWS = True
+#: on the CPU the beams' bookkeeping (weights, cumulative log Q, parents, tokens) is made on Python
+#: floats and ints, and slot-then-row's draws read on the host (``_HostBeams``, ``_slot_then_row_host``):
+#: the same bits (``tests/propose/test_host_beams.py``); ``bench/draw_paths.py`` times it on / off
+HOST_BEAMS = True
 
 
 def scoring_probs(warping: Warping, logits: torch.Tensor) -> torch.Tensor:  # [..., V]
@@ -118,14 +132,17 @@ def scoring_probs(warping: Warping, logits: torch.Tensor) -> torch.Tensor:  # [.
     return warping(logits)
 
 
-def add_depth(tree: TokenTree, beams: Beams, t: int) -> list[int]:
-    """Add depth ``t``'s slots to ``tree`` (one row each, under their parent slot's row)."""
-    tokens = beams.tokens[t].tolist()
+def add_depth(tree: TokenTree, beams: Beams, t: int, tokens: list[int] | None = None,
+              parents: list[int] | None = None) -> list[int]:
+    """Add depth ``t``'s slots to ``tree`` (one row each, under their parent slot's row);
+    ``tokens`` and ``parents``: the depth's as lists, where the caller has them."""
+    tokens = beams.tokens[t].tolist() if tokens is None else tokens
     if t == 0:
         rows = [tree.add(ROOT, tok) for tok in tokens]
     else:
         above = beams.rows[t - 1]
-        rows = [tree.add(above[p], tok) for p, tok in zip(beams.parents[t].tolist(), tokens)]
+        parents = beams.parents[t].tolist() if parents is None else parents
+        rows = [tree.add(above[p], tok) for p, tok in zip(parents, tokens)]
     beams.rows.append(rows)
     return rows
 
@@ -221,6 +238,7 @@ def _beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool) ->
     fed = _Fed()
     note: dict = {}  # _select's: whether a depth's support ran past the hint
     slot_first = replacement and not greedy and inverse_cdf(ctx.generator)  # ``_slot_then_row``
+    host = _host_book(root)  # the CPU: the beams' bookkeeping on Python floats (``_HostBeams``)
     for t in range(gamma):
         keep = slot_first and sparse and REUSE_DRAWN_ROWS  # (the CPU: the rows its draws warp, for the walk)
         base = sum(len(x) for x in fed.logits) if keep else 0  # where this depth's rows start in the fed logits
@@ -231,13 +249,18 @@ def _beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool) ->
         picked = None
         if slot_first:  # inverse CDF with replacement: a slot by its weight, then a token of its row
             kept: dict[int, torch.Tensor] | None = {} if keep else None
-            picked = _slot_then_row(ctx.warping, logits, which, weights, width, ctx.generator, kept)
+            if host is not None:
+                picked = _slot_then_row_host(ctx.warping, logits, which, host.w, width, ctx.generator, kept)
+            else:
+                picked = _slot_then_row(ctx.warping, logits, which, weights, width, ctx.generator, kept)
             if kept:
                 at = {p: c for c, p in fed.pos.items()} if t else {}
                 fed.warped.update((at[base + i] if t else ROOT, row) for i, row in kept.items())
             if root.device.type != "cpu":
                 note["long"] = True  # no support read: the tree's rows stay there too
         probs = scoring_probs(ctx.warping, logits) if greedy else None  # plain softmax at T = 0
+        if host is not None and picked is None:
+            weights = host.weights()  # the other paths read the weights as a tensor
         if sparse and picked is None:
             picked = _sparse_select(ctx.warping, logits, probs, which, weights, width, replacement,
                                     ctx.generator)
@@ -253,6 +276,9 @@ def _beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool) ->
                 scores = torch.cat([wide[i] * float(w) for i, w in enumerate(weights.tolist())])  # [n * V]
             picked = _select(scores, width, greedy, replacement, ctx.generator,
                              bound * len(weights) if bound else None, rows.reshape(-1), note)  # [k] each, host
+        if host is not None:
+            host.depth(tree, out, t, picked, vocab)
+            continue
         idx, chosen, q_chosen = picked
         parent, token = idx // vocab, idx % vocab
         total = chosen.sum()
@@ -264,7 +290,7 @@ def _beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool) ->
         out.cum_logq.append(cum)
         add_depth(tree, out, t)
         cum_prev = cum
-    out.weights = weights
+    out.weights = weights if host is None else host.weights()
     # read only by tree rules; where a depth's scores ran past the hint (a wide nucleus on an
     # accelerator), the rows stay there as vectors without a read of their hints
     tree.q = _lazy_q(tree, ctx.warping, root, fed, stay=note.get("long", False))
@@ -335,6 +361,127 @@ def _slot_then_row(
     dt = torch.promote_types(row_dtype, weights.dtype)  # as the flattened scores' product promotes
     chosen = q_chosen.to(dt) * torch.tensor([w[s] for s in slots], dtype=dt)  # weight_i * q_i(v), rounded once
     return torch.tensor(ids, dtype=torch.long), chosen, q_chosen
+
+
+class _HostPick(NamedTuple):
+    """``_slot_then_row_host``'s draws: per draw its slot, token and ``q`` there (a Python float,
+    exactly the row's value), and the rows' dtype."""
+
+    slots: list[int]
+    tokens: list[int]
+    q: list[float]
+    dtype: torch.dtype
+
+
+def _slot_then_row_host(
+    warping: Warping,
+    logits: torch.Tensor,  # [u, V] (or the root's [V]) draft logits, on the CPU
+    which: list[int] | None,  # [n] row of ``logits`` of each slot (None: slot i is row i)
+    w: list[float],  # [n] the slots' weights
+    width: int,
+    generator: torch.Generator,  # an inverse-CDF generator
+    keep: dict[int, torch.Tensor] | None = None,  # as ``_slot_then_row``'s
+) -> _HostPick:
+    """``_slot_then_row`` on the CPU with its reads on the host: the same uniforms, slots, warped
+    rows and tokens, and no tensor made for a handful of numbers. Each picked row's float64
+    cumulative masses are ``cdf_index``'s (``q.double().cumsum(-1)``: the same sums); the search
+    is its definition on them, through numpy (``searchsorted`` to the right of
+    ``min(u * total, nextafter(total, 0))``, that product and that bound in Python's doubles,
+    which are the tensor's). Where ``cdf_blocks.SITES`` searches a beam's rows by blocks
+    (``rows``), ``cdf_index`` does it, as in ``_slot_then_row``."""
+    u = uniforms(2 * width, generator).tolist()
+    try:
+        slots = [cdf_list_index(w, x) for x in u[:width]]  # float64 sums of the weights, on the host
+    except EmptySupport:
+        raise RuntimeError(_NO_SCORE) from None
+    rows = slots if which is None else [which[s] for s in slots]
+    lg = logits if logits.dim() == 2 else logits[None]
+    draws: dict[int, list[int]] = {}  # row -> its draws, in draw order
+    for j, r in enumerate(rows):
+        draws.setdefault(r, []).append(j)
+    picked = list(draws)  # the picked rows, each once, in the order of their first draw
+    sel = lg if picked == list(range(lg.shape[0])) else lg.index_select(0, torch.tensor(picked))
+    q = scoring_probs(warping, sel)  # [d, V] the picked warped rows
+    if keep is not None:
+        keep.update(zip(picked, q))
+    tokens = [0] * width
+    if cdf_blocks.used(q, "rows"):
+        k = max(len(js) for js in draws.values())
+        ut = torch.tensor([[u[width + j] for j in js] + [0.0] * (k - len(js)) for js in draws.values()],
+                          dtype=torch.float64)
+        idx, total = cdf_index(q, ut, nonneg=True)
+        if not all(0 < x < math.inf for x in total.view(-1).tolist()):
+            raise RuntimeError(_NO_SCORE)
+        at = idx.tolist()
+        for i, js in enumerate(draws.values()):
+            for c, j in enumerate(js):
+                tokens[j] = at[i][c]
+    else:
+        c = q.double().cumsum(-1).numpy()  # [d, V] cdf_index's cumulative masses (a warped row: >= 0)
+        for i, js in enumerate(draws.values()):
+            ci = c[i]
+            total = float(ci[-1])
+            if not 0 < total < math.inf:
+                raise RuntimeError(_NO_SCORE)
+            top = math.nextafter(total, 0.0)
+            for j in js:
+                tokens[j] = int(ci.searchsorted(min(u[width + j] * total, top), side="right"))
+    qn = q.numpy()
+    qs = [0.0] * width
+    for i, js in enumerate(draws.values()):
+        for j in js:
+            qs[j] = float(qn[i, tokens[j]])
+    return _HostPick(slots, tokens, qs, q.dtype)
+
+
+def _host_book(root: torch.Tensor) -> _HostBeams | None:
+    """The host bookkeeping for a step whose draft rows are on the CPU (``HOST_BEAMS``), else None."""
+    return _HostBeams(torch.float64 if root.dtype == torch.float64 else torch.float32) \
+        if HOST_BEAMS and root.device.type == "cpu" else None
+
+
+class _HostBeams:
+    """``_beam_sample``'s bookkeeping after each depth's draws, on Python floats and ints: the
+    tensor form's values bit for bit (``mtad.core.hostfloat``: a product, quotient or sum of two
+    values in double rounded once to the tensor's dtype; the weights' total by ``torch.sum`` of
+    the same vector and the logarithms by ``torch.log``, whose orders and roundings are the
+    kernel's). ``Beams`` gets the same host tensors."""
+
+    def __init__(self, dtype: torch.dtype):
+        self.w = [1.0]  # the slots' weights (the root: one beam of weight 1)
+        self.wdtype = dtype
+        self.cum: list[float] | None = None  # cumulative log Q of the slots (None at the root)
+        self.cdtype: torch.dtype | None = None
+
+    def weights(self) -> torch.Tensor:  # [n] on the host, as the tensor form holds them
+        return torch.tensor(self.w, dtype=self.wdtype)
+
+    def depth(self, tree: TokenTree, out: Beams, t: int, picked, vocab: int) -> None:
+        if isinstance(picked, _HostPick):
+            slots, tokens, q, qdtype = picked
+            dt = torch.promote_types(qdtype, self.wdtype)  # as the flattened scores' product promotes
+            chosen = _products(q, [self.w[s] for s in slots], dt)  # weight_i * q_i(v), rounded once
+            total = float(torch.tensor(chosen, dtype=dt).sum())
+            log_q = torch.tensor(q, dtype=qdtype).log().tolist()
+        else:  # the other paths' host tensors
+            idx, chosen_t, q_t = picked
+            ids = idx.tolist()
+            slots, tokens = [i // vocab for i in ids], [i % vocab for i in ids]
+            dt, qdtype = chosen_t.dtype, q_t.dtype
+            chosen, total, log_q = chosen_t.tolist(), float(chosen_t.sum()), q_t.log().tolist()
+        one, many = hostfloat.rounding(dt)
+        self.w = many([c / total for c in chosen]) if total > 0 else [one(1 / len(chosen))] * len(chosen)
+        self.wdtype = dt
+        if self.cum is None:
+            cum, cdtype = log_q, qdtype
+        else:
+            cdtype = torch.promote_types(self.cdtype, qdtype)
+            cum = hostfloat.rounding(cdtype)[1]([self.cum[p] + x for p, x in zip(slots, log_q)])
+        self.cum, self.cdtype = cum, cdtype
+        out.tokens.append(torch.tensor(tokens))
+        out.parents.append(torch.tensor(slots if t > 0 else [-1] * len(slots)))
+        out.cum_logq.append(torch.tensor(cum, dtype=cdtype))
+        add_depth(tree, out, t, tokens, slots)
 
 
 def _lazy_q(tree: TokenTree, warping: Warping, root: torch.Tensor, fed: _Fed, stay: bool = False) -> Rows:
