@@ -177,10 +177,16 @@ _LIST_MAX = 512  # supports up to this long are drawn on Python lists (fewer tor
 
 def cdf_list_index(masses: list[float], u: float) -> int:
     """``cdf_index`` on a Python list (the same float64 sums, in order, on the host)."""
+    return cdf_list_indices(masses, [u])[0]
+
+
+def cdf_list_indices(masses: list[float], us: list[float]) -> list[int]:
+    """``cdf_list_index`` for each uniform of ``us`` (the masses' sums made once)."""
     c = list(itertools.accumulate(max(x, 0.0) for x in masses))
     total = c[-1] if c else 0.0
     check_total(total)
-    return bisect.bisect_right(c, min(u * total, math.nextafter(total, 0.0)))
+    top = math.nextafter(total, 0.0)
+    return [bisect.bisect_right(c, min(u * total, top)) for u in us]
 
 
 def cdf_positions(

@@ -103,7 +103,7 @@ from mtad.core.sampling import (
     EmptySupport,
     Rows,
     cdf_index,
-    cdf_list_index,
+    cdf_list_indices,
     device_drawn,
     device_multinomial,
     inverse_cdf,
@@ -322,7 +322,7 @@ def _slot_then_row(
     u = uniforms(2 * width, generator).tolist()
     w = weights.tolist()
     try:
-        slots = [cdf_list_index(w, x) for x in u[:width]]  # float64 sums of the weights, on the host
+        slots = cdf_list_indices(w, u[:width])  # float64 sums of the weights, on the host
     except EmptySupport:
         raise RuntimeError(_NO_SCORE) from None
     rows = slots if which is None else [which[s] for s in slots]
@@ -391,7 +391,7 @@ def _slot_then_row_host(
     (``rows``), ``cdf_index`` does it, as in ``_slot_then_row``."""
     u = uniforms(2 * width, generator).tolist()
     try:
-        slots = [cdf_list_index(w, x) for x in u[:width]]  # float64 sums of the weights, on the host
+        slots = cdf_list_indices(w, u[:width])  # float64 sums of the weights, on the host
     except EmptySupport:
         raise RuntimeError(_NO_SCORE) from None
     rows = slots if which is None else [which[s] for s in slots]
@@ -404,7 +404,7 @@ def _slot_then_row_host(
     q = scoring_probs(warping, sel)  # [d, V] the picked warped rows
     if keep is not None:
         keep.update(zip(picked, q))
-    tokens = [0] * width
+    found: list[list[int]] = []  # per picked row, its draws' tokens in draw order
     if cdf_blocks.used(q, "rows"):
         k = max(len(js) for js in draws.values())
         ut = torch.tensor([[u[width + j] for j in js] + [0.0] * (k - len(js)) for js in draws.values()],
@@ -412,25 +412,20 @@ def _slot_then_row_host(
         idx, total = cdf_index(q, ut, nonneg=True)
         if not all(0 < x < math.inf for x in total.view(-1).tolist()):
             raise RuntimeError(_NO_SCORE)
-        at = idx.tolist()
-        for i, js in enumerate(draws.values()):
-            for c, j in enumerate(js):
-                tokens[j] = at[i][c]
+        found = [row[: len(js)] for row, js in zip(idx.tolist(), draws.values())]
     else:
         c = q.double().cumsum(-1).numpy()  # [d, V] cdf_index's cumulative masses (a warped row: >= 0)
-        for i, js in enumerate(draws.values()):
-            ci = c[i]
+        for ci, js in zip(c, draws.values()):
             total = float(ci[-1])
             if not 0 < total < math.inf:
                 raise RuntimeError(_NO_SCORE)
             top = math.nextafter(total, 0.0)
-            for j in js:
-                tokens[j] = int(ci.searchsorted(min(u[width + j] * total, top), side="right"))
+            found.append(ci.searchsorted([min(u[width + j] * total, top) for j in js], side="right").tolist())
     qn = q.numpy()
-    qs = [0.0] * width
-    for i, js in enumerate(draws.values()):
-        for j in js:
-            qs[j] = float(qn[i, tokens[j]])
+    tokens, qs = [0] * width, [0.0] * width
+    for i, (js, ts) in enumerate(zip(draws.values(), found)):
+        for j, t, x in zip(js, ts, qn[i, ts].tolist()):
+            tokens[j], qs[j] = t, x
     return _HostPick(slots, tokens, qs, q.dtype)
 
 

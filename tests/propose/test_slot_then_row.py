@@ -59,8 +59,8 @@ def test_a_planted_wrong_slot_distribution_fails_the_test(monkeypatch):
     """The same test catches slots drawn uniformly instead of by weight."""
     import mtad.propose.beam as beam
 
-    real = beam.cdf_list_index
-    monkeypatch.setattr(beam, "cdf_list_index", lambda w, u: real([1.0 if x > 0 else 0.0 for x in w], u))
+    real = beam.cdf_list_indices
+    monkeypatch.setattr(beam, "cdf_list_indices", lambda w, us: real([1.0 if x > 0 else 0.0 for x in w], us))
     with pytest.raises(AssertionError, match="differ from the flattened scores"):
         test_draws_follow_the_flattened_scores(Warping(1.0), torch.float64)
 
