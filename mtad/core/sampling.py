@@ -345,7 +345,7 @@ def support(
         probs = probs.float()
     if probs.numel() <= DENSE_MAX:
         return torch.arange(probs.numel(), device=probs.device), probs.clamp_min(0)
-    if probs.device.type == "cpu" and bool(probs.min() > 0):
+    if probs.device.type == "cpu" and float(probs.min()) > 0:
         # a whole row (plain temperature): the same ids and masses as the scan below, without
         # it (a nonzero over the vocabulary costs far more than a check and a copy; the least
         # entry is positive exactly when every entry is, nan failing both); on an accelerator
@@ -394,7 +394,7 @@ def host_supports_with(
     if rows.device.type == "cpu":
         # which rows are whole (every entry positive: plain temperature), for all rows in one
         # pass (``support`` would check them one by one); the others are scanned as before
-        whole = (rows.amin(-1) > 0).tolist() if vocab > DENSE_MAX and num > 1 else [False] * num
+        whole = [m > 0 for m in rows.amin(-1).tolist()] if vocab > DENSE_MAX and num > 1 else [False] * num
         out = []
         for i, r in enumerate(rows):
             s = Support(whole_ids(vocab), r, vocab) if whole[i] else Support(*support(r), vocab)

@@ -165,6 +165,14 @@ def _accept_ratio(
     return torch.where(drawable, ratio.clamp(max=1.0), torch.zeros_like(ratio))
 
 
+def _at(x: torch.Tensor, c: int) -> float:
+    """``float(x[c])``: a host float32 / float64 vector read through numpy (no torch call; the
+    same float), any other by indexing."""
+    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and not x.requires_grad:
+        return float(x.numpy()[c])
+    return float(x[c])
+
+
 class _Stages:
     """A sequential rule at one node, candidate after candidate: for each, in order, its
     acceptance ``min(1, P(c) / Q(c))`` given that every earlier one was rejected, then (if it
@@ -216,7 +224,7 @@ class _Stages:
         one = self.ar.one
         if self._rho is not None and self.rho is None:
             self.rho = one(self.rho_value())
-        pc, qc = float(self.P[c]), float(self.Q[c])
+        pc, qc = _at(self.P, c), _at(self.Q, c)
         a = self._accept(pc, qc, self.rho)
         acc = one(self.reach * a)
         self.reach = one(self.reach * one(1.0 - a))
@@ -266,7 +274,7 @@ class _SpectrStages(_Stages):
             return False  # (rho found already: the stage itself is as cheap)
         k, one = len(self.cands), self.ar.one
         c = self.cands[0]
-        pc, qc = float(self.P[c]), float(self.Q[c])
+        pc, qc = _at(self.P, c), _at(self.Q, c)
         if not (0 < pc < math.inf and 0 < qc < math.inf and 0 < t_hi < 1):
             return False
         r = min(float(k), pc / (qc * t_hi) / (1 + self._MARGIN))  # the largest rho tested
