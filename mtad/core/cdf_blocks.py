@@ -41,11 +41,8 @@ beam's) do not, and keep the whole sum.
 
 Costs: the block sums read the row once (the float64 accumulation, not the read, is most of
 it); the rest is a few operations on ``BLOCK`` and ``n / BLOCK`` numbers. Rows shorter than
-``MIN_LENGTH`` keep the whole sum, which is as cheap there, except at a site that names its own
-(``SITE_MIN_LENGTH``). Draws without replacement (``Blocks.drop``) set the drawn entry to 0 and
-sum its block again, not the row's suffix (the whole sum sums the suffix after each draw again):
-they gain from shorter rows on, MCSS's siblings at 32,000 tokens among them
-(``results/bench/draw_paths_without_v32000_{random,equal}_cpu.md``).
+``MIN_LENGTH`` keep the whole sum, which is as cheap there. Draws without replacement
+(``Blocks.drop``) set the drawn entry to 0 and sum its block again, not the row's suffix.
 """
 
 from __future__ import annotations
@@ -60,7 +57,6 @@ import torch
 
 BLOCK = 1024  # entries per block
 MIN_LENGTH = 65536  # rows at least this long are searched by blocks (shorter: the whole sum is as cheap)
-SITE_MIN_LENGTH = {"without": 16384}  # a site's own least length (draws without replacement: see above)
 DTYPES = (torch.float32, torch.float64)  # numpy reads these in place (half precision: made float32, exactly)
 # where draws are searched by blocks (``bench/draw_paths.py`` measures each site on and off in
 # one process): a tree level's draws from whole rows (``mtad.propose.tree._whole_level_cdf``) and
@@ -84,10 +80,8 @@ def cdf_search(
 
 def used(x: torch.Tensor, site: str) -> bool:
     """Whether draws from ``x`` (rows [..., n]) at ``site`` are made by blocks: the site is on
-    (``SITES``), the rows are on the CPU, floating point and at least the site's least length long
-    (``SITE_MIN_LENGTH``, else ``MIN_LENGTH``)."""
-    return (SITES[site] and x.device.type == "cpu" and x.dtype.is_floating_point
-            and x.shape[-1] >= SITE_MIN_LENGTH.get(site, MIN_LENGTH))
+    (``SITES``), the rows are on the CPU, floating point and at least ``MIN_LENGTH`` long."""
+    return SITES[site] and x.device.type == "cpu" and x.dtype.is_floating_point and x.shape[-1] >= MIN_LENGTH
 
 
 def _slack(n: int, total: float) -> float:

@@ -105,15 +105,7 @@ def test_the_sites_by_default():
     assert cdf_blocks.SITES == {"level": True, "without": True, "single": False, "rows": False}
 
 
-def test_draws_without_replacement_use_blocks_from_their_own_length():
-    """The site that names its own least length (``SITE_MIN_LENGTH``): draws without replacement
-    from 32,000-entry rows by blocks, a level's draws with replacement there by the whole sum."""
-    x = torch.ones(32_000)
-    assert cdf_blocks.used(x, "without") and not cdf_blocks.used(x, "level")
-    assert not cdf_blocks.used(torch.ones(cdf_blocks.SITE_MIN_LENGTH["without"] - 1), "without")
-
-
-@pytest.mark.parametrize("n", (*LONG, cdf_blocks.SITE_MIN_LENGTH["without"], 32_000))
+@pytest.mark.parametrize("n", LONG)
 def test_draws_without_replacement_drop_in_blocks_as_the_whole_sum_does(n):
     g = torch.Generator().manual_seed(n + 1)
     for name, row in _rows(n, torch.float32, g).items():
