@@ -728,6 +728,9 @@ def test_the_committed_verdicts_recompute_from_their_records():
                (bench / "compare_commits_nucleus_topp_cpu_goals_84827ddd8b.md", None)]
     floors[1] = bench / "draw_floor_topp_nucleus_cpu.md"
     assert verdicts.render(session, floors) == (bench / "verdicts_session_cpu.md").read_text()
+    host = [(bench / "compare_commits_beam_host_modes_cpu_goals_2a2b63bb89.md", None),
+            (bench / "compare_commits_beam_host_topp_cpu_goals_2a2b63bb89.md", None)]
+    assert verdicts.render(host, floors) == (bench / "verdicts_beam_host_cpu.md").read_text()
 
 
 def test_docs_quote_the_after_a_pass_records():
@@ -944,3 +947,52 @@ def test_docs_quote_the_session_offline_record():
     walls = [float(cells[s][5].split()[0]) for s in names]
     assert f"Wall time per token new / old {min(walls):.2f}-{max(walls):.2f}" in doc
     assert ", ".join(f"{n} {cells[s][7].split()[0]}" for s, n in names.items() if s != "spd") in doc
+
+
+def test_docs_quote_the_host_beams_records():
+    """The host-bookkeeping section: its plain-temperature table, call counts, on / off ratios,
+    verdict counts and offline paragraph are the records'."""
+    bench = Path(__file__).resolve().parent.parent / "results/bench"
+    doc = _doc()
+    sec = doc.split("### The beams' bookkeeping on the host, and the goals table again")[1].split("###")[0]
+    cells = {(r[0].rsplit("/", 1)[0], r[1]): r for r in _table("compare_commits_beam_host_modes_cpu.md", "| V")
+             if r[0].endswith("/sample_nok")}
+    sets = ["V32000/random", "V32000/equal", "V151936/random", "V151936/equal"]
+    names = {"spd": "SpD", "specinfer": "SpecInfer", "mcss": "MCSS", "spectr": "SpecTr", "mcns": "MCNS",
+             "beam_specinfer": "beam SpecInfer", "tree_mtad": "tree-MTAD", "mtad": "MTAD",
+             "typical": "typical acceptance", "bild": "BiLD", "bild_sampling": "BiLD (sampling)"}
+    for s, n in names.items():
+        row = [cells[(k, s)][2] if s == "spd" else
+               f"{cells[(k, s)][2].split()[0]} ({cells[(k, s)][3].split()[0]} → {cells[(k, s)][4].split()[0]})"
+               for k in sets]
+        assert f"| {n} | " + " | ".join(row) + " |" in sec, s
+
+    def calls(name):
+        text = (bench / name).read_text().split("### the same calls less attribute reads")[1].split("###")[0]
+        rows = [[c.strip() for c in x.strip().strip("|").split("|")] for x in text.splitlines()
+                if x.startswith("| ") and not x.startswith(("| system", "| ---"))]
+        return {r[0]: (r[1], r[2]) for r in rows}
+
+    old, new = calls("torch_calls_plain_v32000_179097a_cpu.md"), calls("torch_calls_plain_v32000_2a2b63b_cpu.md")
+    for s, n in (("tree_mtad", "tree-MTAD"), ("mtad", "MTAD"), ("beam_specinfer", "beam SpecInfer"),
+                 ("specinfer", "SpecInfer")):
+        assert f"{n} {old[s][0]} / {old[s][1]} → {new[s][0]} / {new[s][1]}" in sec, s
+    assert f"SpD {new['spd'][0]} / {new['spd'][1]} either side" in sec and old["spd"] == new["spd"]
+    paths = {d: {r[0]: r[1:] for r in _table(f"draw_paths_host_beams_v32000_{d}_cpu.md", "| ")}
+             for d in ("random", "equal")}
+    for i, n in ((2, "tree-MTAD"), (3, "MTAD"), (4, "beam SpecInfer")):
+        assert (f"{n} {paths['random']['host_beams'][i].split()[0]} and "
+                f"{paths['equal']['host_beams'][i].split()[0]}") in sec, n
+    assert (f"{paths['random']['without'][1].split()[0]} and {paths['equal']['without'][1].split()[0]} there"
+            in sec)
+    counts = (bench / "verdicts_beam_host_cpu.md").read_text().split("### Cells by verdict and reason")[1]
+    lines = [x for x in counts.splitlines() if x.startswith("| ") and not x.startswith(("| mode", "| ---"))]
+    assert lines and all(x in sec for x in lines)
+    off = {r[1]: r for r in _table("compare_commits_offline5_beam_host_humaneval_cpu.md", "| humaneval")}
+    short = {"tree_mtad": "tree-MTAD", "mtad": "MTAD", "specinfer": "SpecInfer", "mcss": "MCSS", "spd": "SpD"}
+    assert ", ".join(f"{n} {off[s][2]}" for s, n in short.items()) in sec
+    assert ", ".join(f"{n} {off[s][3].split()[0]} → {off[s][4].split()[0]}" for s, n in short.items()
+                     if s != "spd") in sec
+    walls = [float(off[s][5].split()[0]) for s in short]
+    assert f"Wall time per token new / old {min(walls):.2f}-{max(walls):.2f}" in sec
+    assert ", ".join(f"{n} {off[s][7].split()[0]}" for s, n in short.items() if s != "spd") in sec
