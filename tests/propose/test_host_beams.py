@@ -131,3 +131,41 @@ def test_a_planted_search_fails(pairs, monkeypatch):
     monkeypatch.setattr(beam_mod, "_slot_then_row_host", planted)
     with pytest.raises(AssertionError):
         _check(pairs[torch.float32], "tree_mtad", WARPINGS[0], 4, monkeypatch)
+
+
+def _beams_of_runs(pair, name, warping, monkeypatch):
+    monkeypatch.setattr(beam_mod, "HOST_BEAMS", True)
+    seen = []
+
+    def spy(ctx, gamma, width, replacement):
+        tree = _BEAM_SAMPLE(ctx, gamma, width, replacement)
+        seen.append(tree.beams)
+        return tree
+
+    monkeypatch.setattr(beam_mod, "_beam_sample", spy)
+    dec = load_decoder(name, gamma=4, width=4)
+    for s in range(2):
+        Engine(*pair, dec, warping, VOCAB, ()).generate([3, 4, 5], 10, seed=s)
+    return seen
+
+
+def _readings(b):
+    n = len(b.tokens[-1])
+    return (b.best(), [b.ancestry(s) for s in range(n)], [b.path_tokens(s) for s in range(n)],
+            [b.path_cum_logq(s).tolist() for s in range(n)], [b.path_cum_logq(s).dtype for s in range(n)])
+
+
+@pytest.mark.parametrize("warping", [WARPINGS[0], WARPINGS[4]], ids=["plain", "greedy"])
+def test_the_beams_lists_read_as_their_tensors(pairs, warping, monkeypatch):
+    """``Beams.lists`` (the host bookkeeping's history) gives the readers (best beam, ancestry,
+    path tokens and cumulative log Q) the tensors' answers; a planted parent off by one fails."""
+    from dataclasses import replace
+
+    seen = _beams_of_runs(pairs[torch.float32], "tree_mtad", warping, monkeypatch)
+    assert len(seen) > 3 and all(b.lists is not None for b in seen)
+    for b in seen:
+        assert _readings(b) == _readings(replace(b, lists=None))
+    planted = [replace(b, lists=(b.lists[0], [[(p + 1) % len(x) if t else p for p in x]
+                                               for t, x in enumerate(b.lists[1])], *b.lists[2:]))
+               for b in seen]
+    assert any(_readings(p) != _readings(replace(b, lists=None)) for p, b in zip(planted, seen))
