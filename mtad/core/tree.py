@@ -62,11 +62,6 @@ class Beams:
     cum_logq: list[torch.Tensor]  # per depth t: [n_t] raw cumulative draft log-likelihood (host)
     weights: torch.Tensor  # [n_{gamma-1}] final renormalised beam weights (host)
     rows: list[list[int]] = field(default_factory=list)  # per depth t: [n_t] tree row of each slot
-    # the same history as Python lists (tokens, parents, cumulative log Q per depth; the final
-    # weights), where the beams' bookkeeping made them on the host (``mtad.propose.beam._HostBeams``):
-    # the readers below read them instead of the tensors (the same values)
-    lists: tuple[list[list[int]], list[list[int]], list[list[float]], list[float]] | None = field(
-        default=None, repr=False)
 
     @property
     def gamma(self) -> int:
@@ -74,29 +69,21 @@ class Beams:
 
     def best(self) -> int:
         """Slot of the final beam with the largest weight (first on ties)."""
-        if self.lists is not None and not any(w != w for w in self.lists[3]):  # (NaN: torch's rule)
-            w = self.lists[3]
-            return w.index(max(w))
         return int(torch.argmax(self.weights))
-
-    def _parents(self, t: int) -> list[int]:
-        return self.lists[1][t] if self.lists is not None else self.parents[t].tolist()
 
     def ancestry(self, slot: int) -> list[int]:
         """Slots, depth 0 .. gamma-1, of the final beam ``slot`` and its ancestors."""
         slots = [slot]
         for t in range(self.gamma - 1, 0, -1):
-            slots.append(self._parents(t)[slots[-1]])
+            slots.append(self.parents[t].tolist()[slots[-1]])
         return slots[::-1]
 
     def path_tokens(self, slot: int) -> list[int]:
-        tokens = self.lists[0] if self.lists is not None else [x.tolist() for x in self.tokens]
-        return [tokens[t][s] for t, s in enumerate(self.ancestry(slot))]
+        return [self.tokens[t].tolist()[s] for t, s in enumerate(self.ancestry(slot))]
 
     def path_cum_logq(self, slot: int) -> torch.Tensor:  # [gamma]
         c = self.cum_logq
-        cum = self.lists[2] if self.lists is not None else [x.tolist() for x in c]
-        return torch.tensor([cum[t][s] for t, s in enumerate(self.ancestry(slot))],
+        return torch.tensor([c[t].tolist()[s] for t, s in enumerate(self.ancestry(slot))],
                             dtype=c[0].dtype if c else torch.float32)  # the same values (exact)
 
 

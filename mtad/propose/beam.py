@@ -290,10 +290,7 @@ def _beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool) ->
         out.cum_logq.append(cum)
         add_depth(tree, out, t)
         cum_prev = cum
-    if host is not None:
-        out.weights, out.lists = host.weights(), host.lists()
-    else:
-        out.weights = weights
+    out.weights = weights if host is None else host.weights()
     # read only by tree rules; where a depth's scores ran past the hint (a wide nucleus on an
     # accelerator), the rows stay there as vectors without a read of their hints
     tree.q = _lazy_q(tree, ctx.warping, root, fed, stay=note.get("long", False))
@@ -450,11 +447,6 @@ class _HostBeams:
         self.wdtype = dtype
         self.cum: list[float] | None = None  # cumulative log Q of the slots (None at the root)
         self.cdtype: torch.dtype | None = None
-        self.history: tuple[list[list[int]], list[list[int]], list[list[float]]] = ([], [], [])
-
-    def lists(self) -> tuple[list[list[int]], list[list[int]], list[list[float]], list[float]]:
-        """``Beams.lists``: the history as lists, and the weights."""
-        return (*self.history, list(self.w))
 
     def weights(self) -> torch.Tensor:  # [n] on the host, as the tensor form holds them
         return torch.tensor(self.w, dtype=self.wdtype)
@@ -481,12 +473,9 @@ class _HostBeams:
             cdtype = torch.promote_types(self.cdtype, qdtype)
             cum = hostfloat.rounding(cdtype)[1]([self.cum[p] + x for p, x in zip(slots, log_q)])
         self.cum, self.cdtype = cum, cdtype
-        parents = slots if t > 0 else [-1] * len(slots)
         out.tokens.append(torch.tensor(tokens))
-        out.parents.append(torch.tensor(parents))
+        out.parents.append(torch.tensor(slots if t > 0 else [-1] * len(slots)))
         out.cum_logq.append(torch.tensor(cum, dtype=cdtype))
-        for kept, x in zip(self.history, (tokens, parents, cum)):
-            kept.append(x)
         add_depth(tree, out, t, tokens, slots)
 
 
