@@ -19,6 +19,7 @@ from mtad.run.cli import load_decoder
 
 VOCAB = mtad.core.sampling.DENSE_MAX + 904  # past DENSE_MAX: the sparse and slot-then-row paths run
 _BEAM_SAMPLE = beam_mod._beam_sample
+pytestmark = pytest.mark.stack  # the host's arithmetic against the installed torch's kernels
 
 
 def _pair(dtype):
