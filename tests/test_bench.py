@@ -903,21 +903,33 @@ def test_docs_quote_the_fewer_calls_records():
     assert old["spd"] == new["spd"] and old["specinfer"] == new["specinfer"]
 
 
+_DECODER_NAMES = {"spd": "SpD", "specinfer": "SpecInfer", "mcss": "MCSS", "spectr": "SpecTr", "mcns": "MCNS",
+                  "beam_specinfer": "beam SpecInfer", "tree_mtad": "tree-MTAD", "mtad": "MTAD",
+                  "typical": "typical acceptance", "bild": "BiLD", "bild_sampling": "BiLD (sampling)"}
+
+
+def _new_old_rows(record: str, mode: str) -> dict[str, str]:
+    """Each decoder's docs row from a commit-against-commit record's cells of ``mode`` (a setting
+    suffix, "" for every row): new / old per setting, and for the decoders, their ratios to SpD
+    old → new in parentheses (SpD: new / old with its interval)."""
+    cells = {(r[0].rsplit("/", 1)[0], r[1]): r for r in _table(record, "| V") if r[0].endswith(mode)}
+    sets = ["V32000/random", "V32000/equal", "V151936/random", "V151936/equal"]
+    rows = {}
+    for s, n in _DECODER_NAMES.items():
+        row = [cells[(k, s)][2] if s == "spd" else
+               f"{cells[(k, s)][2].split()[0]} ({cells[(k, s)][3].split()[0]} → {cells[(k, s)][4].split()[0]})"
+               for k in sets]
+        rows[s] = f"| {n} | " + " | ".join(row) + " |"
+    return rows
+
+
 def test_docs_quote_the_nucleus_and_session_records():
     """The nucleus section's table, floor spans and counts, and the session's verdict counts, are
     the records'."""
     bench = Path(__file__).resolve().parent.parent / "results/bench"
     doc = _doc()
-    cells = {(r[0].rsplit("/", 1)[0], r[1]): r for r in _table("compare_commits_nucleus_topp_cpu.md", "| V")}
-    sets = ["V32000/random", "V32000/equal", "V151936/random", "V151936/equal"]
-    names = {"spd": "SpD", "specinfer": "SpecInfer", "mcss": "MCSS", "spectr": "SpecTr", "mcns": "MCNS",
-             "beam_specinfer": "beam SpecInfer", "tree_mtad": "tree-MTAD", "mtad": "MTAD",
-             "typical": "typical acceptance", "bild": "BiLD", "bild_sampling": "BiLD (sampling)"}
-    for s, n in names.items():
-        row = [cells[(k, s)][2] if s == "spd" else
-               f"{cells[(k, s)][2].split()[0]} ({cells[(k, s)][3].split()[0]} → {cells[(k, s)][4].split()[0]})"
-               for k in sets]
-        assert f"| {n} | " + " | ".join(row) + " |" in doc, s
+    for s, row in _new_old_rows("compare_commits_nucleus_topp_cpu.md", "").items():
+        assert row in doc, s
 
     def span(vals):
         return f"{min(vals):,.1f}-{max(vals):,.1f}"
@@ -955,17 +967,8 @@ def test_docs_quote_the_host_beams_records():
     bench = Path(__file__).resolve().parent.parent / "results/bench"
     doc = _doc()
     sec = doc.split("### The beams' bookkeeping on the host, and the goals table again")[1].split("###")[0]
-    cells = {(r[0].rsplit("/", 1)[0], r[1]): r for r in _table("compare_commits_beam_host_modes_cpu.md", "| V")
-             if r[0].endswith("/sample_nok")}
-    sets = ["V32000/random", "V32000/equal", "V151936/random", "V151936/equal"]
-    names = {"spd": "SpD", "specinfer": "SpecInfer", "mcss": "MCSS", "spectr": "SpecTr", "mcns": "MCNS",
-             "beam_specinfer": "beam SpecInfer", "tree_mtad": "tree-MTAD", "mtad": "MTAD",
-             "typical": "typical acceptance", "bild": "BiLD", "bild_sampling": "BiLD (sampling)"}
-    for s, n in names.items():
-        row = [cells[(k, s)][2] if s == "spd" else
-               f"{cells[(k, s)][2].split()[0]} ({cells[(k, s)][3].split()[0]} → {cells[(k, s)][4].split()[0]})"
-               for k in sets]
-        assert f"| {n} | " + " | ".join(row) + " |" in sec, s
+    for s, row in _new_old_rows("compare_commits_beam_host_modes_cpu.md", "/sample_nok").items():
+        assert row in sec, s
 
     def calls(name):
         text = (bench / name).read_text().split("### the same calls less attribute reads")[1].split("###")[0]

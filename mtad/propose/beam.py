@@ -297,6 +297,26 @@ def _beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool) ->
     return tree
 
 
+def _slots(
+    w: list[float],  # [n] the slots' weights
+    which: list[int] | None,  # [n] row of each slot (None: slot i is row i)
+    width: int,
+    generator: torch.Generator,
+) -> tuple[list[float], list[int], dict[int, list[int]]]:
+    """Slot-then-row's first half: its ``2 W`` uniforms (``u[j]`` draw j's slot, ``u[W + j]`` its
+    token), each draw's slot by the weights' float64 sums on the host, and the picked rows with
+    their draws (row -> draw indices, rows in the order of their first draw)."""
+    u = uniforms(2 * width, generator).tolist()
+    try:
+        slots = cdf_list_indices(w, u[:width])
+    except EmptySupport:
+        raise RuntimeError(_NO_SCORE) from None
+    draws: dict[int, list[int]] = {}
+    for j, s in enumerate(slots):
+        draws.setdefault(s if which is None else which[s], []).append(j)
+    return u, slots, draws
+
+
 def _slot_then_row(
     warping: Warping,
     logits: torch.Tensor,  # [u, V] (or the root's [V]) draft logits, on the draft's device
@@ -319,17 +339,9 @@ def _slot_then_row(
     and the draws come back in one read."""
     from mtad.core.devices import to_device
 
-    u = uniforms(2 * width, generator).tolist()
     w = weights.tolist()
-    try:
-        slots = cdf_list_indices(w, u[:width])  # float64 sums of the weights, on the host
-    except EmptySupport:
-        raise RuntimeError(_NO_SCORE) from None
-    rows = slots if which is None else [which[s] for s in slots]
+    u, slots, draws = _slots(w, which, width, generator)
     lg = logits if logits.dim() == 2 else logits[None]
-    draws: dict[int, list[int]] = {}  # row -> its draws, in draw order
-    for j, r in enumerate(rows):
-        draws.setdefault(r, []).append(j)
     picked = list(draws)  # the picked rows, each once, in the order of their first draw
     k = max(len(js) for js in draws.values())
     ut = torch.tensor([[u[width + j] for j in js] + [0.0] * (k - len(js)) for js in draws.values()],
@@ -389,16 +401,8 @@ def _slot_then_row_host(
     ``min(u * total, nextafter(total, 0))``, that product and that bound in Python's doubles,
     which are the tensor's). Where ``cdf_blocks.SITES`` searches a beam's rows by blocks
     (``rows``), ``cdf_index`` does it, as in ``_slot_then_row``."""
-    u = uniforms(2 * width, generator).tolist()
-    try:
-        slots = cdf_list_indices(w, u[:width])  # float64 sums of the weights, on the host
-    except EmptySupport:
-        raise RuntimeError(_NO_SCORE) from None
-    rows = slots if which is None else [which[s] for s in slots]
+    u, slots, draws = _slots(w, which, width, generator)
     lg = logits if logits.dim() == 2 else logits[None]
-    draws: dict[int, list[int]] = {}  # row -> its draws, in draw order
-    for j, r in enumerate(rows):
-        draws.setdefault(r, []).append(j)
     picked = list(draws)  # the picked rows, each once, in the order of their first draw
     sel = lg if picked == list(range(lg.shape[0])) else lg.index_select(0, torch.tensor(picked))
     q = scoring_probs(warping, sel)  # [d, V] the picked warped rows
