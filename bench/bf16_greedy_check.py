@@ -60,19 +60,24 @@ def pair(dtype=torch.bfloat16, scale=32.0):
 
 @contextlib.contextmanager
 def off_by_one_verification():
-    """SpD's verification reads the target's distributions one row late (a planted bug)."""
+    """SpD's verification reads the target's distributions one row late (a planted bug): the
+    target pass's scores themselves are shifted, so every path of the chain rule reads them so
+    (the dense ``verify_chain`` and the CPU's reading on candidates alike)."""
+    import dataclasses
+
     import mtad.verify.chain as chain
 
-    real = chain.verify_chain
+    real = chain.score
 
-    def shifted(tokens, p, *args, **kwargs):
-        return real(tokens, torch.cat([p[1:], p[-1:]]), *args, **kwargs)
+    def shifted(ctx, tree):
+        s = real(ctx, tree)
+        return dataclasses.replace(s, root=s.body[0], body=torch.cat([s.body[1:], s.body[-1:]]), _cache={})
 
-    chain.verify_chain = shifted
+    chain.score = shifted
     try:
         yield
     finally:
-        chain.verify_chain = real
+        chain.score = real
 
 
 def hidden_rounding_spacings(model, prompt, tokens) -> list[float]:
