@@ -589,13 +589,21 @@ TIMING = {"wall_time", "target_forward_time", "draft_forward_time", "prefill_tim
 
 
 def _content(root: Path) -> dict:
-    """Every point's records and summary metrics without the timing fields."""
+    """Every point's records and summary metrics without the timing fields and without the
+    segment, the id of the run that wrote a record (each run its own: a resumed point's records
+    name the runs that made them, an uninterrupted point's one run; each names a segment its
+    folder holds)."""
+    from mtad.run.results import PointFolder
+    from mtad.run.results.segments import SEGMENT_FIELD, segments
+
     s = load_smoke(["decoder=multinomial,spd", "limit=2", "max_new_tokens=4", "warmup=0",
                         "perplexity=false"], root=root)
     out = {}
     for p in s.points:
         d = s.dir / p.hash
         records = [json.loads(x) for x in (d / "samples.jsonl").read_text().splitlines()]
+        known = segments(PointFolder(d))
+        assert records and all(str(r.pop(SEGMENT_FIELD)) in known for r in records), d
         summary = json.loads((d / "summary.json").read_text())
         metrics = {k: v for k, v in summary["metrics"].items()
                    if k in ("examples", "new_tokens", "steps", "block_efficiency", "acceptance_rate")}
