@@ -999,3 +999,54 @@ def test_docs_quote_the_host_beams_records():
     walls = [float(off[s][5].split()[0]) for s in short]
     assert f"Wall time per token new / old {min(walls):.2f}-{max(walls):.2f}" in sec
     assert ", ".join(f"{n} {off[s][7].split()[0]}" for s, n in short.items() if s != "spd") in sec
+
+
+def test_row_ops_split_the_time_outside_the_models(tmp_path):
+    """``bench/row_ops.py``: per setting and system, the time outside the models split into row
+    operations and a rest that make it up; the ratios are per token against SpD's; the verdict
+    follows from them; SpD must come first and an unknown mode is refused in one line."""
+    import row_ops
+
+    out, js = tmp_path / "rows.md", tmp_path / "rows.json"
+    row_ops.main(["--vocabs", "300", "--drafts", "equal,random", "--hidden", "16", "--draft-hidden", "16",
+                  "--prompts", "2", "--max-new-tokens", "5", "--systems", "spd,tree_mtad,specinfer",
+                  "--modes", "plain,greedy", "--out", str(out), "--json", str(js)])
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in out.read_text().splitlines()
+            if line.startswith("| V300/")]
+    assert [r[:2] for r in rows[:3]] == [["V300/equal/plain", s] for s in ("spd", "tree_mtad", "specinfer")]
+    assert len(rows) == 12
+    data = json.loads(js.read_text())
+    for r in rows:
+        c = data[r[0]][r[1]]
+        assert c["rows_step"] > 0 and abs(c["rows_step"] + c["rest_step"] - c["outside_step"]) < 1e-9
+        spd = data[r[0]]["spd"]
+        all_x, rest_x = c["outside_token"] / spd["outside_token"], c["rest_token"] / spd["rest_token"]
+        assert (r[7], r[8]) == (f"{all_x:.2f}", f"{rest_x:.2f}")
+        assert r[9] == ("reference" if r[1] == "spd" else row_ops.verdict(all_x, rest_x))
+    assert row_ops.verdict(1.4, 9) == "within the goal"
+    assert row_ops.verdict(1.6, 1.4) == "faster row kernels could close it"
+    assert row_ops.verdict(1.6, 1.55) == "the rest alone misses: no row kernel closes it"
+    for bad, msg in ((["--systems", "tree_mtad,spd"], "name spd first"), (["--modes", "hot"], "unknown hot")):
+        with pytest.raises(SystemExit):
+            row_ops.main(bad)
+
+
+def test_the_row_op_clock_counts_only_row_operations_outside_the_models():
+    """``RowOpClock``: an operation on a whole vocabulary row is timed, a view of one, a small
+    tensor's and an operation inside a model pass are not."""
+    import row_ops
+
+    fwd = type("F", (), {"depth": 0})()
+    clock = row_ops.RowOpClock(50, fwd)
+    import torch
+
+    x = torch.randn(2, 50)
+    with clock:
+        x.softmax(-1)  # timed
+        x[0]  # a view
+        torch.randn(7).exp()  # small
+        fwd.depth = 1
+        x.softmax(-1)  # inside a pass
+        fwd.depth = 0
+        torch.zeros(3, 50)  # a fresh row: its result holds whole rows
+    assert clock.calls == 2 and clock.seconds > 0
