@@ -8,9 +8,9 @@ seeds, so both runs make the same steps and tokens (checked):
 - *plain*: the step's time outside the models, as ``bench/overhead.py`` measures it (wall time
   less the two models' forward passes, timed by forward hooks on their top-level modules);
 - *timed*: the same generation under a dispatch mode (``RowOpClock``) that times every tensor
-  operation outside the models with an argument or result holding whole vocabulary rows (a
-  tensor whose last dimension is the vocabulary: logits, warped rows, their float64 copies and
-  cumulative sums, gathers of rows, concatenations), views left out (they read nothing). Only
+  operation outside the models with an argument or result of at least half a vocabulary row of
+  entries (logits, warped rows, their float64 copies and cumulative sums, rows cut into blocks,
+  nuclei, gathers and concatenations of rows), views left out (they read nothing). Only
   the operation's own call is timed, not the mode's bookkeeping around it.
 
 *row ops* is the timed run's total of those operations; *rest* is the plain run's time outside
@@ -80,8 +80,9 @@ class ForwardClock:
 
 class RowOpClock(TorchDispatchMode):
     """Times each operation outside the models (``ForwardClock.depth == 0``) with an argument or a
-    result holding at least one whole row of ``vocab`` entries (last dimension ``vocab``); views
-    are not timed (``OpOverload.is_view``): they read no data."""
+    result of at least half a row of ``vocab`` entries: whole rows, a row cut into blocks or cut
+    short (a block-sum or block-max pass over a row's first ``BLOCK * (V // BLOCK)`` entries), a
+    nucleus; views are not timed (``OpOverload.is_view``): they read no data."""
 
     def __init__(self, vocab: int, fwd: ForwardClock):
         super().__init__()
@@ -90,7 +91,7 @@ class RowOpClock(TorchDispatchMode):
         self.calls = 0
 
     def _rows(self, x) -> bool:
-        return isinstance(x, torch.Tensor) and x.dim() >= 1 and x.shape[-1] == self.vocab
+        return isinstance(x, torch.Tensor) and 2 * x.numel() >= self.vocab
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -110,8 +111,9 @@ DESCRIPTION = (
     "make the same steps and tokens (checked). The *plain* run gives the time outside the models per step, as "
     "`bench/overhead.py` measures it (wall time less the two models' forward passes, timed by forward hooks on their "
     "top-level modules). The *timed* run repeats it under a dispatch mode that times every tensor operation outside "
-    "the models with an argument or result holding whole vocabulary rows (last dimension the vocabulary: logits, "
-    "warped rows, their float64 copies and cumulative sums, gathers and concatenations of rows), views left out; only "
+    "the models with an argument or result of at least half a vocabulary row of entries (logits, warped rows, their "
+    "float64 copies and cumulative sums, rows cut into blocks, nuclei, gathers and concatenations of rows; outside "
+    "the models nothing else is that large), views left out; only "
     "each operation's own call is timed. *Row ops* is that total; the *rest* is the plain run's time outside the "
     "models less it: the engine, the decoders' Python, small tensors, the runner's masks and caches, numpy's searches "
     "of cumulative sums. As the row operations get faster for every decoder alike, a decoder's ratio to SpD's per "

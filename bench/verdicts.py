@@ -18,6 +18,11 @@ reason, the first that holds:
 - ``harness (no floor)``: no floor was measured for the cell (top-k 10, where a draw reads 10
   entries; the decoders no floor covers).
 
+With ``--row-ops`` (``bench/row_ops.py``'s record), each harness cell (H, h) says too what a faster
+row kernel could do there, from that record's cell: ``g`` the rest alone (every decoder's operations
+on vocabulary rows free) is still above the goal, so no row kernel closes it, only less glue; ``k``
+a faster row kernel could close it; ``w`` within the goal in that run.
+
 The floors come from their own runs (their prompts and commit, named in their records), the ratios
 from the goals tables': a reason says what those records show together, no more.
 
@@ -107,6 +112,28 @@ def read_floor(path: Path) -> dict[tuple[str, str], tuple[str, str | None]]:
     return out
 
 
+ROW_OPS = {"the rest alone misses: no row kernel closes it": "g", "faster row kernels could close it": "k",
+           "within the goal": "w"}
+ROW_OPS_WORDS = {"g": "the rest alone misses", "k": "row kernels could close it", "w": "within the goal there"}
+
+
+def read_row_ops(path: Path) -> dict[tuple[str, str], str]:
+    """(cell, decoder) -> ``ROW_OPS``'s letter for a ``bench/row_ops.py`` record's verdict."""
+    out = {}
+    for line in path.read_text().splitlines():
+        if not line.startswith("| V"):
+            continue
+        c = _cells(line)
+        if c[1] == "spd":
+            continue
+        if c[9] not in ROW_OPS:
+            raise SystemExit(f"{path}: unknown row-ops verdict {c[9]!r}: not a bench/row_ops.py record")
+        out[(c[0], c[1])] = ROW_OPS[c[9]]
+    if not out:
+        raise SystemExit(f"{path}: no cells: not a bench/row_ops.py record")
+    return out
+
+
 def reason(cell: dict, floor: tuple[str, str | None] | None) -> str:
     if cell["tokens"]:
         return "tokens per step"
@@ -126,7 +153,7 @@ def goals_spec(spec: str) -> tuple[Path, set[str] | None]:
     return Path(path), set(modes.split(",")) if modes else None
 
 
-def render(goals: list[tuple[Path, set[str] | None]], floors: list[Path]) -> str:
+def render(goals: list[tuple[Path, set[str] | None]], floors: list[Path], row_ops: Path | None = None) -> str:
     cells: dict[tuple[str, str], dict] = {}
     for g, only in goals:
         for k, v in read_goals(g).items():
@@ -138,13 +165,16 @@ def render(goals: list[tuple[Path, set[str] | None]], floors: list[Path]) -> str
     floor: dict[tuple[str, str], tuple[str, str | None]] = {}
     for f in floors:
         floor.update(read_floor(f))
+    kernel = read_row_ops(row_ops) if row_ops else {}
     modes = ["greedy", "topk10", "plain", *sorted({k[0].rsplit("/", 1)[1] for k in cells} - {"greedy", "topk10", "plain"})]
     lines = ["## Every goals cell, its verdict and why (`bench/verdicts.py`)", "",
              " ".join((__doc__ or "").split("\n\n")[1].split()), "",
              "Reasons, in this order: " + "; ".join(f"{SHORT[r]} {r}" for r in REASONS) + ".", "",
              "Goals tables: " + ", ".join(f"`{g.name}`" + (f" ({', '.join(sorted(m))})" if m else "")
                                           for g, m in goals) + ". Floors: "
-             + ", ".join(f"`{f.name}`" for f in floors) + "."]
+             + ", ".join(f"`{f.name}`" for f in floors) + "."
+             + (f" Row operations: `{row_ops.name}` (harness cells: " + "; ".join(
+                 f"{k} {w}" for k, w in ROW_OPS_WORDS.items()) + ", - not in it)." if row_ops else "")]
     counts: dict[str, dict[str, int]] = {}
     for mode in modes:
         keys = sorted({k for k in cells if k[0].endswith("/" + mode)}, key=lambda k: (k[0], k[1]))
@@ -163,10 +193,12 @@ def render(goals: list[tuple[Path, set[str] | None]], floors: list[Path]) -> str
                     row.append("-")
                     continue
                 why = "met" if c["verdict"] == "met" else reason(c, floor.get((st, s)))
-                tally[f"{c['verdict']}: {why}" if why != "met" else "met"] = tally.get(
-                    f"{c['verdict']}: {why}" if why != "met" else "met", 0) + 1
+                k = kernel.get((st, s), "-") if row_ops and why.startswith("harness") else ""
+                key = "met" if why == "met" else f"{c['verdict']}: {why}" + (
+                    f"; {ROW_OPS_WORDS.get(k, 'not in the row-ops record')}" if k else "")
+                tally[key] = tally.get(key, 0) + 1
                 row.append(f"{c['ratio']} {c['verdict'] if c['verdict'] != 'unresolved' else 'unres'}"
-                           + ("" if why == "met" else f" {SHORT[why]}"))
+                           + ("" if why == "met" else f" {SHORT[why]}{k}"))
             lines.append(f"| {s} | " + " | ".join(row) + " |")
     lines += ["", "### Cells by verdict and reason", "", "| mode | verdict: reason | cells |", "| --- | --- | ---: |"]
     for mode, tally in counts.items():
@@ -186,13 +218,14 @@ def main(argv: list[str] | None = None) -> str:
                     help="a goals table, PATH or PATH:MODE,... (modes: greedy, topk10, plain, topp<P>); repeat")
     ap.add_argument("--floor", type=Path, action="append", default=[], help="a --draw-floor record (repeat)")
     ap.add_argument("--beam-floor", type=Path, action="append", default=[], help="a --beam-floor record (repeat)")
+    ap.add_argument("--row-ops", type=Path, help="a bench/row_ops.py record: what row kernels could do per harness cell")
     ap.add_argument("--out", type=Path, help="write the table here (markdown)")
     args = ap.parse_args(argv)
     goals = [goals_spec(g) for g in args.goals]
-    for p in [*(g for g, _ in goals), *args.floor, *args.beam_floor]:
+    for p in [*(g for g, _ in goals), *args.floor, *args.beam_floor, *([args.row_ops] if args.row_ops else [])]:
         if not p.is_file():
             raise SystemExit(f"{p}: no such record")
-    text = render(goals, [*args.floor, *args.beam_floor])
+    text = render(goals, [*args.floor, *args.beam_floor], args.row_ops)
     if args.out:
         args.out.write_text(text)
     print(text)

@@ -710,6 +710,21 @@ def test_verdicts_give_every_cell_one_reason_from_the_records(tmp_path):
                                 ("V9/random/sample_nok", "mcss", "2.70", "missed")])
     text = verdicts.main(["--goals", str(nucleus)])
     assert "### topk10_topp0.9" in text and "### topp0.9" in text and "### plain" not in text
+    # --row-ops: each harness cell says what a faster row kernel could do there (that record's cell)
+    ops = tmp_path / "row_ops.md"
+    ops.write_text("\n".join(f"| V9/random/plain | {s} | 1 | 1 | 1 | 1 | 1 | 1 | 1 | {v} |" for s, v in (
+        ("spd", "reference"), ("tree_mtad", "the rest alone misses: no row kernel closes it"),
+        ("mcss", "faster row kernels could close it"))) + "\n")
+    text = verdicts.main(["--goals", str(plain), "--goals", f"{topk}:topk10", "--floor", str(floor),
+                          "--row-ops", str(ops)])
+    row = {line.split("|")[1].strip(): line for line in text.split("### plain")[1].splitlines() if line.startswith("| ")}
+    assert row["tree_mtad"].endswith("| 1.90 missed Hg |") and row["typical"].endswith("| 1.70 missed h- |")
+    assert row["mcss"].endswith("| 2.00 missed F |")  # not a harness cell: no letter
+    assert "| plain | missed: harness; the rest alone misses | 1 |" in text
+    assert "| plain | missed: harness (no floor); not in the row-ops record | 1 |" in text
+    ops.write_text("| V9/random/plain | mtad | 1 | 1 | 1 | 1 | 1 | 1 | 1 | fast |\n")
+    with pytest.raises(SystemExit, match="unknown row-ops verdict"):
+        verdicts.main(["--goals", str(plain), "--row-ops", str(ops)])
 
 
 def test_the_committed_verdicts_recompute_from_their_records():
@@ -1001,7 +1016,7 @@ def test_docs_quote_the_host_beams_records():
     assert ", ".join(f"{n} {off[s][7].split()[0]}" for s, n in short.items() if s != "spd") in sec
 
 
-def test_row_ops_split_the_time_outside_the_models(tmp_path):
+def test_row_ops_split_the_time_outside_the_models(tmp_path, capsys):
     """``bench/row_ops.py``: per setting and system, the time outside the models split into row
     operations and a rest that make it up; the ratios are per token against SpD's; the verdict
     follows from them; SpD must come first and an unknown mode is refused in one line."""
@@ -1029,11 +1044,13 @@ def test_row_ops_split_the_time_outside_the_models(tmp_path):
     for bad, msg in ((["--systems", "tree_mtad,spd"], "name spd first"), (["--modes", "hot"], "unknown hot")):
         with pytest.raises(SystemExit):
             row_ops.main(bad)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert msg in err[-1] and ": error: --" in err[-1], err
 
 
 def test_the_row_op_clock_counts_only_row_operations_outside_the_models():
-    """``RowOpClock``: an operation on a whole vocabulary row is timed, a view of one, a small
-    tensor's and an operation inside a model pass are not."""
+    """``RowOpClock``: an operation on a whole vocabulary row or most of one is timed; a view of
+    one, an operation on under half a row's entries and one inside a model pass are not."""
     import row_ops
 
     fwd = type("F", (), {"depth": 0})()
@@ -1044,9 +1061,10 @@ def test_the_row_op_clock_counts_only_row_operations_outside_the_models():
     with clock:
         x.softmax(-1)  # timed
         x[0]  # a view
-        torch.randn(7).exp()  # small
+        torch.randn(20).exp()  # under half a row
+        x[0, :30].exp()  # most of a row (a block-wise pass over a row cut short)
         fwd.depth = 1
         x.softmax(-1)  # inside a pass
         fwd.depth = 0
         torch.zeros(3, 50)  # a fresh row: its result holds whole rows
-    assert clock.calls == 2 and clock.seconds > 0
+    assert clock.calls == 3 and clock.seconds > 0
