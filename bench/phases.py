@@ -59,6 +59,13 @@ PHASES = (
     ("mtad.verify.multidraft", "spectr_rho_select", "walk: SpecTr rho"),
     ("mtad.verify.multidraft", "_draw_support", "walk: correction or bonus"),
     ("mtad.core.sampling", "Rows.__getitem__", "target rows warped (lazily)"),
+    ("mtad.verify.score", "Scores._warp_rows", "target rows warped (lazily)"),
+    ("mtad.verify.score", "Scores._warped_row", "target rows warped (lazily)"),
+    ("mtad.verify.threshold", "score", "target pass's scores"),
+    ("mtad.verify.chain", "score", "target pass's scores"),
+    ("mtad.verify.threshold", "TreeThreshold.verify", "threshold verification"),
+    ("mtad.verify.threshold", "JointThreshold.verify", "threshold verification"),
+    ("mtad.core.runner", "ModelRunner.end", "runner after a step (cache kept)"),
 )
 
 
@@ -69,6 +76,7 @@ class PhaseClock:
         self.own: dict[str, float] = defaultdict(float)
         self.forward = 0.0
         self._stack: list[float] = []  # time spent in wrapped callees / passes, per open frame
+        self._labels: list[str] = []  # the open phases, innermost last
         self._undo = []
         self._t0: list[float] = []
         for mod_name, path, label in PHASES:
@@ -88,11 +96,13 @@ class PhaseClock:
     def _wrap(self, fn, label):
         def timed(*args, **kwargs):
             self._stack.append(0.0)
+            self._labels.append(label)
             t0 = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
                 dt = time.perf_counter() - t0
+                self._labels.pop()
                 inner = self._stack.pop()
                 self.own[label] += dt - inner
                 if self._stack:
@@ -109,6 +119,14 @@ class PhaseClock:
         self.forward += dt
         if self._stack:
             self._stack[-1] += dt
+
+    def phase(self) -> str:
+        """The innermost open phase (``rest`` outside every phase)."""
+        return self._labels[-1] if self._labels else "rest"
+
+    def in_pass(self) -> bool:
+        """Whether a model's forward pass is open."""
+        return bool(self._t0)
 
     def reset(self):
         self.own.clear()
@@ -137,6 +155,7 @@ def profile(args) -> str:
         for s in systems:
             clock.reset()
             wall = tokens = steps = 0
+            rows: dict[str, float] = {}
             for i, ids in enumerate(prompts):
                 t0 = time.perf_counter()
                 res = Engine(pair.target, pair.draft, decs[s], warping, pair.vocab_size, ()).generate(
@@ -145,6 +164,21 @@ def profile(args) -> str:
                 tokens, steps = tokens + len(res.output_ids), steps + res.num_steps
             outside = wall - clock.forward
             results[s] = dict(steps=steps, tokens=tokens, outside=outside, own=dict(clock.own))
+            if args.rows:  # the same generations again, their row operations timed per phase
+                from row_ops import RowOpClock
+
+                for i, ids in enumerate(prompts):
+                    ops = RowOpClock(args.vocab, clock.in_pass, clock.phase)
+                    with ops:
+                        again = Engine(pair.target, pair.draft, decs[s], warping, pair.vocab_size, ()).generate(
+                            ids, args.max_new_tokens, seed=1000 * i)
+                    for k, v in ops.by.items():
+                        rows[k] = rows.get(k, 0.0) + v
+                    steps -= again.num_steps
+                if steps:
+                    raise SystemExit(f"{s}: the run with its row operations timed made other steps than the "
+                                     "plain one; the split would compare different work")
+                results[s]["rows"] = rows
     finally:
         clock.close()
     mode = ("greedy" if args.temperature == 0 else f"T {args.temperature:g}"
@@ -169,7 +203,30 @@ def profile(args) -> str:
                                                   for s in systems) + " |")
     lines.append("| outside the models, ms per token | " + " | ".join(
         f"{1e3 * results[s]['outside'] / results[s]['tokens']:.3f}" for s in systems) + " |")
+    if args.rows:
+        lines += ["", "### Each phase less its operations on vocabulary rows (the glue), and those operations", "",
+                  ROWS_NOTE, "",
+                  "| phase | " + " | ".join(systems) + " |", "| --- |" + " ---: |" * len(systems)]
+        for label, vals in rows:
+            if label == "outside the models, all":
+                glue = {s: vals[s] - sum(results[s]["rows"].values()) for s in systems}
+                ops = {s: sum(results[s]["rows"].values()) for s in systems}
+            else:
+                glue = {s: vals[s] - results[s]["rows"].get(label, 0.0) for s in systems}
+                ops = {s: results[s]["rows"].get(label, 0.0) for s in systems}
+            if label not in ("outside the models, all", "rest") and not any(vals[s] > 0 for s in systems):
+                continue
+            cells = [f"{1e3 * glue[s] / results[s]['steps']:.3f} + {1e3 * ops[s] / results[s]['steps']:.3f}"
+                     for s in systems]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+ROWS_NOTE = ("With `--rows` every prompt runs a second time, with the same seed, under `bench/row_ops.py`'s "
+             "`RowOpClock`: each operation outside the models on at least half a vocabulary row of entries is "
+             "timed and charged to the innermost open phase (*rest* outside every phase). A cell is the phase's "
+             "own time in the plain run less its row operations' time in the second run, then + those operations' "
+             "time (ms per step): glue + row ops. The wrappers' and the clock's own costs fall in the glue.")
 
 
 def command(script: str, argv: list[str]) -> str:
@@ -233,6 +290,8 @@ def add_run_arguments(ap: argparse.ArgumentParser, vocab: int, draft: str, promp
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(ap, vocab=32000, draft="equal", prompts=3)
+    ap.add_argument("--rows", action="store_true",
+                    help="split each phase into its operations on vocabulary rows and the rest (a second run)")
     args = ap.parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
     publish(profile(args), args.out)

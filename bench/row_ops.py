@@ -33,6 +33,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -79,23 +81,25 @@ class ForwardClock:
 
 
 class RowOpClock(TorchDispatchMode):
-    """Times each operation outside the models (``ForwardClock.depth == 0``) with an argument or a
-    result of at least half a row of ``vocab`` entries: whole rows, a row cut into blocks or cut
-    short (a block-sum or block-max pass over a row's first ``BLOCK * (V // BLOCK)`` entries), a
-    nucleus; views are not timed (``OpOverload.is_view``): they read no data."""
+    """Times each operation outside the models (``inside()`` false) with an argument or a result
+    of at least half a row of ``vocab`` entries: whole rows, a row cut into blocks or cut short (a
+    block-sum or block-max pass over a row's first ``BLOCK * (V // BLOCK)`` entries), a nucleus;
+    views are not timed (``OpOverload.is_view``): they read no data. ``where()`` (optional) names
+    the phase an operation runs in (``bench/phases.py``): ``by`` sums the time per phase."""
 
-    def __init__(self, vocab: int, fwd: ForwardClock):
+    def __init__(self, vocab: int, inside: Callable[[], bool], where: Callable[[], str] | None = None):
         super().__init__()
-        self.vocab, self.fwd = vocab, fwd
+        self.vocab, self.inside, self.where = vocab, inside, where
         self.seconds = 0.0
         self.calls = 0
+        self.by: dict[str, float] = defaultdict(float)
 
     def _rows(self, x) -> bool:
         return isinstance(x, torch.Tensor) and 2 * x.numel() >= self.vocab
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if self.fwd.depth or func.is_view:
+        if func.is_view or self.inside():
             return func(*args, **kwargs)
         t0 = time.perf_counter()
         out = func(*args, **kwargs)
@@ -103,6 +107,8 @@ class RowOpClock(TorchDispatchMode):
         if any(map(self._rows, tree_leaves((args, kwargs)))) or any(map(self._rows, tree_leaves(out))):
             self.seconds += dt
             self.calls += 1
+            if self.where is not None:
+                self.by[self.where()] += dt
         return out
 
 
@@ -152,7 +158,7 @@ def measure(args, vocab: int, draft: str, mode: str) -> dict:
                 f0, t0 = fwd.forward, time.perf_counter()
                 plain = run(s, ids, 1000 * i)
                 wall, f1 = time.perf_counter() - t0, fwd.forward
-                clock = RowOpClock(vocab, fwd)
+                clock = RowOpClock(vocab, lambda: fwd.depth > 0)
                 with clock:
                     timed = run(s, ids, 1000 * i)
                 if (timed.output_ids, timed.num_steps) != (plain.output_ids, plain.num_steps):
