@@ -1068,3 +1068,101 @@ def test_the_row_op_clock_counts_only_row_operations_outside_the_models():
         fwd.depth = 0
         torch.zeros(3, 50)  # a fresh row: its result holds whole rows
     assert clock.calls == 3 and clock.seconds > 0 and dict(clock.by) == {"here": clock.seconds}
+
+
+_ROW_OPS_NAMES = {"specinfer": "SpecInfer", "mcss": "MCSS", "spectr": "SpecTr", "beam_specinfer": "beam SpecInfer",
+                  "tree_mtad": "tree-MTAD", "mtad": "MTAD"}
+_GLUE_PARTS = {
+    "drafting": ("chain drafting", "chain draws", "tree drafting", "draft rows warped", "tree draws", "beam drafting",
+                 "beam draws"),
+    "verification": ("chain verification", "multi-draft verification", "walk", "walk: supports merged",
+                     "walk: outcome drawn", "walk: rule updates", "walk: SpecTr rho", "walk: correction or bonus",
+                     "target rows warped (lazily)", "target pass's scores", "threshold verification"),
+    "runner": ("runner around a pass", "runner after a step (cache kept)"),
+    "rest": ("rest",),
+}
+
+
+def _phase_split(name: str) -> tuple[list[str], dict[str, list[tuple[float, float]]]]:
+    """A ``bench/phases.py --rows`` record's split table: its systems, and per phase (glue, row ops) per system."""
+    text = (Path(__file__).resolve().parent.parent / "results/bench" / name).read_text().split("### Each phase")[1]
+    rows = [[c.strip() for c in x.strip().strip("|").split("|")] for x in text.splitlines() if x.startswith("| ")]
+    systems = rows[0][1:]
+    return systems, {r[0]: [tuple(float(v) for v in c.split(" + ")) for c in r[1:]] for r in rows[2:]}
+
+
+def _row_ops_doc_parts() -> dict[str, str]:
+    """What docs/speed.md's row-ops section quotes, computed from the records."""
+    bench = Path(__file__).resolve().parent.parent / "results/bench"
+    rows = _table("row_ops_cpu.md", "| V")
+    cell = {(r[0], r[1]): r for r in rows}
+    modes = ("greedy", "topk10", "plain", "topp0.9")
+    tally = ["| mode | cells above the goal | the rest alone misses | a row kernel could close it |",
+             "| --- | ---: | ---: | ---: |"]
+    for m in modes:
+        mine = [r for r in rows if r[0].endswith("/" + m) and r[1] != "spd" and r[9] != "within the goal"]
+        tally.append(f"| {m} | {len(mine)} | {sum(r[9].startswith('the rest alone') for r in mine)} | "
+                     f"{sum(r[9].startswith('faster row kernels') for r in mine)} |")
+    sets = [f"V{v}/{d}/plain" for v in (32000, 151936) for d in ("random", "equal")]
+    plain = [f"| {n} | " + " | ".join(f"{cell[(st, s)][7]} → {cell[(st, s)][8]}" for st in sets) + " |"
+             for s, n in _ROW_OPS_NAMES.items()]
+    shares = [int(cell[(st, "spd")][4].split("(")[1].rstrip("%)")) for st in sets]
+    verdicts = (bench / "verdicts_row_ops_cpu.md").read_text().split("### Cells by verdict and reason")[1]
+    vlines = [x for x in verdicts.splitlines() if x.startswith("| ") and "harness" in x]
+    systems, split = _phase_split("phases_rows_plain_v32000_equal_cpu.md")
+    names = {"spd": "SpD", **_ROW_OPS_NAMES}
+    table = []
+    for i, s in enumerate(systems):
+        parts = [sum(split[p][i][0] for p in ps if p in split) for ps in _GLUE_PARTS.values()]
+        table.append(f"| {names[s]} | " + " | ".join(f"{x:.3f}" for x in parts)
+                     + f" | {split['outside the models, all'][i][0]:.3f} |")
+    big = _phase_split("phases_rows_plain_v151936_equal_cpu.md")[1]
+    return {"ROW_OPS_TALLY": "\n".join(tally), "ROW_OPS_PLAIN": "\n".join(plain),
+            "ROW_OPS_SPD_SHARE": f"{min(shares)}-{max(shares)}%", "VERDICT_TALLY": "\n".join(
+                ["| mode | verdict: reason | cells |", "| --- | --- | ---: |", *vlines]),
+            "PHASES_TABLE": "\n".join(table), "RUNNER_32": f"{split['runner around a pass'][0][0]:.3f}",
+            "RUNNER_151": f"{big['runner around a pass'][0][0]:.3f}",
+            "GLUE_32": f"{split['outside the models, all'][0][0]:.3f}",
+            "GLUE_151": f"{big['outside the models, all'][0][0]:.3f}"}
+
+
+def test_docs_quote_the_row_ops_records():
+    """docs/speed.md's row-ops section: its tallies, plain-temperature table, SpD's share, verdict
+    counts and glue table are the row-ops, verdicts and phases records'."""
+    sec = _doc().split("### Row operations or glue: what a faster row kernel could buy")[1].split(" ### ")[0]
+    for key, text in _row_ops_doc_parts().items():
+        assert " ".join(text.split()) in sec, key
+    _, split = _phase_split("phases_rows_plain_v32000_equal_cpu.md")
+    i = _phase_split("phases_rows_plain_v32000_equal_cpu.md")[0].index("tree_mtad")
+    draft = [sum(split[p][j][0] for p in _GLUE_PARTS["drafting"] if p in split) for j in (0, i)]
+    whole = [split["outside the models, all"][j][0] for j in (0, i)]
+    assert f"{draft[1] - draft[0]:.3f} of its {whole[1] - whole[0]:.3f} more" in sec
+
+
+def test_the_committed_row_ops_record_follows_from_its_numbers():
+    """``results/bench/row_ops_cpu.md``: each row's per-step numbers, ratios and verdict are its JSON's."""
+    import row_ops
+
+    data = json.loads((Path(__file__).resolve().parent.parent / "results/bench/row_ops_cpu.json").read_text())
+    rows = _table("row_ops_cpu.md", "| V")
+    assert len(rows) == 16 * 11
+    for r in rows:
+        c, spd = data[r[0]][r[1]], data[r[0]]["spd"]
+        all_x, rest_x = c["outside_token"] / spd["outside_token"], c["rest_token"] / spd["rest_token"]
+        assert r[2:9] == [f"{c['tokens_per_step']:.2f}", f"{c['outside_step']:.3f}",
+                          f"{c['rows_step']:.3f} ({c['rows_step'] / c['outside_step']:.0%})",
+                          f"{c['row_calls_step']:.1f}", f"{c['rest_step']:.3f}", f"{all_x:.2f}", f"{rest_x:.2f}"], r
+        assert r[9] == ("reference" if r[1] == "spd" else row_ops.verdict(all_x, rest_x)), r
+
+
+def test_the_committed_row_ops_verdicts_recompute_from_their_records():
+    """``results/bench/verdicts_row_ops_cpu.md`` is ``bench/verdicts.py``'s join of last round's goals
+    tables and floors with the row-ops record."""
+    import verdicts
+
+    bench = Path(__file__).resolve().parent.parent / "results/bench"
+    goals = [(bench / "compare_commits_beam_host_modes_cpu_goals_2a2b63bb89.md", None),
+             (bench / "compare_commits_beam_host_topp_cpu_goals_2a2b63bb89.md", None)]
+    floors = [bench / n for n in ("draw_floor_in_situ_cpu.md", "draw_floor_topp_nucleus_cpu.md",
+                                  "beam_floor_root_row_cpu.md")]
+    assert verdicts.render(goals, floors, bench / "row_ops_cpu.md") == (bench / "verdicts_row_ops_cpu.md").read_text()
