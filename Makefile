@@ -184,10 +184,16 @@ bench-floors: install ## Draw floors (plain, top-p 0.9) and the greedy beam floo
 	$(BIN)mtad-bench overhead --draw-floor --floor-top-p 0.9 $(FLOOR_ARGS) --md results/bench/draw_floor_topp_latest_cpu.md $(ARGS)
 	$(BIN)mtad-bench overhead --beam-floor $(FLOOR_ARGS) --md results/bench/beam_floor_latest_cpu.md $(ARGS)
 
-bench-verdicts: ## Every goals cell's verdict and reason, from bench-overhead-tiny's table and bench-floors' records -> results/bench/verdicts_latest_cpu.md
+ROW_OPS_SYSTEMS ?= spd,specinfer,mcss,spectr,mcns,beam_specinfer,tree_mtad,mtad,typical,bild,bild_sampling
+bench-row-ops: install ## Time outside the models split into row operations and the rest: what a faster row kernel could buy per cell (~9 min, quiet CPU) -> results/bench/row_ops_latest_cpu.{md,json}
+	$(BIN)mtad-bench row_ops --vocabs 32000,151936 --drafts random,equal --modes greedy,topk10,plain,topp0.9 \
+	  --systems $(ROW_OPS_SYSTEMS) --prompts 4 --out results/bench/row_ops_latest_cpu.md \
+	  --json results/bench/row_ops_latest_cpu.json $(ARGS)
+
+bench-verdicts: ## Every goals cell's verdict and reason, from bench-overhead-tiny's table, bench-floors' and bench-row-ops' records -> results/bench/verdicts_latest_cpu.md
 	$(BIN)mtad-bench verdicts --goals results/bench/overhead_tiny_cpu.md --floor results/bench/draw_floor_latest_cpu.md \
 	  --floor results/bench/draw_floor_topp_latest_cpu.md --beam-floor results/bench/beam_floor_latest_cpu.md \
-	  --out results/bench/verdicts_latest_cpu.md
+	  --row-ops results/bench/row_ops_latest_cpu.md --out results/bench/verdicts_latest_cpu.md
 
 .PHONY: bench-cost bench-speed bench-claim4 bench-overhead bench-overhead-tiny bench-transfers bench-floors bench-verdicts
 
