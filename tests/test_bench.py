@@ -1117,7 +1117,17 @@ def _row_ops_doc_parts() -> dict[str, str]:
         table.append(f"| {names[s]} | " + " | ".join(f"{x:.3f}" for x in parts)
                      + f" | {split['outside the models, all'][i][0]:.3f} |")
     big = _phase_split("phases_rows_plain_v151936_equal_cpu.md")[1]
-    return {"ROW_OPS_TALLY": "\n".join(tally), "ROW_OPS_PLAIN": "\n".join(plain),
+    data = json.loads((bench / "row_ops_cpu.json").read_text())
+    cuts = []
+    for s, n in (("tree_mtad", "tree-MTAD"), ("mtad", "MTAD"), ("specinfer", "SpecInfer"), ("beam_specinfer", "beam SpecInfer")):
+        got = []
+        for st in sets:
+            c, spd = data[st][s], data[st]["spd"]
+            if c["outside_token"] / spd["outside_token"] > 1.5:
+                allowed = 1.5 * spd["outside_token"] - (c["outside_token"] - c["rest_token"])
+                got.append(round(100 * (1 - allowed / c["rest_token"])))
+        cuts.append(f"{n} {min(got)}-{max(got)}%")
+    return {"GLUE_CUTS": ", ".join(cuts),"ROW_OPS_TALLY": "\n".join(tally), "ROW_OPS_PLAIN": "\n".join(plain),
             "ROW_OPS_SPD_SHARE": f"{min(shares)}-{max(shares)}%", "VERDICT_TALLY": "\n".join(
                 ["| mode | verdict: reason | cells |", "| --- | --- | ---: |", *vlines]),
             "PHASES_TABLE": "\n".join(table), "RUNNER_32": f"{split['runner around a pass'][0][0]:.3f}",
