@@ -1147,6 +1147,18 @@ def test_docs_quote_the_row_ops_records():
     draft = [sum(split[p][j][0] for p in _GLUE_PARTS["drafting"] if p in split) for j in (0, i)]
     whole = [split["outside the models, all"][j][0] for j in (0, i)]
     assert f"{draft[1] - draft[0]:.3f} of its {whole[1] - whole[0]:.3f} more" in sec
+    rows = _table("row_ops_cpu.md", "| V")
+    plain = [r for r in rows if r[0].endswith("/plain") and r[1] in _ROW_OPS_NAMES]
+    rises = sum(float(r[8]) > float(r[7]) for r in plain)
+    assert f"their ratios rise in {rises} of these {len(plain)} cells" in sec
+    # the cells the prose names as ones a faster row kernel could close, and no other
+    kernel = {(r[0], r[1]) for r in rows if r[9] == "faster row kernels could close it"}
+    assert kernel == {("V151936/random/topp0.9", "tree_mtad"), ("V151936/equal/topp0.9", "tree_mtad"),
+                      ("V151936/random/topp0.9", "specinfer"), ("V151936/random/topp0.9", "spectr"),
+                      ("V151936/random/greedy", "beam_specinfer"), ("V151936/random/greedy", "tree_mtad"),
+                      ("V151936/random/greedy", "mtad"), ("V151936/equal/greedy", "tree_mtad"),
+                      ("V151936/equal/topk10", "tree_mtad")}
+    assert "The cells a faster row kernel could close are all at 151,936 tokens" in sec
 
 
 def test_the_committed_row_ops_record_follows_from_its_numbers():
