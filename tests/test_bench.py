@@ -1194,3 +1194,26 @@ def test_the_committed_row_ops_verdicts_recompute_from_their_records():
     floors = [bench / n for n in ("draw_floor_in_situ_cpu.md", "draw_floor_topp_nucleus_cpu.md",
                                   "beam_floor_root_row_cpu.md")]
     assert verdicts.render(goals, floors, bench / "row_ops_cpu.md") == (bench / "verdicts_row_ops_cpu.md").read_text()
+
+
+def test_phases_rows_split_each_phase_into_glue_and_row_operations(tmp_path):
+    """``bench/phases.py --rows``: a second table splits each phase into its glue and its row
+    operations, charged to the phase they run in (draws read rows; the runner's work around a
+    pass, views of the logits, does not); the wrappers are taken off again."""
+    import phases
+
+    import mtad.propose.beam as bm
+
+    before = bm._slot_then_row_host
+    out = tmp_path / "phases.md"
+    phases.main(["--vocab", "3000", "--hidden", "16", "--draft-hidden", "16", "--prompts", "1",
+                 "--max-new-tokens", "6", "--systems", "spd,tree_mtad", "--rows", "--out", str(out)])
+    assert bm._slot_then_row_host is before
+    text = out.read_text().split("### Each phase less its operations on vocabulary rows")[1]
+    rows = {r[0]: [tuple(float(v) for v in c.split(" + ")) for c in r[1:]]
+            for r in ([c.strip() for c in x.strip().strip("|").split("|")] for x in text.splitlines()
+                      if x.startswith("| ") and not x.startswith(("| phase", "| ---")))}
+    assert rows["chain draws"][0][1] > 0 and rows["beam draws"][1][1] > 0
+    assert rows["chain draws"][1] == (0.0, 0.0) and rows["beam draws"][0] == (0.0, 0.0)
+    assert rows["runner around a pass"][0][1] == 0 and rows["runner around a pass"][1][1] == 0
+    assert rows["threshold verification"][1][0] > 0
