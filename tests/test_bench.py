@@ -1166,8 +1166,9 @@ def test_docs_quote_the_row_ops_records():
     assert "The cells a faster row kernel could close are all at 151,936 tokens" in sec
     names, small = _phase_split("phases_rows_plain_v32000_equal_cpu.md")
     big = _phase_split("phases_rows_plain_v151936_equal_cpu.md")[1]
-    assert all(big[p][i][0] > small[p][i][0] for p in small for i in range(len(names)) if small[p][i][0] > 0)
-    assert "With the equal draft every phase's glue, of every decoder here, grows from 32,000 to 151,936 tokens" in sec
+    assert all(big[p][i][0] >= small[p][i][0] for p in small for i in range(len(names)))
+    growth = [big["runner around a pass"][i][0] / small["runner around a pass"][i][0] for i in range(len(names))]
+    assert f"grows {min(growth):.1f}-{max(growth):.1f}x for every decoder here" in sec
 
 
 @pytest.mark.parametrize("name,cells", [("row_ops_cpu", 16 * 11), ("row_ops_plain_seed157_cpu", 4 * 7)])
