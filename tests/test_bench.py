@@ -965,15 +965,20 @@ def test_docs_quote_the_nucleus_and_session_records():
 
 def test_docs_quote_the_session_offline_record():
     """The session's offline-pair paragraph: new / old, ratios to SpD and wall ratios are the record's."""
-    doc = _doc()
-    cells = {r[1]: r for r in _table("compare_commits_offline5_session_humaneval_cpu.md", "| humaneval")}
+    _assert_offline_paragraph("compare_commits_offline5_session_humaneval_cpu.md", _doc())
+
+
+def _assert_offline_paragraph(record: str, text: str) -> None:
+    """An offline-pair paragraph in ``text`` quotes its commit-against-commit record: new / old, the
+    ratios to SpD before and after, the wall-time range and the wall ratios to SpD."""
+    cells = {r[1]: r for r in _table(record, "| humaneval")}
     names = {"tree_mtad": "tree-MTAD", "mtad": "MTAD", "specinfer": "SpecInfer", "mcss": "MCSS", "spd": "SpD"}
-    assert ", ".join(f"{n} {cells[s][2]}" for s, n in names.items()) in doc
+    assert ", ".join(f"{n} {cells[s][2]}" for s, n in names.items()) in text
     assert ", ".join(f"{n} {cells[s][3].split()[0]} → {cells[s][4].split()[0]}" for s, n in names.items()
-                     if s != "spd") in doc
+                     if s != "spd") in text
     walls = [float(cells[s][5].split()[0]) for s in names]
-    assert f"Wall time per token new / old {min(walls):.2f}-{max(walls):.2f}" in doc
-    assert ", ".join(f"{n} {cells[s][7].split()[0]}" for s, n in names.items() if s != "spd") in doc
+    assert f"Wall time per token new / old {min(walls):.2f}-{max(walls):.2f}" in text
+    assert ", ".join(f"{n} {cells[s][7].split()[0]}" for s, n in names.items() if s != "spd") in text
 
 
 def test_docs_quote_the_host_beams_records():
@@ -1006,14 +1011,7 @@ def test_docs_quote_the_host_beams_records():
     counts = (bench / "verdicts_beam_host_cpu.md").read_text().split("### Cells by verdict and reason")[1]
     lines = [x for x in counts.splitlines() if x.startswith("| ") and not x.startswith(("| mode", "| ---"))]
     assert lines and all(x in sec for x in lines)
-    off = {r[1]: r for r in _table("compare_commits_offline5_beam_host_humaneval_cpu.md", "| humaneval")}
-    short = {"tree_mtad": "tree-MTAD", "mtad": "MTAD", "specinfer": "SpecInfer", "mcss": "MCSS", "spd": "SpD"}
-    assert ", ".join(f"{n} {off[s][2]}" for s, n in short.items()) in sec
-    assert ", ".join(f"{n} {off[s][3].split()[0]} → {off[s][4].split()[0]}" for s, n in short.items()
-                     if s != "spd") in sec
-    walls = [float(off[s][5].split()[0]) for s in short]
-    assert f"Wall time per token new / old {min(walls):.2f}-{max(walls):.2f}" in sec
-    assert ", ".join(f"{n} {off[s][7].split()[0]}" for s, n in short.items() if s != "spd") in sec
+    _assert_offline_paragraph("compare_commits_offline5_beam_host_humaneval_cpu.md", sec)
 
 
 def test_row_ops_split_the_time_outside_the_models(tmp_path, capsys):
