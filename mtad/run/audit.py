@@ -716,9 +716,11 @@ def main(argv: list[str] | None = None) -> int:
     for f in folders:  # every folder checked before the first regeneration
         try:
             rebuild(describe(f), args.override)
-        except ConfigError as e:  # (a results file that cannot be used, or a stored config naming
-            print(f"error: {e}", file=sys.stderr)  # code: refused in one line by exit_on_bad_results,
-            return 2  # as by every other reader)
+        except ConfigError as e:  # today's config cannot rebuild the point. A results file that cannot
+            # be used (BadResultsFile) or a stored config naming code (UntrustedConfig) is not caught
+            # here: it reaches exit_on_bad_results around main, one line and exit 2, as every reader's
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     for f in folders:
         for row in audit_point(f, args.n, args.seed, builder, done, args.out, machine, indices, args.override,
                                args.prefix):
