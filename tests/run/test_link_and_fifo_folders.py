@@ -9,6 +9,7 @@ checkout ``mtad`` is imported from (``CODE``), so the same file checks another c
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import shutil
@@ -139,6 +140,23 @@ def test_audit_refuses_a_fifo_at_once(sweep, name):
     _fifo(path)
     res = _cli(["-m", "mtad.run.audit", str(_point(sweep)), "--n", "1"], timeout=60)
     _refused(res, path, "FIFO")
+
+
+@pytest.mark.slow  # about 10 s each: audit's imports
+@pytest.mark.parametrize("how", ["not a point file", "tampered identity"])
+def test_audit_refuses_a_point_file_it_cannot_use_in_one_line(sweep, how):
+    """A ``point.json`` of no known format, or one whose stored identity is not the one its hash
+    names (a decoder ``_target_`` planted there): one line, exit 2, for one point and ``--all``."""
+    path = _point(sweep) / "point.json"
+    if how == "not a point file":
+        path.write_text(json.dumps({"format": 99}))
+    else:
+        point = json.loads(path.read_text())
+        point["identity"]["decoder"]["_target_"] = "os.system"
+        path.write_text(json.dumps(point))
+    for args in ([str(_point(sweep))], ["--all", str(sweep)]):
+        res = _cli(["-m", "mtad.run.audit", *args, "--n", "1"], timeout=60)
+        _refused(res, path, "point.json")
 
 
 # ------------------------------------------------------------------ render

@@ -86,15 +86,17 @@ __all__ = [
 
 def exit_on_bad_results(main) -> None:
     """Run a console script's ``main`` (returns an exit code); a results file that cannot be
-    used (``BadResultsFile``, a stored config naming code outside the allow-list) ends it in
-    one line with exit 2."""
+    used (``BadResultsFile``, a stored config naming code outside the allow-list, a ``point.json``
+    that is not a point file or whose identity is not the one its hash names: ``IdentityMismatch``)
+    ends it in one line with exit 2."""
     import sys
 
+    from mtad.run.results.folder import IdentityMismatch
     from mtad.run.results.targets import UntrustedConfig
 
     try:
         code = main()
-    except (BadResultsFile, UntrustedConfig) as e:
+    except (BadResultsFile, UntrustedConfig, IdentityMismatch) as e:
         print(f"error: {e}", file=sys.stderr)
         code = 2
     raise SystemExit(code)
