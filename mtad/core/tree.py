@@ -45,7 +45,6 @@ from mtad.core.sampling import (
 from mtad.core.warping import Warping
 
 
-@dataclass
 class Beams:
     """The beam-sampling history of one step (depths 0-based: ``t = 0 .. gamma - 1``).
 
@@ -55,36 +54,119 @@ class Beams:
     *ancestry* (the draws re-permute the beams at every depth, so slot numbers alone do not);
     the *weight* is the renormalised beam score (it ranks the final beams); the *cumulative
     log Q* is the raw draft log-likelihood of a beam's prefix.
+
+    Two forms, the same values: host tensors per depth (``Beams(tokens=..., ...)``: the tensor
+    paths append to the lists), or Python lists added depth by depth (``Beams.on_host()`` and
+    ``add``: the CPU's host bookkeeping, ``mtad.propose.beam._HostBeams``), whose tensors
+    (``tokens``, ``parents``, ``cum_logq``, ``weights``) are made only when read. The rules' reads
+    (``best``, ``ancestry``, ``path_tokens``, ``path_cum_logq``) take the lists where there are,
+    and make no tensor but the path's cumulative log Q.
     """
 
-    tokens: list[torch.Tensor]  # per depth t: [n_t] long, token of each slot (host)
-    parents: list[torch.Tensor]  # per depth t: [n_t] long, slot at depth t-1 (-1 at t = 0) (host)
-    cum_logq: list[torch.Tensor]  # per depth t: [n_t] raw cumulative draft log-likelihood (host)
-    weights: torch.Tensor  # [n_{gamma-1}] final renormalised beam weights (host)
-    rows: list[list[int]] = field(default_factory=list)  # per depth t: [n_t] tree row of each slot
+    def __init__(self, tokens: list[torch.Tensor], parents: list[torch.Tensor], cum_logq: list[torch.Tensor],
+                 weights: torch.Tensor | None, rows: list[list[int]] | None = None):
+        self._tokens = tokens  # per depth t: [n_t] long, token of each slot (host)
+        self._parents = parents  # per depth t: [n_t] long, slot at depth t-1 (-1 at t = 0) (host)
+        self._cum_logq = cum_logq  # per depth t: [n_t] raw cumulative draft log-likelihood (host)
+        self._weights = weights  # [n_{gamma-1}] final renormalised beam weights (host)
+        self.rows: list[list[int]] = [] if rows is None else rows  # per depth t: [n_t] tree row of each slot
+        self._host: _HostLists | None = None
+
+    @classmethod
+    def on_host(cls) -> Beams:
+        """An empty history in the host form (``add`` per depth, ``set_weights`` at the end)."""
+        b = cls(None, None, None, None)
+        b._host = _HostLists([], [], [], [], None, None)
+        return b
+
+    def add(self, tokens: list[int], parents: list[int], cum: list[float], cdtype: torch.dtype) -> None:
+        """The host form's next depth: its slots' tokens, parents (-1 at depth 0) and cumulative
+        log Q (Python floats holding values of ``cdtype``)."""
+        h = self._host
+        h.tokens.append(tokens)
+        h.parents.append(parents)
+        h.cum.append(cum)
+        h.cdtypes.append(cdtype)
+        self._tokens = self._parents = self._cum_logq = None  # tensors made again on a read
+
+    def set_weights(self, weights: list[float], dtype: torch.dtype) -> None:
+        self._host.weights, self._host.wdtype = weights, dtype
+        self._weights = None
+
+    @property
+    def tokens(self) -> list[torch.Tensor]:
+        if self._tokens is None:
+            self._tokens = [torch.tensor(x) for x in self._host.tokens]
+        return self._tokens
+
+    @property
+    def parents(self) -> list[torch.Tensor]:
+        if self._parents is None:
+            self._parents = [torch.tensor(x) for x in self._host.parents]
+        return self._parents
+
+    @property
+    def cum_logq(self) -> list[torch.Tensor]:
+        if self._cum_logq is None:
+            self._cum_logq = [torch.tensor(x, dtype=d) for x, d in zip(self._host.cum, self._host.cdtypes)]
+        return self._cum_logq
+
+    @property
+    def weights(self) -> torch.Tensor:
+        if self._weights is None:
+            self._weights = torch.tensor(self._host.weights, dtype=self._host.wdtype)
+        return self._weights
+
+    @weights.setter
+    def weights(self, value: torch.Tensor) -> None:  # the tensor paths' final weights
+        self._weights = value
 
     @property
     def gamma(self) -> int:
-        return len(self.tokens)
+        return len(self._host.tokens) if self._host is not None else len(self._tokens)
 
     def best(self) -> int:
-        """Slot of the final beam with the largest weight (first on ties)."""
-        return int(torch.argmax(self.weights))
+        """Slot of the final beam with the largest weight (first on ties): ``torch.argmax``'s."""
+        if self._host is None:
+            return int(torch.argmax(self.weights))
+        w = self._host.weights
+        nan = [i for i, x in enumerate(w) if x != x]  # torch.argmax takes a NaN as the largest
+        return nan[0] if nan else w.index(max(w))
 
     def ancestry(self, slot: int) -> list[int]:
         """Slots, depth 0 .. gamma-1, of the final beam ``slot`` and its ancestors."""
+        par = self._host.parents if self._host is not None else None
         slots = [slot]
         for t in range(self.gamma - 1, 0, -1):
-            slots.append(self.parents[t].tolist()[slots[-1]])
+            slots.append((par[t] if par is not None else self._parents[t].tolist())[slots[-1]])
         return slots[::-1]
 
     def path_tokens(self, slot: int) -> list[int]:
+        if self._host is not None:
+            return [self._host.tokens[t][s] for t, s in enumerate(self.ancestry(slot))]
         return [self.tokens[t].tolist()[s] for t, s in enumerate(self.ancestry(slot))]
 
     def path_cum_logq(self, slot: int) -> torch.Tensor:  # [gamma]
+        if self._host is not None:
+            h = self._host
+            return torch.tensor([h.cum[t][s] for t, s in enumerate(self.ancestry(slot))],
+                                dtype=h.cdtypes[0] if h.cdtypes else torch.float32)  # exact: the dtype's values
         c = self.cum_logq
         return torch.tensor([c[t].tolist()[s] for t, s in enumerate(self.ancestry(slot))],
                             dtype=c[0].dtype if c else torch.float32)  # the same values (exact)
+
+
+@dataclass
+class _HostLists:
+    """``Beams``' host form: per depth its slots' tokens, parents, cumulative log Q and that
+    depth's dtype; the final weights and their dtype."""
+
+    tokens: list[list[int]]
+    parents: list[list[int]]
+    cum: list[list[float]]
+    cdtypes: list[torch.dtype]
+    weights: list[float] | None
+    wdtype: torch.dtype | None
 
 
 @dataclass

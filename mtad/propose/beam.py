@@ -67,7 +67,11 @@ scores, the renormalised weights, the cumulative log Q) is made on Python floats
 the tensor's dtype, the weights' total by ``torch.sum`` and the logarithms by ``torch.log`` of the
 same vectors), and slot-then-row's draws read their rows' cumulative masses through numpy
 (``_slot_then_row_host``): the tensor form's values bit for bit, with a few torch calls a depth
-instead of a few dozen (``HOST_BEAMS``; ``tests/propose/test_host_beams.py``).
+instead of a few dozen (``HOST_BEAMS``; ``tests/propose/test_host_beams.py``). ``Beams`` then
+holds them as lists (``Beams.on_host``), their tensors made only if read. With slot-then-row
+draws the whole step is one loop (``_host_loop``): per depth the draft pass, a chain's calls for
+the draws (uniforms, the picked rows' warping and cumulative sums) and the bookkeeping's two
+(the weights' total, the logarithms).
 
 The token tree (``mtad.core.tree.TokenTree``): one row per slot, depth by depth, slots in
 order; slots with the same path share a canonical row (the one (parent, token) merge of the
@@ -233,15 +237,16 @@ def _beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool) ->
     dtype = torch.float64 if root.dtype == torch.float64 else torch.float32  # the scoring rows'
     weights = torch.ones(1, dtype=dtype)  # [n] on the host: the root is one beam of weight 1
     cum_prev = None  # [n] on the host (None at the root: log Q of the empty prefix, 0)
-    out = Beams(tokens=[], parents=[], cum_logq=[], weights=weights)
+    host = _host_book(root)  # the CPU: the beams' bookkeeping on Python floats (``_HostBeams``)
+    out = Beams(tokens=[], parents=[], cum_logq=[], weights=weights) if host is None else Beams.on_host()
     tree = TokenTree(depth=gamma, beams=out)
     fed = _Fed()
     note: dict = {}  # _select's: whether a depth's support ran past the hint
     slot_first = replacement and not greedy and inverse_cdf(ctx.generator)  # ``_slot_then_row``
-    host = _host_book(root)  # the CPU: the beams' bookkeeping on Python floats (``_HostBeams``)
+    if host is not None and slot_first:  # the CPU's slot-then-row draws: the lean loop
+        return _host_loop(ctx, gamma, width, root, tree, out, fed)
     for t in range(gamma):
         keep = slot_first and sparse and REUSE_DRAWN_ROWS  # (the CPU: the rows its draws warp, for the walk)
-        base = sum(len(x) for x in fed.logits) if keep else 0  # where this depth's rows start in the fed logits
         if t == 0:
             logits, which = root, None  # the root: one row (a vector here)
         else:
@@ -249,13 +254,9 @@ def _beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool) ->
         picked = None
         if slot_first:  # inverse CDF with replacement: a slot by its weight, then a token of its row
             kept: dict[int, torch.Tensor] | None = {} if keep else None
-            if host is not None:
-                picked = _slot_then_row_host(ctx.warping, logits, which, host.w, width, ctx.generator, kept)
-            else:
-                picked = _slot_then_row(ctx.warping, logits, which, weights, width, ctx.generator, kept)
+            picked = _slot_then_row(ctx.warping, logits, which, weights, width, ctx.generator, kept)
             if kept:
-                at = {p: c for c, p in fed.pos.items()} if t else {}
-                fed.warped.update((at[base + i] if t else ROOT, row) for i, row in kept.items())
+                fed.warped.update((fed.owner[i], row) for i, row in kept.items())
             if root.device.type != "cpu":
                 note["long"] = True  # no support read: the tree's rows stay there too
         probs = scoring_probs(ctx.warping, logits) if greedy else None  # plain softmax at T = 0
@@ -290,10 +291,35 @@ def _beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool) ->
         out.cum_logq.append(cum)
         add_depth(tree, out, t)
         cum_prev = cum
-    out.weights = weights if host is None else host.weights()
+    if host is None:
+        out.weights = weights
+    else:
+        out.set_weights(host.w, host.wdtype)
     # read only by tree rules; where a depth's scores ran past the hint (a wide nucleus on an
     # accelerator), the rows stay there as vectors without a read of their hints
     tree.q = _lazy_q(tree, ctx.warping, root, fed, stay=note.get("long", False))
+    return tree
+
+
+def _host_loop(ctx: StepContext, gamma: int, width: int, root: torch.Tensor, tree: TokenTree, out: Beams,
+               fed: _Fed) -> TokenTree:
+    """``_beam_sample`` on the CPU with slot-then-row draws (``HOST_BEAMS``): per depth the draft
+    pass (``_expand``), the draws read on the host (``_slot_then_row_host``) and the bookkeeping on
+    Python floats (``_HostBeams``), nothing else: per depth a chain's calls (its uniforms, the
+    picked rows' warping and cumulative sums, their searches) and the weights' total, one
+    logarithm call and the depth's host tensors. The tensor form's values bit for bit
+    (``tests/propose/test_host_beams.py``)."""
+    host = _HostBeams(torch.float64 if root.dtype == torch.float64 else torch.float32)
+    warped = fed.warped if REUSE_DRAWN_ROWS else None  # the walk's q reads the rows the draws warp
+    vocab = root.shape[-1]
+    lg, which = root[None], None
+    for t in range(gamma):
+        if t:
+            lg, which = _expand(ctx, tree, out.rows[-1], fed)  # [u, V], slot -> row (None: same)
+        picked = _slot_then_row_host(ctx.warping, lg, which, host.w, width, ctx.generator, warped, fed.owner)
+        host.depth(tree, out, t, picked, vocab)
+    out.set_weights(host.w, host.wdtype)
+    tree.q = _lazy_q(tree, ctx.warping, root, fed)
     return tree
 
 
@@ -387,12 +413,13 @@ class _HostPick(NamedTuple):
 
 def _slot_then_row_host(
     warping: Warping,
-    logits: torch.Tensor,  # [u, V] (or the root's [V]) draft logits, on the CPU
+    logits: torch.Tensor,  # [u, V] draft logits (the root's as [1, V]), on the CPU
     which: list[int] | None,  # [n] row of ``logits`` of each slot (None: slot i is row i)
     w: list[float],  # [n] the slots' weights
     width: int,
     generator: torch.Generator,  # an inverse-CDF generator
-    keep: dict[int, torch.Tensor] | None = None,  # as ``_slot_then_row``'s
+    warped: dict[int, torch.Tensor] | None = None,  # given: owner[row] -> its warped row, for each picked
+    owner: list[int] | None = None,  # [u] the key of each row of ``logits`` in ``warped``
 ) -> _HostPick:
     """``_slot_then_row`` on the CPU with its reads on the host: the same uniforms, slots, warped
     rows and tokens, and no tensor made for a handful of numbers. Each picked row's float64
@@ -400,34 +427,43 @@ def _slot_then_row_host(
     is its definition on them, through numpy (``searchsorted`` to the right of
     ``min(u * total, nextafter(total, 0))``, that product and that bound in Python's doubles,
     which are the tensor's). Where ``cdf_blocks.SITES`` searches a beam's rows by blocks
-    (``rows``), ``cdf_index`` does it, as in ``_slot_then_row``."""
+    (``rows``), ``cdf_index`` does it, as in ``_slot_then_row``. Picked rows that are a run of
+    ``logits``' rows are warped as that slice (a view: each row is warped and summed on its own,
+    so the same values), others gathered first."""
     u, slots, draws = _slots(w, which, width, generator)
-    lg = logits if logits.dim() == 2 else logits[None]
     picked = list(draws)  # the picked rows, each once, in the order of their first draw
-    sel = lg if picked == list(range(lg.shape[0])) else lg.index_select(0, torch.tensor(picked))
-    q = scoring_probs(warping, sel)  # [d, V] the picked warped rows
-    if keep is not None:
-        keep.update(zip(picked, q))
-    found: list[list[int]] = []  # per picked row, its draws' tokens in draw order
+    lo = min(picked)
+    if max(picked) - lo + 1 == len(picked):  # a run of rows
+        q = scoring_probs(warping, logits[lo : lo + len(picked)])  # [d, V] the picked warped rows
+        at = [r - lo for r in picked]  # each picked row's row of q
+    else:
+        q = scoring_probs(warping, logits.index_select(0, torch.tensor(picked)))
+        at = range(len(picked))
+    if warped is not None:
+        rows = q.unbind()
+        for r, i in zip(picked, at):
+            warped[owner[r]] = rows[i]
+    tokens, qs = [0] * width, [0.0] * width
+    qn = q.numpy()
     if cdf_blocks.used(q, "rows"):
         k = max(len(js) for js in draws.values())
         ut = torch.tensor([[u[width + j] for j in js] + [0.0] * (k - len(js)) for js in draws.values()],
                           dtype=torch.float64)
-        idx, total = cdf_index(q, ut, nonneg=True)
+        idx, total = cdf_index(q if list(at) == list(range(len(q))) else q[list(at)], ut, nonneg=True)  # in picked order
         if not all(0 < x < math.inf for x in total.view(-1).tolist()):
             raise RuntimeError(_NO_SCORE)
         found = [row[: len(js)] for row, js in zip(idx.tolist(), draws.values())]
     else:
         c = q.double().cumsum(-1).numpy()  # [d, V] cdf_index's cumulative masses (a warped row: >= 0)
-        for ci, js in zip(c, draws.values()):
+        found = []  # per picked row, its draws' tokens in draw order
+        for i, js in zip(at, draws.values()):
+            ci = c[i]
             total = float(ci[-1])
             if not 0 < total < math.inf:
                 raise RuntimeError(_NO_SCORE)
             top = math.nextafter(total, 0.0)
             found.append(ci.searchsorted([min(u[width + j] * total, top) for j in js], side="right").tolist())
-    qn = q.numpy()
-    tokens, qs = [0] * width, [0.0] * width
-    for i, (js, ts) in enumerate(zip(draws.values(), found)):
+    for i, js, ts in zip(at, draws.values(), found):
         for j, t, x in zip(js, ts, qn[i, ts].tolist()):
             tokens[j], qs[j] = t, x
     return _HostPick(slots, tokens, qs, q.dtype)
@@ -444,7 +480,7 @@ class _HostBeams:
     tensor form's values bit for bit (``mtad.core.hostfloat``: a product, quotient or sum of two
     values in double rounded once to the tensor's dtype; the weights' total by ``torch.sum`` of
     the same vector and the logarithms by ``torch.log``, whose orders and roundings are the
-    kernel's). ``Beams`` gets the same host tensors."""
+    kernel's). ``Beams`` gets the same values as lists (its host form, ``Beams.on_host``)."""
 
     def __init__(self, dtype: torch.dtype):
         self.w = [1.0]  # the slots' weights (the root: one beam of weight 1)
@@ -477,9 +513,7 @@ class _HostBeams:
             cdtype = torch.promote_types(self.cdtype, qdtype)
             cum = hostfloat.rounding(cdtype)[1]([self.cum[p] + x for p, x in zip(slots, log_q)])
         self.cum, self.cdtype = cum, cdtype
-        out.tokens.append(torch.tensor(tokens))
-        out.parents.append(torch.tensor(slots if t > 0 else [-1] * len(slots)))
-        out.cum_logq.append(torch.tensor(cum, dtype=cdtype))
+        out.add(tokens, slots if t > 0 else [-1] * len(slots), cum, cdtype)
         add_depth(tree, out, t, tokens, slots)
 
 
@@ -655,6 +689,8 @@ class _Fed:
         self.node = {ROOT: ROOT}  # canonical tree row -> draft runner row
         self.pos: dict[int, int] = {}  # canonical tree row -> row of cat(logits)
         self.logits: list[torch.Tensor] = []
+        self.count = 0  # rows of cat(logits)
+        self.owner = [ROOT]  # the canonical tree row of each row of the last depth's logits (the root's first)
         # canonical tree row -> its warped row where a draw already made it (the CPU's slot-then-row
         # draws: the rows they pick), which the walk's q then reads instead of warping it again
         self.warped: dict[int, torch.Tensor] = {}
@@ -704,11 +740,13 @@ def _expand(
     first = ctx.draft.num_nodes
     parents = [fed.node[tree.canon[tree.parents[r]]] for r in todo]
     logits = ctx.draft.forward([tree.tokens[r] for r in todo], parents)  # [u, V]
-    base = sum(len(x) for x in fed.logits)
+    base = fed.count
     for i, r in enumerate(todo):
         fed.node[r] = first + 1 + i  # new draft rows first+1 ..
         fed.pos[r] = base + i
     fed.logits.append(logits)
+    fed.count += len(todo)
+    fed.owner = todo
     if len(todo) == len(canon):
         return logits, None
     index = {r: i for i, r in enumerate(todo)}

@@ -125,10 +125,53 @@ def test_a_planted_search_fails(pairs, monkeypatch):
     """A draw's token one entry to the left of the search's moves the run."""
     real_host = beam_mod._slot_then_row_host
 
-    def planted(warping, logits, which, w, width, gen, keep=None):
-        pick = real_host(warping, logits, which, w, width, gen, keep)
+    def planted(warping, logits, which, w, width, gen, warped=None, owner=None):
+        pick = real_host(warping, logits, which, w, width, gen, warped, owner)
         return pick._replace(tokens=[max(t - 1, 0) if i == 0 else t for i, t in enumerate(pick.tokens)])
 
     monkeypatch.setattr(beam_mod, "_slot_then_row_host", planted)
     with pytest.raises(AssertionError):
         _check(pairs[torch.float32], "tree_mtad", WARPINGS[0], 4, monkeypatch)
+
+
+def test_slot_then_row_host_by_blocks_is_slot_then_row(monkeypatch):
+    """Where ``cdf_blocks.SITES`` searches a beam's rows by blocks (off by default), the host draws
+    search them so too, in the picked rows' order (a run of rows drawn out of order included)."""
+    from mtad.core import cdf_blocks
+
+    monkeypatch.setattr(cdf_blocks, "SITES", {**cdf_blocks.SITES, "rows": True})
+    calls = []
+    monkeypatch.setattr(cdf_blocks.Blocks, "_row", lambda self, *a, _f=cdf_blocks.Blocks._row: calls.append(1)
+                        or _f(self, *a))
+    g = torch.Generator().manual_seed(11)
+    w = Warping(1.0)
+    n = cdf_blocks.MIN_LENGTH + 17
+    for trial in range(6):
+        logits = 3 * torch.randn(3, n, generator=g)
+        weights = torch.rand(3, generator=g)
+        a, b = generator(w, trial), generator(w, trial)
+        ids, _, q_t = beam_mod._slot_then_row(w, logits, None, weights, 4, a)
+        got = beam_mod._slot_then_row_host(w, logits, None, weights.tolist(), 4, b)
+        assert [s * n + t for s, t in zip(got.slots, got.tokens)] == ids.tolist()
+        assert got.q == q_t.tolist() and torch.equal(a.get_state(), b.get_state())
+    assert calls  # the blocks searched
+
+
+def test_the_host_loop_keeps_the_rows_it_warps_for_the_walk(pairs, monkeypatch):
+    """The host loop hands the walk's q the very rows its draws warped (``REUSE_DRAWN_ROWS``),
+    under each row's canonical tree row: a beam SpecInfer run reads them, and its tokens are the
+    run's without them (``tests/propose/test_beam_q_reuse.py`` checks the values)."""
+    seen = []
+    real = beam_mod._lazy_q
+
+    def spy(tree, warping, root, fed, stay=False):
+        seen.append((dict(fed.warped), list(tree.canon)))
+        return real(tree, warping, root, fed, stay)
+
+    monkeypatch.setattr(beam_mod, "_lazy_q", spy)
+    dec = load_decoder("beam_specinfer", gamma=3, width=3)
+    out = Engine(*pairs[torch.float32], dec, Warping(1.0), VOCAB, ()).generate([3, 4, 5], 8, seed=1).output_ids
+    assert seen and all(warped and all(canon[r] == r for r in warped if r) for warped, canon in seen)
+    monkeypatch.setattr(beam_mod, "REUSE_DRAWN_ROWS", False)
+    again = Engine(*pairs[torch.float32], dec, Warping(1.0), VOCAB, ()).generate([3, 4, 5], 8, seed=1).output_ids
+    assert again == out
