@@ -1220,3 +1220,73 @@ def test_phases_rows_split_each_phase_into_glue_and_row_operations(tmp_path):
     assert rows["chain draws"][1] == (0.0, 0.0) and rows["beam draws"][0] == (0.0, 0.0)
     assert rows["runner around a pass"][0][1] == 0 and rows["runner around a pass"][1][1] == 0
     assert rows["threshold verification"][1][0] > 0
+
+
+def _verdict_cells(name: str) -> dict[tuple[str, str], str]:
+    """A committed verdicts record's cells: (setting, decoder) -> "ratio verdict [reason]"."""
+    out, hdr = {}, None
+    for line in (Path(__file__).resolve().parent.parent / "results/bench" / name).read_text().splitlines():
+        if line.startswith("| decoder |"):
+            hdr = [c.strip() for c in line.strip().strip("|").split("|")]
+        elif hdr and line.startswith("| ") and not line.startswith("| ---"):
+            c = [x.strip() for x in line.strip().strip("|").split("|")]
+            out.update(((h, c[0]), v) for h, v in zip(hdr[1:], c[1:]))
+        elif not line.startswith("|"):
+            hdr = None
+    return out
+
+
+def test_the_lean_loop_verdicts_recompute_from_their_records():
+    """Both lean-loop verdicts records are ``bench/verdicts.py``'s of the run's goals tables, one per commit."""
+    import verdicts
+
+    bench = Path(__file__).resolve().parent.parent / "results/bench"
+    floors = [bench / n for n in ("draw_floor_in_situ_cpu.md", "draw_floor_topp_nucleus_cpu.md",
+                                  "beam_floor_root_row_cpu.md")]
+    for commit, name in (("3ec2475d5f", "verdicts_lean_loop_cpu.md"), ("d34d0e4bdc", "verdicts_lean_loop_before_cpu.md")):
+        goals = [(bench / f"compare_commits_lean_loop_{m}_cpu_goals_{commit}.md", None) for m in ("modes", "topp")]
+        assert verdicts.render(goals, floors) == (bench / name).read_text()
+
+
+def test_docs_quote_the_lean_loop_records():
+    """The lean-loop section: its plain-temperature table, the spans and claims its prose states,
+    the verdict counts, every cell whose verdict differs between the two commits (and no other),
+    and the offline paragraph are the records'."""
+    bench = Path(__file__).resolve().parent.parent / "results/bench"
+    sec = _doc().split("### One loop for beam drafting on the CPU, and the beams' history as lists")[1].split("###")[0]
+    for s, row in _new_old_rows("compare_commits_lean_loop_modes_cpu.md", "/sample_nok").items():
+        assert row in sec, s
+    plain: dict[tuple[str, str], list[list[str]]] = {}  # (vocabulary, decoder) -> its two drafts' cells
+    for r in _table("compare_commits_lean_loop_modes_cpu.md", "| V"):
+        if r[0].endswith("/sample_nok"):
+            plain.setdefault((r[0].split("/")[0], r[1]), []).append(r)
+    topp = _table("compare_commits_lean_loop_topp_cpu.md", "| V")
+
+    def span(cells):
+        vals = [float(c[2].split()[0]) for c in cells]
+        return f"{min(vals):.2f}-{max(vals):.2f}"
+
+    def at(vocab, systems):
+        return [c for s in systems for c in plain[(vocab, s)]]
+
+    beam = ("beam_specinfer", "tree_mtad", "mtad")
+    assert f"SpD's own new / old is {span(at('V32000', ['spd']))} there" in sec
+    assert f"which run no changed path, {span(at('V32000', ['typical', 'bild', 'bild_sampling']))}" in sec
+    assert (f"new / old is {span(at('V32000', beam))} at 32,000 tokens and "
+            f"{span(at('V151936', beam))} at 151,936 (SpD {span(at('V151936', ['spd']))})") in sec
+    falls = at("V32000", beam) + at("V151936", beam)
+    assert len(falls) == 12 and all(float(c[4].split()[0]) < float(c[3].split()[0]) for c in falls)
+    assert min(float(c[4].split()[0]) for c in falls if c[1] == "beam_specinfer") > 2
+    assert (f"their new / old is {span([c for c in topp if c[1] in beam])} against SpD's "
+            f"{span([c for c in topp if c[1] == 'spd'])}") in sec
+    counts = (bench / "verdicts_lean_loop_cpu.md").read_text().split("### Cells by verdict and reason")[1]
+    lines = [x for x in counts.splitlines() if x.startswith("| ") and not x.startswith(("| mode", "| ---"))]
+    assert lines and all(x in sec for x in lines)
+    before, after = _verdict_cells("verdicts_lean_loop_before_cpu.md"), _verdict_cells("verdicts_lean_loop_cpu.md")
+    assert before.keys() == after.keys() and len(before) == 4 * 4 * 10  # every decoder but SpD
+    changed = [k for k in before if before[k].split()[1:] != after[k].split()[1:]]
+    listed = [r for r in sec.split("| --- | --- | --- | --- |")[1].split(" Typical")[0].split("|") if r.strip()]
+    assert len(listed) == 4 * len(changed) and changed
+    for setting, s in changed:
+        assert f"| {setting} | {_DECODER_NAMES[s]} | {before[(setting, s)]} | {after[(setting, s)]} |" in sec
+    _assert_offline_paragraph("compare_commits_offline5_lean_loop_humaneval_cpu.md", sec)
