@@ -1169,7 +1169,8 @@ def test_docs_quote_the_row_ops_records():
     assert f"grows {min(growth):.1f}-{max(growth):.1f}x for every decoder here" in sec
 
 
-@pytest.mark.parametrize("name,cells", [("row_ops_cpu", 16 * 11), ("row_ops_plain_seed157_cpu", 4 * 7)])
+@pytest.mark.parametrize("name,cells", [("row_ops_cpu", 16 * 11), ("row_ops_plain_seed157_cpu", 4 * 7),
+                                        ("row_ops_lean_loop_cpu", 16 * 11)])
 def test_the_committed_row_ops_records_follow_from_their_numbers(name, cells):
     """The committed row-ops records: each row's per-step numbers, ratios and verdict are its JSON's."""
     import row_ops
@@ -1246,6 +1247,9 @@ def test_the_lean_loop_verdicts_recompute_from_their_records():
     for commit, name in (("3ec2475d5f", "verdicts_lean_loop_cpu.md"), ("d34d0e4bdc", "verdicts_lean_loop_before_cpu.md")):
         goals = [(bench / f"compare_commits_lean_loop_{m}_cpu_goals_{commit}.md", None) for m in ("modes", "topp")]
         assert verdicts.render(goals, floors) == (bench / name).read_text()
+    goals = [(bench / f"compare_commits_lean_loop_{m}_cpu_goals_3ec2475d5f.md", None) for m in ("modes", "topp")]
+    assert (verdicts.render(goals, floors, bench / "row_ops_lean_loop_cpu.md")
+            == (bench / "verdicts_lean_loop_row_ops_cpu.md").read_text())
 
 
 def test_docs_quote_the_lean_loop_records():
@@ -1289,4 +1293,8 @@ def test_docs_quote_the_lean_loop_records():
     assert len(listed) == 4 * len(changed) and changed
     for setting, s in changed:
         assert f"| {setting} | {_DECODER_NAMES[s]} | {before[(setting, s)]} | {after[(setting, s)]} |" in sec
+    joined = (bench / "verdicts_lean_loop_row_ops_cpu.md").read_text().split("### Cells by verdict and reason")[1]
+    harness = [x for x in joined.splitlines() if x.startswith("| ") and "harness" in x]
+    assert harness and all(x in sec for x in harness)
+    assert not any(x.startswith("| plain |") and "could close" in x for x in harness)  # "no harness cell ... could close"
     _assert_offline_paragraph("compare_commits_offline5_lean_loop_humaneval_cpu.md", sec)
