@@ -1283,6 +1283,19 @@ def test_docs_quote_the_lean_loop_records():
     assert min(float(c[4].split()[0]) for c in falls if c[1] == "beam_specinfer") > 2
     assert (f"their new / old is {span([c for c in topp if c[1] in beam])} against SpD's "
             f"{span([c for c in topp if c[1] == 'spd'])}") in sec
+    again = _table("compare_commits_lean_loop_plain_seed179_cpu.md", "| V")
+    assert len(again) == 4 * 11
+    assert (f"SpD's new / old is {span([c for c in again if c[1] == 'spd'])} there, the beam decoders' "
+            f"{span([c for c in again if c[1] in beam])}") in sec
+    assert all(float(c[4].split()[0]) < float(c[3].split()[0]) for c in again if c[1] in beam)
+    for s, n in (("tree_mtad", "tree-MTAD"), ("mtad", "MTAD"), ("beam_specinfer", "beam SpecInfer")):
+        old = [float(c[3].split()[0]) for c in again if c[1] == s]
+        new = [float(c[4].split()[0]) for c in again if c[1] == s]
+        assert f"{n} {min(old):.2f}-{max(old):.2f} → {min(new):.2f}-{max(new):.2f}" in sec, s
+    for commit in ("d34d0e4bdc", "3ec2475d5f"):  # "None of those cells is met in either commit's goals table"
+        goals = _table(f"compare_commits_lean_loop_plain_seed179_cpu_goals_{commit}.md", "| V")
+        verdicts_of = [r[3] for r in goals if len(r) > 3 and r[1] in beam]
+        assert len(verdicts_of) == 12 and "met" not in verdicts_of, commit
     counts = (bench / "verdicts_lean_loop_cpu.md").read_text().split("### Cells by verdict and reason")[1]
     lines = [x for x in counts.splitlines() if x.startswith("| ") and not x.startswith(("| mode", "| ---"))]
     assert lines and all(x in sec for x in lines)
