@@ -148,12 +148,11 @@ class Beams:
 
     def path_cum_logq(self, slot: int) -> torch.Tensor:  # [gamma]
         if self._host is not None:
-            h = self._host
-            return torch.tensor([h.cum[t][s] for t, s in enumerate(self.ancestry(slot))],
-                                dtype=h.cdtypes[0] if h.cdtypes else torch.float32)  # exact: the dtype's values
-        c = self.cum_logq
-        return torch.tensor([c[t].tolist()[s] for t, s in enumerate(self.ancestry(slot))],
-                            dtype=c[0].dtype if c else torch.float32)  # the same values (exact)
+            cum, dtypes = self._host.cum, self._host.cdtypes
+        else:
+            cum, dtypes = [c.tolist() for c in self._cum_logq], [c.dtype for c in self._cum_logq]
+        return torch.tensor([cum[t][s] for t, s in enumerate(self.ancestry(slot))],
+                            dtype=dtypes[0] if dtypes else torch.float32)  # the same values (exact)
 
 
 @dataclass

@@ -244,7 +244,7 @@ def _beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool) ->
     note: dict = {}  # _select's: whether a depth's support ran past the hint
     slot_first = replacement and not greedy and inverse_cdf(ctx.generator)  # ``_slot_then_row``
     if host is not None and slot_first:  # the CPU's slot-then-row draws: the lean loop
-        return _host_loop(ctx, gamma, width, root, tree, out, fed)
+        return _host_loop(ctx, gamma, width, root, tree, out, fed, host)
     for t in range(gamma):
         keep = slot_first and sparse and REUSE_DRAWN_ROWS  # (the CPU: the rows its draws warp, for the walk)
         if t == 0:
@@ -302,14 +302,13 @@ def _beam_sample(ctx: StepContext, gamma: int, width: int, replacement: bool) ->
 
 
 def _host_loop(ctx: StepContext, gamma: int, width: int, root: torch.Tensor, tree: TokenTree, out: Beams,
-               fed: _Fed) -> TokenTree:
+               fed: _Fed, host: _HostBeams) -> TokenTree:
     """``_beam_sample`` on the CPU with slot-then-row draws (``HOST_BEAMS``): per depth the draft
     pass (``_expand``), the draws read on the host (``_slot_then_row_host``) and the bookkeeping on
     Python floats (``_HostBeams``), nothing else: per depth a chain's calls (its uniforms, the
     picked rows' warping and cumulative sums, their searches) and the weights' total, one
     logarithm call and the depth's host tensors. The tensor form's values bit for bit
     (``tests/propose/test_host_beams.py``)."""
-    host = _HostBeams(torch.float64 if root.dtype == torch.float64 else torch.float32)
     warped = fed.warped if REUSE_DRAWN_ROWS else None  # the walk's q reads the rows the draws warp
     vocab = root.shape[-1]
     lg, which = root[None], None
