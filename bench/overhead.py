@@ -642,6 +642,98 @@ class PickedRowCounter:
         self._beam.scoring_probs = self._orig
 
 
+class TargetRowCounter:
+    """Target rows a verification rule normalises (warps), per run: each ``Warping`` call on rows of
+    the target's logits (a view of one of its passes' outputs, or the scores' concatenation of
+    them, ``mtad.verify.score.Scores.logits``), counted by storage while that output is alive.
+
+    Tree-MTAD's rule reads the edge masses of every scored node, so it normalises the row of every
+    node with children and the row it draws from. A rule may skip a row whose whole subtree
+    provably fails (a path's log-likelihood never rises along the path: every descendant ``v`` at
+    depth ``d`` has ``log P(v) <= log P(r)``, so ``log P(r) - ref[d] <= log tau`` at every depth under
+    ``r`` decides them all, in the rule's own rounding), so for it ``needed`` counts the rows a rule
+    with that pruning would still normalise: each row with children whose subtree that test does not
+    rule out, and the row it draws from (``_needed_tree_rows``); ``rows`` counts what it reads."""
+
+    def __init__(self, model):
+        import weakref
+
+        from mtad.verify import score, threshold
+
+        self.rows = self.needed = 0
+        self._live: list = []
+        self._weakref = weakref.ref
+        self._h = model.register_forward_hook(lambda m, a, o: self._add(o.logits))
+        self._score, self._orig_logits = score, score.Scores.logits
+        self._warp, self._orig_call = Warping, Warping.__call__
+        self._th, self._orig_paths, self._orig_accept = threshold, threshold.path_log_probs, threshold.tree_accept
+        self._parents: list[int] | None = None
+
+        def logits(scores, _get=self._orig_logits.fget):
+            x = _get(scores)
+            self._add(x)
+            return x
+
+        def call(warping, x, _orig=self._orig_call):
+            if self._is_target(x):
+                self.rows += x.numel() // x.shape[-1]
+            return _orig(warping, x)
+
+        def paths(edge_p, parents, _orig=self._orig_paths):
+            self._parents = list(parents)
+            return _orig(edge_p, parents)
+
+        def accept(log_path_p, depth, ref, tau, _orig=self._orig_accept):
+            out = _orig(log_path_p, depth, ref, tau)
+            if self._parents is not None and len(self._parents) == len(depth):
+                self.needed += _needed_tree_rows(log_path_p, depth, self._parents, ref, tau, out[1])
+            self._parents = None
+            return out
+
+        score.Scores.logits = property(logits)
+        Warping.__call__ = call
+        threshold.path_log_probs, threshold.tree_accept = paths, accept
+
+    def _add(self, x: torch.Tensor) -> None:
+        self._live = [(p, r) for p, r in self._live if r() is not None]
+        self._live.append((x.untyped_storage().data_ptr(), self._weakref(x)))
+
+    def _is_target(self, x: torch.Tensor) -> bool:
+        ptr = x.untyped_storage().data_ptr()
+        return any(p == ptr and r() is not None for p, r in self._live)
+
+    def reset(self):
+        self.rows = self.needed = 0
+
+    def close(self):
+        self._h.remove()
+        self._score.Scores.logits = self._orig_logits
+        self._warp.__call__ = self._orig_call
+        self._th.path_log_probs, self._th.tree_accept = self._orig_paths, self._orig_accept
+
+
+def _needed_tree_rows(log_path_p: torch.Tensor, depth: list[int], parents: list[int], ref: torch.Tensor,
+                      tau: float, chosen: int) -> int:
+    """Of a scored beam tree, the rows tree-MTAD's rule must normalise with its pruning
+    (``TargetRowCounter``): each row with children under which some depth is not ruled out by the
+    row's own path log-likelihood, in the rule's rounding (``mtad.verify.threshold.tree_accept``),
+    and the row the emitted token is drawn from (``chosen``)."""
+    import math
+
+    from mtad.verify.threshold import _host_float
+
+    rnd = _host_float(torch.promote_types(log_path_p.dtype, ref.dtype)) or float
+    values, refs, bar = log_path_p.tolist(), ref.tolist(), rnd(math.log(tau))
+    below: list[set[int]] = [set() for _ in depth]  # depths of each row's descendants
+    for r in range(len(depth) - 1, 0, -1):  # parents precede children
+        below[parents[r]] |= below[r] | {depth[r]}
+    need = {chosen}
+    for r, ds in enumerate(below):
+        if ds and values[r] != -math.inf and any(rnd(values[r] - refs[d - 1]) > bar for d in ds):
+            need.add(r)
+    return len(need)
+
+
 #: rows of the draft pass the in-situ draw floor follows (a tree level's rows at k_config 4,2,2:
 #: more rows per pass leave a lower cost per row, measured 180-190 against 200-250 µs at 1-4 rows)
 IN_SITU_ROWS = 8
@@ -681,8 +773,8 @@ def draw_floor(args) -> str:
     of repeats) times the extra rows per emitted token is an estimate of the least the decoder
     adds to SpD's overhead per token: a floor of what these formulations need, not of every
     exact method (a faster exact draw lowers it: the block sums halved it at 151,936 tokens);
-    the target side is left out (every decoder normalises about one target row per emitted
-    token, and a rejection's residual is extra work not counted). In the same process
+    the target side is the last paragraph's (a rejection's residual is extra work not counted
+    either way). In the same process
     and on the same prompts, SpD and the decoders run (``measure``) at T = 1 without top-k or
     top-p: the goal (``--tree-limit``, 1.5x) allows 0.5 x SpD's overhead more per token; where
     the added floor alone exceeds that, no implementation by these formulations on this CPU
@@ -702,6 +794,19 @@ def draw_floor(args) -> str:
     is reachable but this one is not, the goal is out of reach of these formulations as a run
     meets its rows, and only a draw fused into the pass that makes its row (which no torch
     operation on this CPU is) could meet it.
+
+    The target side: a rule reads the target's masses at the rows it visits, so it normalises
+    each such row (at top-p: finds its nucleus first), and so does SpD at its accepted rows and
+    the one it draws from. The target rows a rule normalises are counted per run
+    (``TargetRowCounter``: every warping of the target's logits), per emitted token; tree-MTAD's
+    rule reads the edge masses of every scored node, so it normalises every row with children,
+    and its count is the rows a rule that skipped every subtree that provably fails would still
+    normalise (``needed``, beside what it reads). The least per-row time of an exact
+    normalisation (a softmax or a log-softmax; at top-p the harness's bucketed nucleus or a sort
+    and its prefix) is measured on rows just made by a target pass (``_in_situ_seconds`` on the
+    target), and the rows beyond SpD's per token times that time is the added target floor; with
+    the draft's floor after a pass it gives the last verdict: where it misses, no implementation
+    by these formulations meets the goal as a run meets its rows.
 
     With ``--floor-top-p P`` (< 1) the same at top-p P alone: a row a drafter draws from is then
     a nucleus, which the warping must find before any draw, so one draw from a row is the least
@@ -724,7 +829,7 @@ def draw_floor(args) -> str:
     systems = ["spd", *chosen]
     doc = (draw_floor.__doc__ or "").split("\n\n")
     lines = [f"## Multi-draft drafting at {label}: the least vocabulary work it needs (`--draw-floor`)", "",
-             " ".join(part.replace("\n    ", " ").strip() for part in (doc[1:3] if plain else doc[1:])), "",
+             " ".join(part.replace("\n    ", " ").strip() for part in (doc[1:4] if plain else doc[1:])), "",
              f"Command: `python bench/overhead.py --draw-floor{'' if plain else f' --floor-top-p {top_p}'} "
              f"--vocabs {args.vocabs} --drafts {args.drafts} "
              f"--systems {','.join(chosen)} --prompts {args.prompts} --max-new-tokens {args.max_new_tokens} "
@@ -735,8 +840,11 @@ def draw_floor(args) -> str:
              "| setting | system | one draw from a row (µs) | draft rows per token (SpD's) | tokens/step (SpD's) | "
              "added floor ms/token | SpD overhead ms/token | goal allows +ms/token | measured overhead x SpD | "
              "floor alone x SpD | verdict | one draw after a draft pass (µs) | added floor after a pass ms/token | "
-             "floor after a pass x SpD | verdict after a pass |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |"]
+             "floor after a pass x SpD | verdict after a pass | target rows normalised per token (SpD's) | "
+             "one target row normalised after a target pass (µs) | added target floor ms/token | "
+             "both floors after a pass x SpD | verdict with the target's rows |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- "
+             "| ---: | ---: | ---: | ---: | --- |"]
     w = Warping(args.temperature, 0, top_p)
     for vocab in [int(v) for v in args.vocabs.split(",")]:
         g = torch.Generator().manual_seed(0)
@@ -777,6 +885,23 @@ def draw_floor(args) -> str:
         ops = (softmax_multinomial, exp_cumsum_search, logsoftmax_cumsum_search, softmax_float64_cumsum,
                softmax_blocks) if plain else (warp_then_draw, sort_then_draw, warp_then_blocks)
 
+        def softmax_row(row=row):  # a target row's masses: its normaliser and every entry
+            return torch.softmax(row, -1)
+
+        def log_softmax_row(row=row):
+            return torch.log_softmax(row, -1)
+
+        def warp_nucleus(row=row):  # the harness's nucleus, normalised (no draw)
+            return warp_probs(row[None], args.temperature, 0, top_p)[0]
+
+        def sort_nucleus(row=row):  # a sorted row's prefix reaching top_p, normalised
+            s, idx = torch.sort(row / args.temperature, descending=True)
+            cs = torch.softmax(s, -1).cumsum(0)
+            n = min(int(torch.searchsorted(cs, torch.tensor([top_p]))) + 1, cs.numel())
+            return idx[:n], torch.softmax(s[:n], -1)
+
+        target_ops = (softmax_row, log_softmax_row) if plain else (warp_nucleus, sort_nucleus)
+
         def draw_seconds(ops=ops) -> float:
             return min(_op_seconds(f, reps) for f in ops)
 
@@ -784,37 +909,48 @@ def draw_floor(args) -> str:
             pair = build_pair(vocab, args.hidden, args.layers, args.draft_hidden, args.draft_layers, draft)
             timers = {"target": ForwardTimer(pair.target), "draft": ForwardTimer(pair.draft)}
             counter, picked = RowCounter(pair.draft), PickedRowCounter()
-            try:  # (the counters hook the draft and patch beam drafting: undone whatever happens)
+            target_rows = TargetRowCounter(pair.target)
+            try:  # (the counters hook the models and patch beam drafting, the warping and tree-MTAD's
+                # rule: undone whatever happens)
                 gs = torch.Generator().manual_seed(1)
                 prompts = make_prompts(args.prompts, args.prompt_length, vocab, args.prompt_seed)
                 decs = {s: load_decoder(*parse_decoder(s, gamma)[:1], **parse_decoder(s, gamma)[1]) for s in systems}
                 for s in systems:
                     measure(s, pair, timers, decs[s], prompts[0], 4, w, gamma, 0)
-                best = situ = float("inf")
-                acc = {s: {"overhead": 0.0, "tokens": 0, "steps": 0, "rows": 0} for s in systems}
+                best = situ = target_situ = float("inf")
+                acc = {s: {"overhead": 0.0, "tokens": 0, "steps": 0, "rows": 0, "target": 0, "needed": 0}
+                       for s in systems}
                 for pi, ids in enumerate(prompts):
                     shift = pi % len(systems)
                     for s in systems[shift:] + systems[:shift]:
                         counter.reset()
                         picked.reset()
+                        target_rows.reset()
                         r = measure(s, pair, timers, decs[s], ids, args.max_new_tokens, w, gamma, 1000 * pi)
+                        acc[s]["target"] += target_rows.rows
+                        acc[s]["needed"] += target_rows.needed if s == "tree_mtad" else target_rows.rows
                         acc[s]["overhead"] += r["overhead"]
                         acc[s]["tokens"] += r["tokens"]
                         acc[s]["steps"] += r["steps"]
                         acc[s]["rows"] += picked.rows if s in BEAM_SYSTEMS else counter.rows
                         best = min(best, draw_seconds())
                         situ = min(situ, _in_situ_seconds(pair.draft, vocab, ops, gs))
+                        target_situ = min(target_situ, _in_situ_seconds(pair.target, vocab, target_ops, gs))
             finally:
                 counter.close()
                 picked.close()
+                target_rows.close()
             spd = acc["spd"]
             spd_ms = 1000 * spd["overhead"] / spd["tokens"]
             spd_tps, spd_rows = spd["tokens"] / spd["steps"], spd["rows"] / spd["tokens"]
+            spd_target = spd["needed"] / spd["tokens"]
             for s in systems[1:]:
                 a = acc[s]
                 tps, rows = a["tokens"] / a["steps"], a["rows"] / a["tokens"]
+                read, needed = a["target"] / a["tokens"], a["needed"] / a["tokens"]
                 added = 1000 * best * max(rows - spd_rows, 0.0)
                 added_situ = 1000 * situ * max(rows - spd_rows, 0.0)
+                added_target = 1000 * target_situ * max(needed - spd_target, 0.0)
                 allowed = 0.5 * spd_ms
                 measured = (1000 * a["overhead"] / a["tokens"]) / spd_ms
                 verdict = _floor_verdict(added, allowed, measured, (spd_ms + added) / spd_ms,
@@ -823,10 +959,18 @@ def draw_floor(args) -> str:
                 after = _floor_verdict(added_situ, allowed, measured, (spd_ms + added_situ) / spd_ms,
                                        "misses after a pass: no draw by the formulations measured meets it as a run "
                                        "meets its rows", "reachable after a pass: the rest of the gap is the harness's")
+                both = added_situ + added_target
+                with_target = _floor_verdict(both, allowed, measured, (spd_ms + both) / spd_ms,
+                                             "misses with the target's rows: no implementation by the formulations "
+                                             "measured meets it as a run meets its rows",
+                                             "reachable with the target's rows: the rest of the gap is the harness's")
+                target_cell = f"{needed:.2f}" if needed == read else f"{needed:.2f} of {read:.2f} read"
                 lines.append(f"| V{vocab}/{draft}/{tag} | {s} | {1e6 * best:.1f} | {rows:.2f} ({spd_rows:.2f}) | "
                              f"{tps:.2f} ({spd_tps:.2f}) | {added:.3f} | {spd_ms:.3f} | {allowed:.3f} | "
                              f"{measured:.2f} | {(spd_ms + added) / spd_ms:.2f} | {verdict} | {1e6 * situ:.1f} | "
-                             f"{added_situ:.3f} | {(spd_ms + added_situ) / spd_ms:.2f} | {after} |")
+                             f"{added_situ:.3f} | {(spd_ms + added_situ) / spd_ms:.2f} | {after} | "
+                             f"{target_cell} ({spd_target:.2f}) | {1e6 * target_situ:.1f} | {added_target:.3f} | "
+                             f"{(spd_ms + both) / spd_ms:.2f} | {with_target} |")
             for t in timers.values():
                 for h in t._h:
                     h.remove()

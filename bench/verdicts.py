@@ -14,7 +14,10 @@ reason, the first that holds:
   timed alone, already costs more than the goal allows: the method's draws, not the harness;
 - ``floor misses after a pass``: timed alone the floor is within the goal, but timed right after
   a draft pass, as a run meets its rows, it is not;
-- ``harness``: the floor is within the goal both ways: the rest of the gap is the harness's;
+- ``floor misses with the target's rows``: the draft's floor after a pass is within the goal, but
+  with the target rows the rule normalises beyond SpD's (a record that measured them: its last
+  columns, each row's least normalisation right after a target pass) it is not;
+- ``harness``: the floor is within the goal every way measured: the rest of the gap is the harness's;
 - ``harness (no floor)``: no floor was measured for the cell (top-k 10, where a draw reads 10
   entries; the decoders no floor covers).
 
@@ -39,9 +42,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-REASONS = ("tokens per step", "floor misses", "floor misses after a pass", "harness", "harness (no floor)")
+REASONS = ("tokens per step", "floor misses", "floor misses after a pass", "floor misses with the target's rows",
+           "harness", "harness (no floor)")
 SHORT = {"met": "met", "tokens per step": "†", "floor misses": "F", "floor misses after a pass": "P",
-         "harness": "H", "harness (no floor)": "h"}
+         "floor misses with the target's rows": "T", "harness": "H", "harness (no floor)": "h"}
 
 
 def _rows(text: str, heading: str) -> list[list[str]]:
@@ -101,14 +105,15 @@ def read_goals(path: Path) -> dict[tuple[str, str], dict]:
     return cells
 
 
-def read_floor(path: Path) -> dict[tuple[str, str], tuple[str, str | None]]:
-    """(cell, decoder) -> the floor's verdict timed alone, and after a pass (None where not measured)."""
+def read_floor(path: Path) -> dict[tuple[str, str], tuple[str, str | None, str | None]]:
+    """(cell, decoder) -> the floor's verdict timed alone, after a pass, and with the target's rows
+    (None where not measured)."""
     out = {}
     for line in path.read_text().splitlines():
         if not line.startswith("| V"):
             continue
         c = _cells(line)
-        out[(c[0], c[1])] = (c[10], c[14] if len(c) > 14 else None)
+        out[(c[0], c[1])] = (c[10], c[14] if len(c) > 14 else None, c[19] if len(c) > 19 else None)
     return out
 
 
@@ -134,16 +139,18 @@ def read_row_ops(path: Path) -> dict[tuple[str, str], str]:
     return out
 
 
-def reason(cell: dict, floor: tuple[str, str | None] | None) -> str:
+def reason(cell: dict, floor: tuple[str, str | None, str | None] | None) -> str:
     if cell["tokens"]:
         return "tokens per step"
     if floor is None:
         return "harness (no floor)"
-    hot, after = floor
+    hot, after, target = (*floor, None)[:3]  # (a beam floor's record has no target columns)
     if hot.startswith("floor alone misses"):
         return "floor misses"
     if after is not None and after.startswith("misses after a pass"):
         return "floor misses after a pass"
+    if target is not None and target.startswith("misses with the target's rows"):
+        return "floor misses with the target's rows"
     return "harness"
 
 
@@ -162,14 +169,16 @@ def render(goals: list[tuple[Path, set[str] | None]], floors: list[Path], row_op
             if k in cells:
                 raise SystemExit(f"{k} is in two goals tables ({cells[k]['source']}, {g.name}): give one per mode")
             cells[k] = v
-    floor: dict[tuple[str, str], tuple[str, str | None]] = {}
+    floor: dict[tuple[str, str], tuple[str, str | None, str | None]] = {}
     for f in floors:
         floor.update(read_floor(f))
+    target = any(v[2] is not None for v in floor.values())  # some record measured the target's rows
+    reasons = [r for r in REASONS if target or r != "floor misses with the target's rows"]
     kernel = read_row_ops(row_ops) if row_ops else {}
     modes = ["greedy", "topk10", "plain", *sorted({k[0].rsplit("/", 1)[1] for k in cells} - {"greedy", "topk10", "plain"})]
     lines = ["## Every goals cell, its verdict and why (`bench/verdicts.py`)", "",
              " ".join((__doc__ or "").split("\n\n")[1].split()), "",
-             "Reasons, in this order: " + "; ".join(f"{SHORT[r]} {r}" for r in REASONS) + ".", "",
+             "Reasons, in this order: " + "; ".join(f"{SHORT[r]} {r}" for r in reasons) + ".", "",
              "Goals tables: " + ", ".join(f"`{g.name}`" + (f" ({', '.join(sorted(m))})" if m else "")
                                           for g, m in goals) + ". Floors: "
              + ", ".join(f"`{f.name}`" for f in floors) + "."

@@ -428,7 +428,17 @@ def test_draw_floor_at_plain_temperature_and_top_p(tmp_path, top_p):
     assert float(cells[11]) > 0 and cells[14].startswith(("misses after a pass", "reachable after a pass",
                                                           "not a bound here"))
     assert float(cells[13]) == pytest.approx((float(cells[6]) + float(cells[12])) / float(cells[6]), abs=0.006)
+    # the target side: rows normalised per token (SpD's), one row's least normalisation after a target
+    # pass, the rows beyond SpD's times it, both floors together, and their verdict
+    assert len(cells) == 20 and float(cells[15].split()[0]) > 0 and float(cells[16]) > 0
+    spd_target, target = float(cells[15].split("(")[1].rstrip(")")), float(cells[15].split()[0])
+    assert float(cells[17]) == pytest.approx(float(cells[16]) / 1000 * max(target - spd_target, 0), abs=0.0006)
+    assert float(cells[18]) == pytest.approx((float(cells[6]) + float(cells[12]) + float(cells[17]))
+                                             / float(cells[6]), abs=0.006)
+    assert cells[19].startswith(("misses with the target's rows", "reachable with the target's rows",
+                                 "not a bound here"))
     assert "rows their draws pick (``PickedRowCounter``)" in text and "best of 3 draft passes over 8 tokens" in text
+    assert "The target side:" in text.split("Command:")[0]
     beam = [c.strip() for c in next(x for x in text.splitlines()
                                      if x.startswith(f"| V3000/random/{tag} | beam_specinfer ")).strip("|").split("|")]
     assert 0 < float(beam[3].split()[0]) and beam[10].startswith(("floor alone", "reachable", "not a bound here"))
@@ -833,21 +843,122 @@ def test_docs_quote_the_reverted_change_and_the_second_plain_run():
 
 
 def test_the_draw_floor_puts_beam_drafting_back_whatever_happens(monkeypatch):
-    """``--draw-floor`` patches beam drafting's ``scoring_probs`` to count picked rows: undone
-    when the run fails too."""
+    """``--draw-floor`` patches beam drafting's ``scoring_probs`` to count picked rows, and the
+    warping, the scores' logits and tree-MTAD's rule to count the target's rows: all undone when
+    the run fails too."""
+    from mtad.core.warping import Warping
     from mtad.propose import beam
+    from mtad.verify import score, threshold
 
-    before = beam.scoring_probs
+    before = (beam.scoring_probs, Warping.__call__, score.Scores.logits, threshold.path_log_probs,
+              threshold.tree_accept)
+
+    def now():
+        return (beam.scoring_probs, Warping.__call__, score.Scores.logits, threshold.path_log_probs,
+                threshold.tree_accept)
 
     def fail(*a, **k):
-        assert beam.scoring_probs is not before  # counting while it runs
+        assert all(x is not y for x, y in zip(now(), before))  # counting while it runs
         raise RuntimeError("planted")
 
     monkeypatch.setattr(overhead, "measure", fail)
     with pytest.raises(RuntimeError, match="planted"):
         overhead.main(["--draw-floor", "--vocabs", "300", "--hidden", "16", "--draft-hidden", "16", "--drafts", "random",
                        "--prompts", "1", "--max-new-tokens", "2", "--systems", "specinfer"])
-    assert beam.scoring_probs is before
+    assert all(x is y for x, y in zip(now(), before))
+
+
+def test_target_rows_are_counted_by_the_target_logits_they_read():
+    """``TargetRowCounter`` counts a warping's rows only where they are (views of) a live output of
+    the target, or the scores' concatenation of them: not the draft's, not a copy, and not a dead
+    output's storage that a later tensor reuses."""
+    import torch
+
+    from mtad.core.warping import Warping
+
+    model = torch.nn.Linear(4, 9)
+
+    class Out:
+        def __init__(self, logits):
+            self.logits = logits
+
+    wrapped = torch.nn.Module()
+    wrapped.lin = model
+    wrapped.forward = lambda x: Out(model(x))
+    counter = overhead.TargetRowCounter(wrapped)
+    try:
+        w = Warping(1.0)
+        out = wrapped(torch.randn(3, 4)).logits  # three target rows
+        w(out[1:])  # a view: 2 rows
+        w(out[0][None])  # 1 row
+        w(out.clone())  # a copy: not the target's
+        w(torch.randn(2, 9))  # the draft's, say
+        assert counter.rows == 3
+        del out
+        w(torch.randn(3, 9))  # may reuse the freed storage: the output is dead, not counted
+        assert counter.rows == 3
+    finally:
+        counter.close()
+    assert Warping.__call__ is not None and counter.rows == 3
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_tree_mtad_needs_only_rows_whose_subtree_may_pass(dtype):
+    """``_needed_tree_rows``: a row with children is needed unless its own path's log-likelihood
+    already fails at every depth below it (descendants' never rise); the row the token is drawn
+    from always; each row once. Checked against a brute force over the rule's own pass test."""
+    import math
+    import random
+
+    import torch
+
+    from mtad.verify.threshold import _host_float, path_log_probs
+
+    dtype = getattr(torch, dtype)
+    rng = random.Random(5)
+    pruned = 0
+    for _ in range(200):
+        n = rng.randint(1, 12)
+        parents = [-1] + [rng.randrange(0, r) for r in range(1, n + 1)]
+        depth = [0]
+        for r in range(1, n + 1):
+            depth.append(depth[parents[r]] + 1)
+        g = max(depth)
+        if g == 0:
+            continue
+        edge = torch.tensor([rng.choice([0.0, rng.random(), rng.random() ** 8]) for _ in range(n)], dtype=dtype)
+        logp = path_log_probs(edge, parents)
+        ref = torch.tensor([rng.uniform(-12, 0) for _ in range(g)], dtype=dtype)
+        tau = rng.choice([0.1, 0.5, 1.0])
+        chosen = rng.randrange(0, n + 1)
+        got = overhead._needed_tree_rows(logp, depth, parents, ref, tau, chosen)
+        assert got == len(_brute_needed(logp.tolist(), depth, parents, ref.tolist(), _host_float(dtype),
+                                         _host_float(dtype)(math.log(tau)), chosen))
+        pruned += got < len(set(parents[1:]) | {chosen})
+    assert pruned > 20  # the cases prune rows (a count of every row with children fails)
+
+
+def _brute_needed(vals, depth, parents, refs, rnd, bar, chosen) -> set[int]:
+    """``_needed_tree_rows`` by brute force: each row whose descendants the row's own path does not
+    rule out, and the chosen row; asserting on the way that every row on the path to a node that
+    passes the rule's own test is among them (a pruning that skipped one would be wrong)."""
+    import math
+
+    n = len(depth) - 1
+
+    def below(r):
+        kids = [c for c in range(1, n + 1) if parents[c] == r]
+        return kids + [d for c in kids for d in below(c)]
+
+    need = {chosen} | {r for r in range(n + 1) if vals[r] != -math.inf
+                       and any(rnd(vals[r] - refs[depth[v] - 1]) > bar for v in below(r))}
+    for v in range(1, n + 1):
+        if vals[v] != -math.inf and rnd(vals[v] - refs[depth[v] - 1]) > bar:
+            r = parents[v]
+            while r != -1:
+                assert r in need
+                r = parents[r]
+    return need
 
 
 def test_after_pass_times_the_same_work_after_a_pass_and_again(tmp_path):

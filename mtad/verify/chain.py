@@ -18,7 +18,9 @@ instead: ``verify_chain``'s ``hinted``). On the CPU with a sparse warping (a cha
 ``mtad.propose.chain``), the masses and the bonus come from the target's candidates
 (``Scores.candidates``) instead of the dense rows; a correction at temperature 0 is p_i itself
 (both rows one-hot, x_i not p_i's argmax), otherwise it is computed on the two rows made dense
-from the very values the dense path holds: the same draws either way.
+from the very values the dense path holds: the same draws either way. With top-p alone on the
+CPU the target's rows are warped one at a time up to the first rejection (``_verify_row_by_row``:
+a nucleus costs several passes over its row, and the rows after a rejection are not read).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from mtad.core.decoder import StepContext, StepOutput, residual, sample
-from mtad.core.sampling import Rows, sizes_first, support_sizes
+from mtad.core.sampling import Rows, Support, sizes_first, support_sizes
 from mtad.core.tree import TokenTree
 from mtad.verify.score import Scores, chain_masses, chain_tokens, score
 
@@ -71,10 +73,15 @@ def accepted_prefix(pxs: list[float], qxs: list[float], generator: torch.Generat
     """Speculative sampling's acceptances: one uniform per position until the first rejection
     (U <= min(1, p_i(x_i) / q_i(x_i)), tested without dividing); the number accepted."""
     for i, (px, qx) in enumerate(zip(pxs, qxs)):
-        u = float(torch.rand((), generator=generator, dtype=torch.float64))
-        if not (qx > 0 and u * qx <= px):
+        if not _accepts(px, qx, generator):
             return i
     return len(pxs)
+
+
+def _accepts(px: float, qx: float, generator: torch.Generator) -> bool:
+    """One position's test: its uniform, then U <= min(1, px / qx) without dividing."""
+    u = float(torch.rand((), generator=generator, dtype=torch.float64))
+    return qx > 0 and u * qx <= px
 
 
 class SpeculativeChain:
@@ -92,6 +99,8 @@ class SpeculativeChain:
         x, _ = scores.fed()
         if isinstance(tree.q, Rows) and scores.candidates() is not None:
             n, y = _verify_on_candidates(ctx, tokens, scores, tree.q, x)
+        elif scores.lazy_rows() and scores.nucleus_rows():
+            n, y = _verify_row_by_row(ctx, tokens, scores, tree.q)
         else:
             n, y = verify_chain(tokens, scores.p, tree.q, ctx.generator, ctx.warping.support_bound, x,
                                 ctx.warping.support_hinted)
@@ -112,3 +121,20 @@ def _verify_on_candidates(ctx: StepContext, tokens: list[int], scores: Scores, q
     ids, probs = scores.candidates()
     p_i = torch.zeros(scores.body.shape[-1], dtype=probs.dtype).scatter_(-1, ids[i], probs[i])
     return i, sample(residual(p_i, q[i].dense()), ctx.generator, ctx.warping.support_bound)
+
+
+def _verify_row_by_row(ctx: StepContext, tokens: list[int], scores: Scores,
+                       q: torch.Tensor | Rows) -> tuple[int, int]:
+    """``verify_chain`` with p's rows warped one at a time, up to the first rejection (top-p alone
+    on the CPU, where a row's nucleus costs several passes over it: the rows after a rejection
+    are never warped), q's rows read as they are (vectors, or host supports): the same masses (a
+    warped row is ``p``'s row bit for bit, ``Scores.lazy_rows``), uniforms, in the same order, and
+    draws."""
+    g = len(tokens)
+    for i, t in enumerate(tokens):
+        qi = q[i]
+        qx = qi.mass(t) if isinstance(qi, Support) else float(qi[t])
+        if not _accepts(float(scores.p_row(i)[t]), qx, ctx.generator):
+            dense = qi.dense() if isinstance(qi, Support) else qi
+            return i, sample(residual(scores.p_row(i), dense), ctx.generator, ctx.warping.support_bound)
+    return g, scores.sample(g, ctx.generator)

@@ -99,26 +99,40 @@ class Scores:
         """``_warped_row`` of every row in ``wanted`` (row-wise, CPU), in as few warping calls as
         the rows allow: the root alone, the body's from the first wanted row to the last in one
         call on that slice of the logits (a view: no copy), where that span holds no more than
-        twice the wanted rows (its rows in between are kept too), else row by row. The same
-        values: a softmax reads one row at a time (``tests/verify/test_score.py``)."""
+        twice the wanted rows (its rows in between are kept too), else row by row. With top-p
+        (``nucleus_rows``: a row's nucleus costs many passes over it) no row in between is warped:
+        the wanted rows are a slice where they follow one another, else gathered into one call.
+        The same values: a softmax, and a nucleus, read one row at a time
+        (``tests/verify/test_score.py``)."""
         rows = self._cache.setdefault("p_rows", {})
         if 0 in wanted and 0 not in rows:
             rows[0] = self.ctx.warping(self.root[None])[0]
         body = sorted({r for r in wanted if r > 0 and r not in rows})
-        if len(body) > 1 and body[-1] - body[0] + 1 <= 2 * len(body):
+        if len(body) > 1 and self.nucleus_rows() and body[-1] - body[0] + 1 != len(body):
+            at = torch.tensor(body) - 1
+            rows.update(zip(body, self.ctx.warping(self.body.index_select(0, at)).unbind(0)))
+        elif len(body) > 1 and body[-1] - body[0] + 1 <= 2 * len(body):
             lo, hi = body[0], body[-1]
             for r, row in enumerate(self.ctx.warping(self.body[lo - 1 : hi]).unbind(0), start=lo):
                 rows.setdefault(r, row)
         for r in body:
             self._warped_row(r)
 
+    def nucleus_rows(self) -> bool:
+        """Whether the warping is top-p alone (no top-k), whose rows warp one at a time into the
+        very values ``p`` holds (each row's own nucleus, then its softmax: no value of one row
+        depends on another's; ``tests/verify/test_score.py`` compares them)."""
+        w = self.ctx.warping
+        return not w.greedy and w.top_k == 0 and w.top_p < 1.0 and "p" not in self._cache and len(self.body) > 0
+
     def lazy_rows(self) -> bool:
         """Row-wise warping on the CPU: each row of ``p`` is warped when a rule first reads it
         (``_warped_row``), so a tree rule that reads its edges' masses normalises the rows
         of its nodes' parents and the row it draws from, not its leaves' (the same values:
-        a softmax reads one row at a time). On an accelerator the root and the body warp in
-        two calls (``_parts``): no host read of which rows are wanted."""
-        return self.device.type == "cpu" and self.row_wise()
+        a softmax, and at top-p alone a nucleus, read one row at a time). On an accelerator the
+        root and the body warp in two calls (``_parts``) at plain temperature, and every row at
+        once at top-p: no host read of which rows are wanted."""
+        return self.device.type == "cpu" and (self.row_wise() or self.nucleus_rows())
 
     def p_row(self, row: int) -> torch.Tensor:  # [V] ``p[row]``
         if self.lazy_rows():
@@ -182,7 +196,7 @@ class Scores:
         every row's support size crosses in that transfer too, kept for ``sample``: a rule's
         final draw from a long support then needs no read of its hint first."""
         cand = self.candidates()
-        if cand is None and self.lazy_rows():  # plain temperature on the CPU: the rows read only
+        if cand is None and self.lazy_rows():  # plain temperature or top-p alone on the CPU: the rows read only
             pairs = list(zip(rows.tolist(), tokens.tolist()))
             if not pairs:
                 return torch.empty(0, dtype=torch.float64 if self.root.dtype == torch.float64 else torch.float32)

@@ -79,13 +79,14 @@ def test_score_is_one_pass_over_the_distinct_nodes_with_each_paths_logits(toy_pa
     assert torch.allclose(again, ctx.target.score(COMMITTED + [4, 1, 2])[-1], atol=1e-10, rtol=0)
 
 
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_plain_temperature_masses_and_draws_read_the_rows_apart(toy_pair, temperature):
-    """At plain temperature ``masses`` and ``sample`` warp the root's and the body's rows apart
-    (no concatenation of the logits): the very floats of ``p``, and the same draws."""
+@pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 1.0), (1.0, 0.9), (0.7, 0.5)])
+def test_masses_and_draws_read_the_rows_apart(toy_pair, temperature, top_p):
+    """At plain temperature and at top-p alone ``masses`` and ``sample`` warp the root's and the
+    body's rows apart (no concatenation of the logits): the very floats of ``p``, and the same
+    draws."""
     from mtad.core.sampling import generator
 
-    warping = Warping(temperature)
+    warping = Warping(temperature, 0, top_p)
     tree = TokenTree()
     a = tree.add(ROOT, 4)
     tree.add(a, 1), tree.add(a, 5), tree.add(ROOT, 2)
@@ -100,6 +101,32 @@ def test_plain_temperature_masses_and_draws_read_the_rows_apart(toy_pair, temper
             assert (apart.sample(row, generator(warping, seed))
                     == whole.sample(row, generator(warping, seed)))
     assert torch.equal(apart.p, whole.p)  # p read afterwards: built from the same rows
+
+
+@pytest.mark.parametrize("top_p", [0.9, 0.5])
+def test_top_p_rows_are_warped_only_where_a_rule_reads_them(toy_pair, monkeypatch, top_p):
+    """At top-p alone (a row's nucleus costs many passes over it) a tree rule's edge masses warp
+    the rows of the nodes' parents only, in one call (a slice where they follow one another, else
+    gathered), and its draw that row alone: no leaf's row, each the very floats of ``p``."""
+    tree = TokenTree()
+    a = tree.add(ROOT, 4)
+    b = tree.add(a, 1)
+    tree.add(b, 3), tree.add(a, 5), tree.add(ROOT, 2), tree.add(b, 0)
+    warping = Warping(1.0, 0, top_p)
+    apart, p = score(_ctx(toy_pair, warping), tree), score(_ctx(toy_pair, warping), tree).p
+    n = []
+    orig = Warping.__call__
+    monkeypatch.setattr(Warping, "__call__", lambda self, x: n.append(len(x)) or orig(self, x))
+    x, par = apart.fed(parents=True)
+    apart.masses(par, x)
+    parents = sorted(set(par.tolist()))
+    assert sorted(apart._cache["p_rows"]) == parents  # rows 0, 1 (a), 2 (b): no leaf
+    assert n == [1, 2]  # the root, then the body's parents in one call
+    apart._warp_rows([3, 5])  # apart: gathered into one call
+    assert n == [1, 2, 2] and sorted(apart._cache["p_rows"]) == [*parents, 3, 5]
+    for r, row in apart._cache["p_rows"].items():
+        assert torch.equal(row, p[r]), r
+    assert "logits" not in apart._cache
 
 
 @pytest.mark.parametrize("wanted, calls", [([0, 1, 2, 3, 4, 5, 6], 2), ([2, 3, 5], 1), ([1, 6], 2),
@@ -238,11 +265,13 @@ def test_a_threshold_rule_refuses_a_tree_without_beams(toy_pair, rule):
         rule.verify(_ctx(toy_pair), tree)
 
 
+@pytest.mark.parametrize("top_p", [1.0, 0.9])
 @pytest.mark.parametrize("decoder", ["spd", "tree_mtad", "mtad"])
-def test_rows_warped_apart_change_no_token(decoder, monkeypatch):
-    """Generations at plain temperature with the rows warped apart are those of the whole ``p``
-    (``Scores.row_wise`` forced off), token for token and step for step, on a vocabulary past
-    ``DENSE_MAX`` (SpD, whose chain rule reads the whole ``p``, as the control)."""
+def test_rows_warped_apart_change_no_token(decoder, top_p, monkeypatch):
+    """Generations at plain temperature and at top-p alone with the rows warped apart are those
+    of the whole ``p`` (``Scores.lazy_rows`` and ``Scores.row_wise`` forced off), token for token
+    and step for step, on a vocabulary past ``DENSE_MAX`` and the bucketed nucleus's length (SpD,
+    whose chain rule reads the whole ``p``, as the control)."""
     from mtad.core.engine import Engine
     from mtad.models.tiny import tiny_causal_lm
     from mtad.run.cli import load_decoder
@@ -250,7 +279,7 @@ def test_rows_warped_apart_change_no_token(decoder, monkeypatch):
 
     target = tiny_causal_lm("qwen2", vocab_size=5000, hidden_size=16, num_layers=1, num_heads=2, seed=0)
     draft = tiny_causal_lm("qwen2", vocab_size=5000, hidden_size=16, num_layers=1, num_heads=2, seed=1)
-    warping = Warping(1.0)
+    warping = Warping(1.0, 0, top_p)
 
     def run():
         eng = Engine(target, draft, load_decoder(decoder, gamma=3), warping)
@@ -259,4 +288,40 @@ def test_rows_warped_apart_change_no_token(decoder, monkeypatch):
 
     apart = run()
     monkeypatch.setattr(Scores, "row_wise", lambda self: False)
+    monkeypatch.setattr(Scores, "lazy_rows", lambda self: False)
     assert run() == apart
+
+
+def test_spd_at_top_p_warps_its_rows_up_to_the_first_rejection(monkeypatch):
+    """SpD at top-p alone on the CPU (``_verify_row_by_row``): each step warps the target rows up to
+    the first rejection (or the bonus row), one at a time, never the whole ``p``; a step that
+    rejected early left the rows after it unwarped (a random draft rejects some)."""
+    from mtad.core.engine import Engine
+    from mtad.models.tiny import tiny_causal_lm
+    from mtad.run.cli import load_decoder
+    from mtad.verify import chain
+
+    target = tiny_causal_lm("qwen2", vocab_size=5000, hidden_size=16, num_layers=1, num_heads=2, seed=0)
+    draft = tiny_causal_lm("qwen2", vocab_size=5000, hidden_size=16, num_layers=1, num_heads=2, seed=1)
+    seen, steps = [], []
+    orig_score, orig_verify = chain.score, chain.SpeculativeChain.verify
+
+    def spy_score(ctx, tree):
+        seen.append(orig_score(ctx, tree))
+        return seen[-1]
+
+    def spy_verify(self, ctx, tree):
+        out = orig_verify(self, ctx, tree)
+        s = seen[-1]
+        steps.append((out.accepted, out.drafted, sorted(s._cache.get("p_rows", {})), "p" in s._cache))
+        return out
+
+    monkeypatch.setattr(chain, "score", spy_score)
+    monkeypatch.setattr(chain.SpeculativeChain, "verify", spy_verify)
+    eng = Engine(target, draft, load_decoder("spd", gamma=4), Warping(1.0, 0, 0.9))
+    for seed in range(3):
+        eng.generate([5, 6, 7], 16, seed=seed)
+    assert steps and not any(whole for *_, whole in steps)
+    for accepted, _, rows, _ in steps:
+        assert rows == list(range(accepted + 1)), (accepted, rows)
+    assert any(accepted < drafted for accepted, drafted, *_ in steps)  # some rows were never warped
