@@ -645,7 +645,9 @@ class PickedRowCounter:
 class TargetRowCounter:
     """Target rows a verification rule normalises (warps), per run: each ``Warping`` call on rows of
     the target's logits (a view of one of its passes' outputs, or the scores' concatenation of
-    them, ``mtad.verify.score.Scores.logits``), counted by storage while that output is alive.
+    them, ``mtad.verify.score.Scores.logits``), counted by storage while that output is alive, and
+    every one made inside ``Scores._warp_rows`` (which warps the target's rows only, and at top-p
+    a copy of the wanted ones, gathered).
 
     Tree-MTAD's rule reads the edge masses of every scored node, so it normalises the row of every
     node with children and the row it draws from. A rule may skip a row whose whole subtree
@@ -664,8 +666,9 @@ class TargetRowCounter:
         self._live: list = []
         self._weakref = weakref.ref
         self._h = model.register_forward_hook(lambda m, a, o: self._add(o.logits))
-        self._score, self._orig_logits = score, score.Scores.logits
+        self._score, self._orig_logits, self._orig_rows = score, score.Scores.logits, score.Scores._warp_rows
         self._warp, self._orig_call = Warping, Warping.__call__
+        self._inside = 0  # calls of Scores._warp_rows under way
         self._th, self._orig_paths, self._orig_accept = threshold, threshold.path_log_probs, threshold.tree_accept
         self._parents: list[int] | None = None
 
@@ -675,9 +678,16 @@ class TargetRowCounter:
             return x
 
         def call(warping, x, _orig=self._orig_call):
-            if self._is_target(x):
+            if self._inside or self._is_target(x):
                 self.rows += x.numel() // x.shape[-1]
             return _orig(warping, x)
+
+        def warp_rows(scores, wanted, _orig=self._orig_rows):
+            self._inside += 1
+            try:
+                return _orig(scores, wanted)
+            finally:
+                self._inside -= 1
 
         def paths(edge_p, parents, _orig=self._orig_paths):
             self._parents = list(parents)
@@ -691,6 +701,7 @@ class TargetRowCounter:
             return out
 
         score.Scores.logits = property(logits)
+        score.Scores._warp_rows = warp_rows
         Warping.__call__ = call
         threshold.path_log_probs, threshold.tree_accept = paths, accept
 
@@ -707,7 +718,7 @@ class TargetRowCounter:
 
     def close(self):
         self._h.remove()
-        self._score.Scores.logits = self._orig_logits
+        self._score.Scores.logits, self._score.Scores._warp_rows = self._orig_logits, self._orig_rows
         self._warp.__call__ = self._orig_call
         self._th.path_log_probs, self._th.tree_accept = self._orig_paths, self._orig_accept
 

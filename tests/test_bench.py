@@ -416,11 +416,13 @@ def test_draw_floor_at_plain_temperature_and_top_p(tmp_path, top_p):
     extra = [] if top_p == 1.0 else ["--floor-top-p", str(top_p)]
     overhead.main(["--draw-floor", *extra, "--vocabs", "3000", "--hidden", "16", "--draft-hidden", "16",
                    "--drafts", "random", "--prompts", "1", "--max-new-tokens", "4",
-                   "--systems", "specinfer,beam_specinfer", "--md", str(md)])
+                   "--systems", "specinfer,beam_specinfer,tree_mtad", "--md", str(md)])
     text = md.read_text()
     tag = "plain" if top_p == 1.0 else "topp0.9"
     lines = [x for x in text.splitlines() if x.startswith(f"| V3000/random/{tag} ")]
-    assert [x.split("|")[2].strip() for x in lines] == ["specinfer", "beam_specinfer"]
+    assert [x.split("|")[2].strip() for x in lines] == ["specinfer", "beam_specinfer", "tree_mtad"]
+    tree = [c.strip() for c in lines[2].strip("|").split("|")][15].split()  # "needed of read read (SpD's)"
+    assert len(tree) == 2 or float(tree[0]) <= float(tree[2])  # a rule needs no row it does not read
     cells = [c.strip() for c in lines[0].strip("|").split("|")]
     # a verdict never stronger than its own run: "not a bound here" where this tiny run measured the
     # decoder below the floor (timing: either can happen on 4 tokens)
@@ -850,12 +852,11 @@ def test_the_draw_floor_puts_beam_drafting_back_whatever_happens(monkeypatch):
     from mtad.propose import beam
     from mtad.verify import score, threshold
 
-    before = (beam.scoring_probs, Warping.__call__, score.Scores.logits, threshold.path_log_probs,
-              threshold.tree_accept)
-
     def now():
-        return (beam.scoring_probs, Warping.__call__, score.Scores.logits, threshold.path_log_probs,
-                threshold.tree_accept)
+        return (beam.scoring_probs, Warping.__call__, score.Scores.logits, score.Scores._warp_rows,
+                threshold.path_log_probs, threshold.tree_accept)
+
+    before = now()
 
     def fail(*a, **k):
         assert all(x is not y for x, y in zip(now(), before))  # counting while it runs
