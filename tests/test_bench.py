@@ -1423,3 +1423,87 @@ def test_docs_quote_the_lean_loop_records():
     assert harness and all(x in sec for x in harness)
     assert not any(x.startswith("| plain |") and "could close" in x for x in harness)  # "no harness cell ... could close"
     _assert_offline_paragraph("compare_commits_offline5_lean_loop_humaneval_cpu.md", sec)
+
+
+def test_the_target_rows_verdicts_recompute_from_their_records():
+    """Both target-rows verdicts records are ``bench/verdicts.py``'s of the session's goals tables,
+    one per commit, with the floors that count the target's rows."""
+    import verdicts
+
+    bench = Path(__file__).resolve().parent.parent / "results/bench"
+    floors = [bench / n for n in ("draw_floor_target_rows_cpu.md", "draw_floor_topp_target_rows_cpu.md",
+                                  "beam_floor_root_row_cpu.md")]
+    for commit, name in (("4ee1573aa2", "verdicts_target_rows_cpu.md"),
+                         ("377e04ef0e", "verdicts_target_rows_before_cpu.md")):
+        goals = [(bench / f"compare_commits_target_rows_{m}_cpu_goals_{commit}.md", None) for m in ("modes", "topp")]
+        assert verdicts.render(goals, floors) == (bench / name).read_text()
+
+
+def test_docs_quote_the_target_rows_records():
+    """The target-rows section: its top-p table, the spans and claims its prose states, the floor
+    records' target rows, costs and the one cell they move, the verdict counts, and every cell
+    whose verdict differs between the two commits (and no other) are the records'."""
+    bench = Path(__file__).resolve().parent.parent / "results/bench"
+    sec = _doc().split("### The target's rows: read only where a rule reads them at top-p")[1].split("###")[0]
+    for s, row in _new_old_rows("compare_commits_target_rows_topp_cpu.md", "/sample_nok").items():
+        assert row in sec, s
+    cells = {(r[0].split("/")[0] + "/" + r[0].split("/")[1], r[1]): r
+             for r in _table("compare_commits_target_rows_topp_cpu.md", "| V")}
+    cols = ["V32000/random", "V32000/equal", "V151936/random", "V151936/equal"]
+
+    def new_old(col, s):
+        return float(cells[(col, s)][2].split()[0])
+
+    def span(vals, fmt="{:.2f}"):
+        return f"{fmt.format(min(vals))}-{fmt.format(max(vals))}"
+
+    tree = [new_old(c, "tree_mtad") for c in cols]
+    assert f"Tree-MTAD's new / old is {span(tree)}" in sec
+    lowest = [all(new_old(c, "tree_mtad") < new_old(c, s) for s in _DECODER_NAMES if s != "tree_mtad") for c in cols]
+    assert lowest.count(True) == 3 and new_old(cols[lowest.index(False)], "spd") == new_old(cols[lowest.index(False)],
+                                                                                           "tree_mtad")
+    ratio = [(float(cells[(c, "tree_mtad")][3].split()[0]), float(cells[(c, "tree_mtad")][4].split()[0])) for c in cols]
+    assert sum(n < o for o, n in ratio) == 3 and ratio[2][0] == ratio[2][1] == 1.74
+    assert f"SpD itself gained at 151,936 tokens ({span([new_old(c, 'spd') for c in cols[2:]])})" in sec
+    assert f"not at 32,000 ({span([new_old(c, 'spd') for c in cols[:2]])}" in sec
+    unchanged = [s for s in _DECODER_NAMES if s not in ("spd", "tree_mtad", "mtad")]
+    assert len(unchanged) == 8 and f"at {span([new_old(c, s) for c in cols[:2] for s in unchanged])} there" in sec
+    for c in cols[2:]:  # "every other decoder's ratio at 151,936 tokens rose"
+        for s in _DECODER_NAMES:
+            if s not in ("spd", "tree_mtad"):
+                assert float(cells[(c, s)][4].split()[0]) > float(cells[(c, s)][3].split()[0]), (c, s)
+    plain, topp = _table("draw_floor_target_rows_cpu.md", "| V"), _table("draw_floor_topp_target_rows_cpu.md", "| V")
+
+    def needed(r):
+        return float(r[15].split()[0])
+
+    assert f"Tree-MTAD normalises {span([needed(r) for r in plain if r[1] == 'tree_mtad'])} target rows" in sec
+    assert f"and {span([needed(r) for r in topp if r[1] == 'tree_mtad'])} at top-p" in sec
+    assert f"every other decoder {span([needed(r) for r in plain + topp if r[1] != 'tree_mtad'])}" in sec
+    assert f"SpD {span([float(r[15].split('(')[1].rstrip(')')) for r in plain + topp])}" in sec
+    for rows, at in ((plain, "14.6-14.9 µs at 32,000 tokens and 67.1-67.2 µs at 151,936"),
+                     (topp, "262.9-264.1 µs and 736.5-774.4 µs at top-p")):
+        assert at in sec
+        lo = span([float(r[16]) for r in rows if r[0].startswith("V32000/")], "{:.1f}")
+        hi = span([float(r[16]) for r in rows if r[0].startswith("V151936/")], "{:.1f}")
+        assert lo in at and hi in at
+    moved = [r for r in plain + topp if r[19].startswith("misses with") and r[14].startswith("reachable")]
+    assert [(r[0], r[1]) for r in moved] == [("V151936/equal/topp0.9", "tree_mtad")]
+    assert f"are {moved[0][18]} x SpD's overhead" in sec
+    assert f"floor with the target's rows is {span([float(r[18]) for r in plain if r[1] == 'tree_mtad'])} x" in sec
+    assert f"SpD at {span([float(r[6]) for r in topp if r[0].startswith('V32000/')], '{:.3f}')} ms per token" in sec
+    old = _table("draw_floor_topp_nucleus_cpu.md", "| V")
+    assert f"run's {span([float(r[6]) for r in old if r[0].startswith('V32000/')], '{:.3f}')}" in sec
+    counts = (bench / "verdicts_target_rows_cpu.md").read_text().split("### Cells by verdict and reason")[1]
+    lines = [x for x in counts.splitlines() if x.startswith("| ") and not x.startswith(("| mode", "| ---"))]
+    assert lines and all(x in sec for x in lines)
+    before, after = _verdict_cells("verdicts_target_rows_before_cpu.md"), _verdict_cells("verdicts_target_rows_cpu.md")
+    assert before.keys() == after.keys() and len(before) == 4 * 4 * 10
+    changed = [k for k in before if before[k].split()[1:] != after[k].split()[1:]]
+    listed = [r for r in sec.split("| --- | --- | --- | --- |")[1].split(" 4ee1573 changed no path")[0].split("|")
+              if r.strip()]
+    assert len(listed) == 4 * len(changed) and changed
+    for setting, s in changed:
+        assert f"| {setting} | {_DECODER_NAMES[s]} | {before[(setting, s)]} | {after[(setting, s)]} |" in sec
+    assert [k for k in changed if k[0].endswith("topp0.9")] == [("V32000/random/topp0.9", "tree_mtad")]
+    assert after[("V151936/equal/topp0.9", "tree_mtad")].endswith("T")
