@@ -100,18 +100,26 @@ class Scores:
         the rows allow: the root alone, the body's from the first wanted row to the last in one
         call on that slice of the logits (a view: no copy), where that span holds no more than
         twice the wanted rows (its rows in between are kept too), else row by row. With top-p
-        (``nucleus_rows``: a row's nucleus costs many passes over it) no row in between is warped:
-        the wanted rows are a slice where they follow one another, else gathered into one call.
-        The same values: a softmax, and a nucleus, read one row at a time
-        (``tests/verify/test_score.py``)."""
+        (``nucleus_rows``: a row's nucleus costs many passes over it, and a call's own work is
+        more than a softmax's) no row in between is warped and every wanted row, the root's
+        included, is warped in one call: the body's as a slice where they follow one another and
+        the root's is not wanted, else gathered. The same values: a softmax, and a nucleus, read
+        one row at a time (``tests/verify/test_score.py``)."""
         rows = self._cache.setdefault("p_rows", {})
+        todo = sorted({r for r in wanted if r not in rows})
+        if len(todo) > 1 and self.nucleus_rows():
+            body = [r for r in todo if r > 0]
+            if todo[0] > 0 and body[-1] - body[0] + 1 == len(body):
+                x = self.body[body[0] - 1 : body[-1]]  # a view
+            else:
+                x = self.body.index_select(0, torch.tensor(body) - 1)
+                x = torch.cat([self.root[None], x]) if todo[0] == 0 else x
+            rows.update(zip(todo, self.ctx.warping(x).unbind(0)))
+            return
         if 0 in wanted and 0 not in rows:
             rows[0] = self.ctx.warping(self.root[None])[0]
         body = sorted({r for r in wanted if r > 0 and r not in rows})
-        if len(body) > 1 and self.nucleus_rows() and body[-1] - body[0] + 1 != len(body):
-            at = torch.tensor(body) - 1
-            rows.update(zip(body, self.ctx.warping(self.body.index_select(0, at)).unbind(0)))
-        elif len(body) > 1 and body[-1] - body[0] + 1 <= 2 * len(body):
+        if len(body) > 1 and body[-1] - body[0] + 1 <= 2 * len(body):
             lo, hi = body[0], body[-1]
             for r, row in enumerate(self.ctx.warping(self.body[lo - 1 : hi]).unbind(0), start=lo):
                 rows.setdefault(r, row)

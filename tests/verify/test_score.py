@@ -106,8 +106,9 @@ def test_masses_and_draws_read_the_rows_apart(toy_pair, temperature, top_p):
 @pytest.mark.parametrize("top_p", [0.9, 0.5])
 def test_top_p_rows_are_warped_only_where_a_rule_reads_them(toy_pair, monkeypatch, top_p):
     """At top-p alone (a row's nucleus costs many passes over it) a tree rule's edge masses warp
-    the rows of the nodes' parents only, in one call (a slice where they follow one another, else
-    gathered), and its draw that row alone: no leaf's row, each the very floats of ``p``."""
+    the rows of the nodes' parents only, the root's with them, in one call (the body's a slice
+    where they follow one another and the root's is not wanted, else gathered), and its draw that
+    row alone: no leaf's row, each the very floats of ``p``."""
     tree = TokenTree()
     a = tree.add(ROOT, 4)
     b = tree.add(a, 1)
@@ -121,9 +122,11 @@ def test_top_p_rows_are_warped_only_where_a_rule_reads_them(toy_pair, monkeypatc
     apart.masses(par, x)
     parents = sorted(set(par.tolist()))
     assert sorted(apart._cache["p_rows"]) == parents  # rows 0, 1 (a), 2 (b): no leaf
-    assert n == [1, 2]  # the root, then the body's parents in one call
-    apart._warp_rows([3, 5])  # apart: gathered into one call
-    assert n == [1, 2, 2] and sorted(apart._cache["p_rows"]) == [*parents, 3, 5]
+    assert n == [3]  # the root and the body's parents in one call
+    apart._warp_rows([4, 5])  # one after the other: a slice
+    apart._warp_rows([3, 6])  # apart: gathered into one call
+    apart._warp_rows([2, 3])  # kept already
+    assert n == [3, 2, 2] and sorted(apart._cache["p_rows"]) == [*parents, 3, 4, 5, 6]
     for r, row in apart._cache["p_rows"].items():
         assert torch.equal(row, p[r]), r
     assert "logits" not in apart._cache
