@@ -1510,3 +1510,17 @@ def test_docs_quote_the_target_rows_records():
         assert f"| {setting} | {_DECODER_NAMES[s]} | {before[(setting, s)]} | {after[(setting, s)]} |" in sec
     assert [k for k in changed if k[0].endswith("topp0.9")] == [("V32000/random/topp0.9", "tree_mtad")]
     assert after[("V151936/equal/topp0.9", "tree_mtad")].endswith("T")
+
+
+def test_docs_quote_the_one_call_record():
+    """The one-call paragraph's spans are its record's, four settings per decoder."""
+    rows = _table("compare_commits_one_call_topp_cpu.md", "| V")
+    sec = _doc().split("0d2b6d4 then warps every wanted row at top-p")[1].split("###")[0]
+
+    def span(s):
+        v = [float(r[2].split()[0]) for r in rows if r[1] == s]
+        assert len(v) == 4, s
+        return f"{min(v):.2f}-{max(v):.2f}"
+
+    assert (f"new / old {span('mtad')} for MTAD and {span('tree_mtad')} for tree-MTAD, against SpD's "
+            f"{span('spd')} and typical acceptance's {span('typical')}") in sec
