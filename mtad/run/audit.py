@@ -33,6 +33,7 @@ import argparse
 import functools
 import json
 import logging
+import os
 import random
 import sys
 import time
@@ -40,7 +41,14 @@ from pathlib import Path
 from typing import Any
 
 from mtad.core.escape import md_cell
-from mtad.core.io import append_jsonl, read_json, read_jsonl, shown_path, write_text_atomic
+from mtad.core.io import (
+    append_jsonl,
+    read_json,
+    read_jsonl,
+    refuse_link,
+    shown_path,
+    write_text_atomic,
+)
 from mtad.run.results import PointFolder, exit_on_bad_results, identity_hash, record_key
 from mtad.run.results.segments import SEGMENT_FIELD, describe_provenance, segment_of
 
@@ -587,10 +595,18 @@ def made_before_draw_changes(folders: list[Path], staging: Path = Path("reruns")
 def committed_points(root: Path) -> list[Path]:
     """Every point folder (one holding ``samples.jsonl``) under ``root`` that git does not ignore
     (``mtad.core.io.not_git_ignored``: a local run's own output under ``results/runs/`` is not a
-    committed point), sorted."""
+    committed point), sorted. A linked folder under ``root`` is never entered, and refused
+    (UnsafeResultsFile naming it) rather than passed over: a point there would otherwise go
+    unaudited without a word."""
     from mtad.core.io import not_git_ignored
 
-    return sorted(p.parent for p in not_git_ignored([p for p in root.rglob("samples.jsonl") if p.is_file()]))
+    found = []
+    for here, dirs, files in os.walk(root):  # (followlinks=False: a link to a folder is listed, not entered)
+        for d in dirs:
+            refuse_link(Path(here, d))
+        if "samples.jsonl" in files:
+            found.append(Path(here, "samples.jsonl"))
+    return sorted(p.parent for p in not_git_ignored(found))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -648,6 +664,7 @@ def main(argv: list[str] | None = None) -> int:
         print("mtad-audit: give point folders, or --all for every point under results/", file=sys.stderr)
         return 2
     for f in folders:
+        PointFolder(f).check_entries()  # a link, FIFO or the like in its place: refused first, by name
         if not (f / "samples.jsonl").exists():
             print(f"mtad-audit: {f} holds no samples.jsonl; give point folders", file=sys.stderr)
             return 2

@@ -328,11 +328,16 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from mtad.run.config import ConfigError
-    from mtad.run.results import BadResultsFile
+    from mtad.run.results import BadResultsFile, PointFolder
     from mtad.run.results.targets import UntrustedConfig
 
     points = [Path(x) for x in args.points]
     for f in points:
+        try:
+            PointFolder(f).check_entries()  # a link, FIFO or the like in its place: refused first, by name
+        except BadResultsFile as e:
+            print(f"mtad-rerun: {e}", file=sys.stderr)
+            return 2
         if not (f / "samples.jsonl").is_file() or not (f / "point.json").is_file():
             print(f"mtad-rerun: {f} is not a committed point folder (point.json and samples.jsonl)", file=sys.stderr)
             return 2

@@ -236,6 +236,47 @@ def test_resume_refuses_a_fifo_at_once(tmp_path, tiny_identity, name):
     _refused(res, folder / name, "FIFO")
 
 
+@pytest.mark.parametrize("held", ["a folder of this point", "an empty folder"])
+def test_resume_refuses_a_run_folder_that_is_a_link(tmp_path, tiny_identity, held):
+    """``hydra.run.dir`` naming a link (a point folder from elsewhere, linked in): refused in one
+    line before anything is written, whatever the link leads to; nothing is written there."""
+    target = _run_folder(tmp_path, tiny_identity) if held == "a folder of this point" else tmp_path / "empty"
+    target.mkdir(exist_ok=True)
+    link = tmp_path / "linked"
+    link.symlink_to(target, target_is_directory=True)
+    before = _state(target)
+    res = _resume(link)
+    _refused(res, link, "symbolic link")
+    assert _state(target) == before and sorted(p.name for p in target.iterdir()) == sorted(
+        ["point.json"] if held == "a folder of this point" else [])
+
+
+@pytest.mark.slow  # about 5-10 s each: the commands' imports
+@pytest.mark.parametrize("command", ["audit", "audit --all", "rerun", "rerun --status", "rescore"])
+def test_every_reader_refuses_a_point_folder_that_is_a_link(sweep, tmp_path, command):
+    """A point folder linked into the sweep (its files real, elsewhere), named on the command line
+    or found under the sweep: refused in one line by name, the folder it leads to untouched; never
+    read through, nor (``audit --all``) passed over without a word."""
+    outside = tmp_path / "outside"
+    point = _point(sweep)
+    point.rename(outside)
+    point.symlink_to(outside, target_is_directory=True)
+    before = _state(outside)
+    args = {"audit": ["-m", "mtad.run.audit", str(point), "--n", "1"],
+            "audit --all": ["-m", "mtad.run.audit", "--all", str(sweep), "--n", "1"],
+            "rerun": ["-m", "mtad.run.rerun", str(point), "--staging", str(tmp_path / "stage")],
+            "rerun --status": ["-m", "mtad.run.rerun", str(point), "--status", "--staging", str(tmp_path / "stage")],
+            "rescore": ["-m", "mtad.analysis.rescore", str(point)]}[command]
+    res = _cli(args, timeout=90)
+    if command.startswith("rerun"):  # (its refusals say "mtad-rerun: ...")
+        lines = res.err.strip().splitlines()
+        assert res.rc == 2 and len(lines) == 1 and lines[0].startswith("mtad-rerun: "), res.err[-2000:]
+        assert str(point) in lines[0] and "symbolic link" in lines[0]
+    else:
+        _refused(res, point, "symbolic link")
+    assert _state(outside) == before and not (tmp_path / "stage").exists()
+
+
 # ------------------------------------------------------------------ mtad-sweep --search
 
 

@@ -198,9 +198,12 @@ class PointFolder:
         return self.path / name
 
     def check_entries(self) -> None:
-        """UnsafeResultsFile (one line naming it) when one of the names this project reads or
-        writes here (``FOLDER_FILES``, ``.hydra/`` and its files) is a link, FIFO, device,
-        socket or folder where a regular file belongs (``.hydra``: anything but a real folder)."""
+        """UnsafeResultsFile (one line naming it) when the folder itself is a link or anything but
+        a real folder (a run resumed into it would write through the link), or when one of the
+        names this project reads or writes here (``FOLDER_FILES``, ``.hydra/`` and its files) is a
+        link, FIFO, device, socket or folder where a regular file belongs (``.hydra``: anything
+        but a real folder)."""
+        check_entry(self.path, folder=True)
         for name in FOLDER_FILES:
             check_entry(self.file(name))
         check_entry(self.file(HYDRA_DIR), folder=True)
