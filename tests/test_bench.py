@@ -1524,3 +1524,61 @@ def test_docs_quote_the_one_call_record():
 
     assert (f"new / old {span('mtad')} for MTAD and {span('tree_mtad')} for tree-MTAD, against SpD's "
             f"{span('spd')} and typical acceptance's {span('typical')}") in sec
+
+
+def test_docs_speed_summary_is_generated_from_the_committed_records():
+    """``docs/speed.md``'s summary block is what ``bench/speed_summary.py`` makes of the records it names."""
+    import re
+
+    import speed_summary
+
+    root = Path(__file__).resolve().parent.parent
+    doc = (root / "docs/speed.md").read_text()
+    block = speed_summary.BEGIN + doc.split(speed_summary.BEGIN, 1)[1].split(speed_summary.END, 1)[0] \
+        + speed_summary.END
+    m = re.search(r"--verdicts (\S+) --offline (\S+)`", block)
+    assert m, "the block names its records"
+    names = (m[1], m[2])
+    assert block == speed_summary.summary(root / names[0], root / names[1], names)
+
+
+def test_speed_summary_reads_every_cell_and_refuses_what_it_cannot_read(tmp_path):
+    """Spans, tallies (an unresolved cell as its letter and ``?``) and met counts come from the cells;
+    a cell it cannot parse, a record of another script or an offline record not at plain temperature
+    is refused in one line."""
+    import speed_summary
+
+    rec = tmp_path / "v.md"
+    rec.write_text("## Every goals cell, its verdict and why (`bench/verdicts.py`)\n\nx\n\n### plain\n\n"
+                   "| decoder | V32000/equal/plain | V151936/random/plain |\n| --- | ---: | ---: |\n"
+                   "| specinfer | 2.07 missed H | 1.48 unres H |\n| typical | 1.25 met | 1.02 met |\n\n"
+                   "### greedy\n\n| decoder | V32000/equal/greedy | V151936/random/greedy |\n| --- | ---: | ---: |\n"
+                   "| specinfer | 1.60 missed † | - |\n\n### Cells by verdict and reason\n\n| mode | x | 1 |\n")
+    off = tmp_path / "o.md"
+    off.write_text("# t\n\nCommand: `python bench/compare_commits.py --old a --new b1 --bench speed -- "
+                   "temperature=1 top_k=0 top_p=1.0 --tasks humaneval:0-4`\n\n| setting | system | a | b | c | d | e | f |\n"
+                   "| --- | --- | --- | --- | --- | --- | --- | --- |\n"
+                   "| humaneval/sample | spd | 0.9 [0.8, 1.0] | 1.00 | 1.00 | 1 | 1.00 | 1.00 |\n"
+                   "| humaneval/sample | specinfer | 0.9 [0.8, 1.0] | 1.2 | 1.28 [1.07, 1.54] | 1 | 1 | 1.20 [1.02, 1.47] |\n")
+    text = speed_summary.summary(rec, off, ("v.md", "o.md"))
+    assert "| specinfer | 1.60: 1 † | 1.48-2.07: 1 H, 1 H? |" in text  # greedy first, then plain
+    assert "| typical | - | 1.02-1.25: 2 met |" in text
+    assert "greedy, 0 of 1; plain, 2 of 4" in text
+    assert "32,000 and 151,936 tokens, equal and random drafts" in text
+    assert "| specinfer | 1.28 [1.07, 1.54] unresolved | 1.20 [1.02, 1.47] |" in text and "at b1:" in text
+    assert "(† tokens per step; H harness)" in text
+    bad = tmp_path / "bad.md"
+    bad.write_text(rec.read_text().replace("2.07 missed H", "2.07 maybe"))
+    with pytest.raises(SystemExit, match="is not 'ratio verdict"):
+        speed_summary.summary(bad, off, ("bad.md", "o.md"))
+    with pytest.raises(SystemExit, match="not a bench/verdicts.py record"):
+        speed_summary.summary(off, off, ("o.md", "o.md"))
+    hot = tmp_path / "hot.md"
+    hot.write_text(off.read_text().replace("top_k=0", "top_k=10"))
+    with pytest.raises(SystemExit, match="not at plain temperature"):
+        speed_summary.summary(rec, hot, ("v.md", "hot.md"))
+    doc = tmp_path / "d.md"
+    doc.write_text(f"a\n{speed_summary.BEGIN}\nold\n{speed_summary.END}\nb\n")
+    assert speed_summary.rewrite(doc, speed_summary.summary(rec, off, ("v.md", "o.md")))
+    assert doc.read_text().startswith("a\n" + speed_summary.BEGIN) and doc.read_text().endswith(speed_summary.END + "\nb\n")
+    assert not speed_summary.rewrite(doc, speed_summary.summary(rec, off, ("v.md", "o.md")))
