@@ -16,24 +16,26 @@ number of cells), with the reason's letter where a cell is not met.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from verdicts import REASONS, SHORT, _cells  # noqa: E402
 
 BEGIN, END = "<!-- speed-summary:begin -->", "<!-- speed-summary:end -->"
+ALPHA = 0.05  # family-wise error of the adjusted verdicts
 LIMIT = 1.5  # the goals' limit: a decoder's harness time per emitted token <= 1.5x SpD's
 MODE_NAMES = {"greedy": "greedy", "topk10": "top-k 10", "plain": "plain", "topp0.9": "top-p 0.9"}
 _CELL = re.compile(r"^(\d+\.\d+) (met|missed|unres)(?: (\S+))?$")
-_IV = re.compile(r"^(\d+\.\d+) \[(\d+\.\d+), (\d+\.\d+)\]$")
 
 
-def read_verdicts(path: Path) -> tuple[dict[str, dict[str, list[tuple[str, str, str]]]], list[str]]:
-    """A ``bench/verdicts.py`` record: mode -> decoder -> [(ratio, verdict, reason letter or "")] over
-    its cells, and the record's column headings per mode in order (the cells' settings)."""
+def read_verdicts(path: Path) -> tuple[dict[str, dict[str, list[tuple[str, str, str, str]]]], list[str]]:
+    """A ``bench/verdicts.py`` record: mode -> decoder -> [(setting, ratio, verdict, reason letter or
+    "")] over its cells, and every cell's setting (``V32000/equal/plain``), in the record's order."""
     text = path.read_text()
     if not text.startswith("## Every goals cell, its verdict and why"):
         raise SystemExit(f"{path}: not a bench/verdicts.py record (its first line is not that script's heading)")
@@ -49,13 +51,13 @@ def read_verdicts(path: Path) -> tuple[dict[str, dict[str, list[tuple[str, str, 
         for line in lines[2:]:
             c = _cells(line)
             row = out.setdefault(mode, {}).setdefault(c[0], [])
-            for cell in c[1:]:
+            for setting, cell in zip(head[1:], c[1:]):
                 if cell == "-":
                     continue
                 m = _CELL.match(cell)
                 if m is None:
                     raise SystemExit(f"{path}: cell {cell!r} of {c[0]} ({mode}) is not 'ratio verdict [reason]'")
-                row.append((m[1], m[2], m[3] or ""))
+                row.append((setting, m[1], m[2], m[3] or ""))
     if not out:
         raise SystemExit(f"{path}: no mode tables")
     return out, settings
@@ -82,65 +84,150 @@ def read_offline(path: Path) -> tuple[str, dict[str, tuple[str, str]]]:
     return (new[1] if new else "?"), rows
 
 
-def verdict(iv: str) -> str:
-    """An interval's verdict against ``LIMIT``: met (wholly below or at it), missed (wholly above), unresolved."""
-    m = _IV.match(iv)
+def _kept_rows(goals: Path) -> list[dict]:
+    """The runs a ``bench/compare_commits.py`` goals table was made from (its header names them:
+    ``from `DIR/COMMIT_*.json```, beside it), every round's rows as repeats, as it pooled them."""
+    m = re.search(r"from `([^`/]+)/([0-9a-f]+)_\*\.json`", goals.read_text())
     if m is None:
-        raise SystemExit(f"{iv!r} is not 'ratio [low, high]'")
-    lo, hi = float(m[2]), float(m[3])
-    return "met" if hi <= LIMIT else "missed" if lo > LIMIT else "unresolved"
+        raise SystemExit(f"{goals}: names no kept runs (`DIR/COMMIT_*.json`): not a compare_commits goals table")
+    files = sorted(goals.parent.joinpath(m[1]).glob(f"{m[2]}_*.json"), key=lambda f: int(f.stem.rsplit("_", 1)[1]))
+    if not files:
+        raise SystemExit(f"{goals}: its kept runs {m[1]}/{m[2]}_*.json are not there")
+    saved = [json.loads(f.read_text()) for f in files]
+    return [dict(row, repeat=r * 100 + row["repeat"]) for r, one in enumerate(saved) for row in one["rows"]]
 
 
-def _cell(entries: list[tuple[str, str, str]]) -> str:
-    """``low-high: n met, n X, ...`` over a decoder's cells in one mode."""
-    ratios = sorted(float(r) for r, _, _ in entries)
+def adjusted(verdicts: Path, cells: dict) -> dict[tuple[str, str], tuple[str, float, int, float]]:
+    """(setting, decoder) -> (Holm-adjusted verdict, adjusted p, prompts, raw p) for every cell of the record.
+
+    Each cell's interval is made again from the kept runs of the goals table the record names,
+    as ``bench/overhead.py`` made it (per-prompt harness time per token pooled over repeats; the
+    ratio of geometric means to SpD's, ``mtad.core.stats``' paired bootstrap); a cell whose
+    estimate or unadjusted verdict differs from the record's is refused. Its two-sided p against
+    the goal is twice the smaller one-sided p (``stats.p_value``: below, above the limit); Holm's
+    step-down adjusts them over every cell of the record together. A cell keeps its verdict where
+    its adjusted p is below 5%, else it is unresolved: never stronger than the record's."""
+    import overhead  # noqa: E402  (bench/: the goals tables' own code)
+    import verdicts as vmod  # noqa: E402
+
+    from mtad.core import stats
+
+    text = verdicts.read_text()
+    listed = re.search(r"^Goals tables: (.*?)\. Floors", text, re.M)
+    if listed is None:
+        raise SystemExit(f"{verdicts}: no 'Goals tables: ...' line")
+    ivs: dict[tuple[str, str], stats.Interval] = {}
+    for name, only in re.findall(r"`([^`]+)`(?: \(([^)]*)\))?", listed[1]):
+        path = verdicts.parent / name
+        modes = vmod._modes(path.read_text(), path)
+        rows = _kept_rows(path)
+        for setting in dict.fromkeys(r["setting"] for r in rows):
+            cell = vmod._cell(setting, modes)
+            if only and cell.rsplit("/", 1)[1] not in only.split(", "):
+                continue
+            sub = [r for r in rows if r["setting"] == setting]
+            tok = {s: overhead._per_prompt([r for r in sub if r["system"] == s], "tokens")
+                   for s in dict.fromkeys(r["system"] for r in sub)}
+            for s, per in tok.items():
+                common = sorted(set(per) & set(tok.get("spd", {})))
+                if s != "spd" and common:
+                    ivs[(cell, s)] = stats.ratio_of_geometric_means([per[p] for p in common],
+                                                                   [tok["spd"][p] for p in common])
+    keys, ps, said, n = [], [], {}, {}
+    for mode in cells.values():
+        for d, entries in mode.items():
+            for setting, ratio, v, _ in entries:
+                iv = ivs.get((setting, d))
+                if iv is None:
+                    raise SystemExit(f"{verdicts}: {setting} {d} is in no kept run of its goals tables")
+                mine = "met" if iv.high <= LIMIT else "missed" if iv.low > LIMIT else "unres"
+                if f"{iv.estimate:.2f}" != ratio or mine != v:
+                    raise SystemExit(f"{verdicts}: {setting} {d} says {ratio} {v}; its kept runs give "
+                                     f"{iv.estimate:.2f} {mine}")
+                keys.append((setting, d))
+                ps.append(min(1.0, 2 * min(stats.p_value(iv, LIMIT, "below"), stats.p_value(iv, LIMIT, "above"))))
+                said[(setting, d)], n[(setting, d)] = v, iv.n
+    return {k: ((said[k] if said[k] != "unres" and p < ALPHA else "unres"), p, n[k], raw)
+            for k, p, raw in zip(keys, stats.holm(ps), ps)}
+
+
+def _cell(decoder: str, entries: list[tuple[str, str, str, str]], holm: dict) -> str:
+    """``low-high: n met, n X, ...`` over a decoder's cells in one mode, by Holm-adjusted verdict: met,
+    or the record's reason letter with ``?`` where unresolved after adjustment (``?`` alone: a cell
+    met before it)."""
+    ratios = sorted(float(r) for _, r, _, _ in entries)
     span = f"{ratios[0]:.2f}" if ratios[0] == ratios[-1] else f"{ratios[0]:.2f}-{ratios[-1]:.2f}"
     tally: dict[str, int] = {}
-    for _, v, why in entries:
-        key = "met" if v == "met" else (why or v) + ("?" if v == "unres" else "")
+    for setting, _, _, why in entries:
+        v = holm[(setting, decoder)][0]
+        key = "met" if v == "met" else why + ("?" if v == "unres" else "")
         tally[key] = tally.get(key, 0) + 1
-    order = ["met"] + [f"{SHORT[r]}{q}" for r in REASONS for q in ("", "?")]
+    order = ["met", "?"] + [f"{SHORT[r]}{q}" for r in REASONS for q in ("", "?")]
     parts = [f"{tally[k]} {k}" for k in sorted(tally, key=lambda k: order.index(k) if k in order else len(order))]
     return f"{span}: " + ", ".join(parts)
 
 
 def summary(verdicts: Path, offline: Path, names: tuple[str, str]) -> str:
     cells, settings = read_verdicts(verdicts)
+    holm = adjusted(verdicts, cells)
     modes = [m for m in MODE_NAMES if m in cells] + [m for m in cells if m not in MODE_NAMES]
     decoders = list(dict.fromkeys(d for m in modes for d in cells[m]))
-    used = {why for m in modes for d in cells[m] for _, v, why in cells[m][d] if v != "met"}
+    used = {why for m in modes for d in cells[m] for _, _, v, why in cells[m][d] if v != "met"}
     letters = "; ".join(f"{SHORT[r]} {r}" for r in REASONS if SHORT[r] in used)
     vocabs = sorted({int(s.split("/")[0][1:]) for s in settings})
     drafts = sorted({s.split("/")[1] for s in settings})
+
+    def count(m: str, which: int) -> int:  # cells met in mode m: 0 as the record says, 1 after Holm
+        return sum(1 for d, es in cells[m].items() for s, _, v, _ in es
+                   if (v if which == 0 else holm[(s, d)][0]) == "met")
+
     n = {m: sum(len(v) for v in cells[m].values()) for m in modes}
-    met = {m: sum(1 for v in cells[m].values() for _, x, _ in v if x == "met") for m in modes}
+    prompts = sorted({x[2] for x in holm.values()})
+    decided = [x for x in holm.values() if x[0] != "unres"]
+    from mtad.core.stats import N_RESAMPLES
+
+    least = 2 / (1 + N_RESAMPLES)  # a two-sided p with no resample on the goal's other side
+    changed = sorted((s, d) for m in modes for d, es in cells[m].items() for s, _, v, _ in es if holm[(s, d)][0] != v)
     commit, rows = read_offline(offline)
     lines = [BEGIN,
              f"<!-- generated from {names[0]} and {names[1]} by `python bench/speed_summary.py docs/speed.md "
              f"--verdicts {names[0]} --offline {names[1]}`; tests/test_bench.py checks it -->",
              "**Where the speed comparisons stand.** The quantity is each decoder's harness time per "
              "emitted token (wall time less the two models' forward passes) as a multiple of SpD's, "
-             f"against the goal of {LIMIT}x. Each verdict is its cell's own 95% bootstrap interval: met "
-             f"(at or below {LIMIT}x), missed (above), unresolved (`?`: it straddles), not adjusted for the "
-             "number of cells.", "",
+             f"against the goal of {LIMIT}x.", "",
              "On the tiny pair (`make bench-overhead-tiny`'s models: passes fast enough that the harness's "
              "work per step decides, as with a small draft on a GPU; at temperature 1 where a mode names no "
              f"temperature), from `{verdicts.name}`, which names its goals tables and floors. Per decoder and "
              "mode: the lowest and highest ratio over the mode's cells ("
              + " and ".join(f"{v:,}" for v in vocabs) + " tokens, " + " and ".join(drafts)
-             + " drafts), and the cells by verdict, a cell not met by its reason's letter "
-             f"({letters}).", "",
+             + " drafts), and the cells by verdict. A verdict is Holm-adjusted over all "
+             f"{len(holm)} cells (family-wise error {ALPHA:.0%}; each cell's interval made again from the "
+             "kept runs and checked against the record, its p against the goal from the same bootstrap): "
+             "met, or a cell not met by the record's reason "
+             f"({letters}), `?` where it is unresolved after adjustment (`?` alone: met before it).", "",
              "| decoder | " + " | ".join(MODE_NAMES.get(m, m) for m in modes) + " |",
              "| --- |" + " --- |" * len(modes)]
     for d in decoders:
-        lines.append(f"| {d} | " + " | ".join(_cell(cells[m][d]) if d in cells[m] else "-" for m in modes) + " |")
-    lines += ["", "Cells met: " + "; ".join(f"{MODE_NAMES.get(m, m)}, {met[m]} of {n[m]}" for m in modes) + ".", "",
+        lines.append(f"| {d} | " + " | ".join(_cell(d, cells[m][d], holm) if d in cells[m] else "-"
+                                              for m in modes) + " |")
+    lines += ["", "Cells met after adjustment (before it, each cell's own 95% interval): "
+              + "; ".join(f"{MODE_NAMES.get(m, m)}, {count(m, 1)} of {n[m]} ({count(m, 0)})" for m in modes) + ". "
+              + f"Each cell's interval is over its {' or '.join(map(str, prompts))} prompts (the rounds "
+              "pooled): "
+              f"{sum(abs(x[3] - least) < 1e-12 for x in decided)} of the {len(decided)} decided cells have every resample "
+              f"on one side of the goal (p {least:.2g}; the least adjusted p is "
+              f"{min(x[1] for x in holm.values()):.2g}). "
+              + (f"The adjustment leaves {len(changed)} cell(s) unresolved that the record decides: "
+                 + ", ".join(f"{d} at {s} ({dict((x[0], x[2]) for x in cells[s.rsplit('/', 1)[1]][d])[s]})"
+                             for s, d in changed) + "." if changed else "The adjustment changes no cell's verdict."),
+              "",
               f"On the offline pair at plain temperature (`{offline.name}`, at {commit}: HumanEval, one "
-              "interleaved round, the command in its first lines), x SpD, with each interval's verdict:", "",
+              "interleaved round, the command in its first lines), x SpD, each with its record's 95% "
+              "interval (not adjusted; no verdict drawn here):", "",
               "| decoder | harness time per token | wall time per token |", "| --- | --- | --- |"]
     for d, (outside, wall) in rows.items():
         if d != "spd":
-            lines.append(f"| {d} | {outside} {verdict(outside)} | {wall} |")
+            lines.append(f"| {d} | {outside} | {wall} |")
     lines += ["", "Where a tiny-pair cell is H or h, its gap beyond the goal is the harness's own work: the "
               "least work of the method's draws, as measured, is within the goal (H), or no floor was "
               "measured (h). A tokens/s comparison with that decoder on fast passes measures that work too.",

@@ -1542,43 +1542,110 @@ def test_docs_speed_summary_is_generated_from_the_committed_records():
     assert block == speed_summary.summary(root / names[0], root / names[1], names)
 
 
-def test_speed_summary_reads_every_cell_and_refuses_what_it_cannot_read(tmp_path):
-    """Spans, tallies (an unresolved cell as its letter and ``?``) and met counts come from the cells;
-    a cell it cannot parse, a record of another script or an offline record not at plain temperature
-    is refused in one line."""
-    import speed_summary
+def _summary_fixture(tmp_path):
+    """A verdicts record, the goals table it names and that table's kept runs (six prompts a cell),
+    and an offline record: specinfer missed at plain 32,000 (H) and greedy (†), unresolved at the
+    other two (H); typical met everywhere, at plain 32,000 only by its own interval (two-sided p
+    about 0.009, above 5% once Holm multiplies it); mtad unresolved everywhere."""
+    from mtad.core import stats
 
+    base = [0.01 * (1 + 0.1 * p) for p in range(6)]
+    near = [1.3, 1.4, 1.5, 1.5, 1.6, 1.7]
+    factors = {("V32000/equal/sample_nok", "specinfer"): ([2.0, 2.1, 2.2, 2.0, 2.1, 2.2], "H"),
+               ("V151936/random/sample_nok", "specinfer"): (near, "H"),
+               ("V32000/equal/greedy", "specinfer"): ([1.9, 2.0, 1.9, 2.0, 1.9, 2.0], "†"),
+               ("V151936/random/greedy", "specinfer"): (near, "H"),
+               ("V32000/equal/sample_nok", "typical"): ([1.2, 1.25, 1.3, 1.3, 1.35, 1.62], ""),
+               **{(s, "typical"): ([1.0, 1.05, 1.1, 1.0, 1.05, 1.1], "") for s in
+                  ("V151936/random/sample_nok", "V32000/equal/greedy", "V151936/random/greedy")},
+               **{(s, "mtad"): (near, "H") for s in ("V32000/equal/sample_nok", "V151936/random/sample_nok",
+                                                      "V32000/equal/greedy", "V151936/random/greedy")}}
+    rows = []
+    for (setting, system), (f, _) in factors.items():
+        for p, b in enumerate(base):
+            rows.append(dict(setting=setting, system=system, prompt=p, repeat=0, overhead=b * f[p], tokens=1, steps=1))
+    for setting in dict.fromkeys(s for s, _ in factors):
+        rows += [dict(setting=setting, system="spd", prompt=p, repeat=0, overhead=b, tokens=1, steps=1)
+                 for p, b in enumerate(base)]
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "c0ffee_0.json").write_text(json.dumps({"rows": rows}))
+    (tmp_path / "g_goals_c0ffee.md").write_text(
+        "# g\n\nsample = T 1 top-k 10 top-p 1, sample_nok = T 1 top-p 1 without top-k\n\n"
+        "Goals of commit c0ffee: from `kept/c0ffee_*.json`.\n")
+    table = {}
+    for (setting, system), (f, why) in factors.items():
+        iv = stats.ratio_of_geometric_means([b * x for b, x in zip(base, f)], base)
+        v = "met" if iv.high <= 1.5 else "missed" if iv.low > 1.5 else "unres"
+        mode = "plain" if setting.endswith("sample_nok") else "greedy"
+        cell = setting.replace("sample_nok", "plain")
+        table.setdefault(mode, {}).setdefault(system, {})[cell] = f"{iv.estimate:.2f} {v}" + (f" {why}" if why else "")
+    text = ("## Every goals cell, its verdict and why (`bench/verdicts.py`)\n\nx\n\n"
+            "Goals tables: `g_goals_c0ffee.md`. Floors: `f.md`.\n")
+    for mode in ("plain", "greedy"):
+        cols = list(table[mode]["specinfer"])
+        text += f"\n### {mode}\n\n| decoder | " + " | ".join(cols) + " |\n| --- |" + " ---: |" * len(cols) + "\n"
+        text += "".join(f"| {s} | " + " | ".join(c[k] for k in cols) + " |\n" for s, c in table[mode].items())
+    text += "\n### Cells by verdict and reason\n\n| mode | x | 1 |\n"
     rec = tmp_path / "v.md"
-    rec.write_text("## Every goals cell, its verdict and why (`bench/verdicts.py`)\n\nx\n\n### plain\n\n"
-                   "| decoder | V32000/equal/plain | V151936/random/plain |\n| --- | ---: | ---: |\n"
-                   "| specinfer | 2.07 missed H | 1.48 unres H |\n| typical | 1.25 met | 1.02 met |\n\n"
-                   "### greedy\n\n| decoder | V32000/equal/greedy | V151936/random/greedy |\n| --- | ---: | ---: |\n"
-                   "| specinfer | 1.60 missed † | - |\n\n### Cells by verdict and reason\n\n| mode | x | 1 |\n")
+    rec.write_text(text)
     off = tmp_path / "o.md"
     off.write_text("# t\n\nCommand: `python bench/compare_commits.py --old a --new b1 --bench speed -- "
                    "temperature=1 top_k=0 top_p=1.0 --tasks humaneval:0-4`\n\n| setting | system | a | b | c | d | e | f |\n"
                    "| --- | --- | --- | --- | --- | --- | --- | --- |\n"
                    "| humaneval/sample | spd | 0.9 [0.8, 1.0] | 1.00 | 1.00 | 1 | 1.00 | 1.00 |\n"
                    "| humaneval/sample | specinfer | 0.9 [0.8, 1.0] | 1.2 | 1.28 [1.07, 1.54] | 1 | 1 | 1.20 [1.02, 1.47] |\n")
+    return rec, off
+
+
+def test_speed_summary_reads_every_cell_adjusts_them_and_refuses_what_it_cannot_read(tmp_path):
+    """Spans and tallies come from the record's cells, each verdict Holm-adjusted over every cell from
+    the kept runs (a cell met only by its own interval becomes ``?``; an unresolved one keeps its
+    letter with ``?``); a record whose cell its kept runs do not give, a cell it cannot parse, a
+    record of another script or an offline record not at plain temperature is refused in one line."""
+    import speed_summary
+
+    rec, off = _summary_fixture(tmp_path)
     text = speed_summary.summary(rec, off, ("v.md", "o.md"))
-    assert "| specinfer | 1.60: 1 † | 1.48-2.07: 1 H, 1 H? |" in text  # greedy first, then plain
-    assert "| typical | - | 1.02-1.25: 2 met |" in text
-    assert "greedy, 0 of 1; plain, 2 of 4" in text
+    table: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("| "):
+            table.setdefault(line.split(" | ")[0], line)  # the tiny pair's table comes first
+    assert table["| specinfer"] == "| specinfer | 1.49-1.95: 1 †, 1 H? | 1.49-2.10: 1 H, 1 H? |"
+    assert table["| typical"] == "| typical | 1.05: 2 met | 1.05-1.33: 1 met, 1 ? |"
+    assert table["| mtad"] == "| mtad | 1.49: 2 H? | 1.49: 2 H? |"
+    assert "greedy, 2 of 6 (2); plain, 1 of 6 (2)" in text
+    assert "5 of the 5 decided cells have every resample on one side" in text
+    assert "leaves 1 cell(s) unresolved that the record decides: typical at V32000/equal/plain (met)" in text
+    assert "over all 12 cells" in text and "over its 6 prompts" in text
     assert "32,000 and 151,936 tokens, equal and random drafts" in text
-    assert "| specinfer | 1.28 [1.07, 1.54] unresolved | 1.20 [1.02, 1.47] |" in text and "at b1:" in text
+    assert "| specinfer | 1.28 [1.07, 1.54] | 1.20 [1.02, 1.47] |" in text and "at b1:" in text
     assert "(† tokens per step; H harness)" in text
-    bad = tmp_path / "bad.md"
-    bad.write_text(rec.read_text().replace("2.07 missed H", "2.07 maybe"))
-    with pytest.raises(SystemExit, match="is not 'ratio verdict"):
-        speed_summary.summary(bad, off, ("bad.md", "o.md"))
+    for old, new, match in (("2.10 missed H", "2.19 missed H", "its kept runs give"),
+                            ("2.10 missed H", "2.10 maybe", "is not 'ratio verdict")):
+        bad = tmp_path / "bad.md"
+        bad.write_text(rec.read_text().replace(old, new, 1))
+        assert bad.read_text() != rec.read_text()
+        with pytest.raises(SystemExit, match=match):
+            speed_summary.summary(bad, off, ("bad.md", "o.md"))
     with pytest.raises(SystemExit, match="not a bench/verdicts.py record"):
         speed_summary.summary(off, off, ("o.md", "o.md"))
     hot = tmp_path / "hot.md"
     hot.write_text(off.read_text().replace("top_k=0", "top_k=10"))
     with pytest.raises(SystemExit, match="not at plain temperature"):
         speed_summary.summary(rec, hot, ("v.md", "hot.md"))
+    (tmp_path / "kept" / "c0ffee_0.json").unlink()
+    with pytest.raises(SystemExit, match="kept runs kept/c0ffee_"):
+        speed_summary.summary(rec, off, ("v.md", "o.md"))
+
+
+def test_speed_summary_rewrites_only_its_block(tmp_path):
+    import speed_summary
+
     doc = tmp_path / "d.md"
     doc.write_text(f"a\n{speed_summary.BEGIN}\nold\n{speed_summary.END}\nb\n")
-    assert speed_summary.rewrite(doc, speed_summary.summary(rec, off, ("v.md", "o.md")))
-    assert doc.read_text().startswith("a\n" + speed_summary.BEGIN) and doc.read_text().endswith(speed_summary.END + "\nb\n")
-    assert not speed_summary.rewrite(doc, speed_summary.summary(rec, off, ("v.md", "o.md")))
+    assert speed_summary.rewrite(doc, f"{speed_summary.BEGIN}\nnew\n{speed_summary.END}")
+    assert doc.read_text() == f"a\n{speed_summary.BEGIN}\nnew\n{speed_summary.END}\nb\n"
+    assert not speed_summary.rewrite(doc, f"{speed_summary.BEGIN}\nnew\n{speed_summary.END}")
+    doc.write_text("no block\n")
+    with pytest.raises(SystemExit, match="no <!-- speed-summary:begin -->"):
+        speed_summary.rewrite(doc, "x")
