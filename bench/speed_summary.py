@@ -9,8 +9,11 @@ pair at plain temperature (``bench/compare_commits.py --bench speed``'s record).
 rewrites the block between ``<!-- speed-summary:begin -->`` and ``<!-- speed-summary:end -->``;
 ``tests/test_bench.py`` checks that the committed docs hold what the committed records give.
 Per decoder and mode: the lowest and highest ratio to SpD over the record's cells and the cells
-by verdict, each verdict its cell's own 95% interval against the goal (not adjusted for the
-number of cells), with the reason's letter where a cell is not met.
+by verdict, with the record's reason letter where a cell is not met. The verdicts are Holm-adjusted
+over every cell of the record (``adjusted``: each cell's interval made again from the kept runs its
+goals table names and checked against the record, its p against the goal from the same bootstrap),
+so none is stronger than its adjusted verdict; the offline pair's intervals are shown as recorded,
+with no verdict drawn.
 """
 
 from __future__ import annotations
