@@ -219,41 +219,7 @@ def profile(args) -> str:
             cells = [f"{1e3 * glue[s] / results[s]['steps']:.3f} + {1e3 * ops[s] / results[s]['steps']:.3f}"
                      for s in systems]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
-        if "spd" in results:
-            lines += ["", budget(results, systems, args.limit)]
     return "\n".join(lines) + "\n"
-
-
-def budget(results: dict, systems: list[str], limit: float) -> str:
-    """Markdown: per decoder, the glue per step the goal (``limit`` x SpD's time outside the models per
-    emitted token) leaves it once its row operations are paid, against its own glue and SpD's."""
-    def per_step(s: str) -> tuple[float, float, float, float]:  # ms: outside, row ops, glue; tokens per step
-        r = results[s]
-        rows = sum(r["rows"].values())
-        return (1e3 * r["outside"] / r["steps"], 1e3 * rows / r["steps"], 1e3 * (r["outside"] - rows) / r["steps"],
-                r["tokens"] / r["steps"])
-
-    spd_token = 1e3 * results["spd"]["outside"] / results["spd"]["tokens"]
-    spd_glue = per_step("spd")[2]
-    lines = ["### What the goal leaves for glue (ms per step)", "",
-             f"The goal per emitted token ({limit:g}x SpD's {spd_token:.3f} ms outside the models per token in "
-             "this run) as an allowance per step (x the decoder's tokens per step), less the decoder's row "
-             "operations per step: the glue it leaves, against the decoder's glue and SpD's "
-             f"({spd_glue:.3f} ms per step). *Cut* is the share of its glue the decoder would have to lose "
-             "with its row operations as they are. One run, the systems one after another (not interleaved), "
-             "the wrappers' costs in the glue: a reading of where the gap is, not a verdict.", "",
-             "| decoder | tokens per step | allowance | row ops | glue left | its glue | cut | left / SpD's glue |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for s in systems:
-        if s == "spd":
-            continue
-        _, rows, glue, tps = per_step(s)
-        allow = limit * spd_token * tps
-        left = allow - rows
-        cut = "none" if left >= glue else f"{1 - left / glue:.0%}"
-        lines.append(f"| {s} | {tps:.2f} | {allow:.3f} | {rows:.3f} | {left:.3f} | {glue:.3f} | {cut} | "
-                     f"{left / spd_glue:.2f} |")
-    return "\n".join(lines)
 
 
 ROWS_NOTE = ("With `--rows` every prompt runs a second time, with the same seed, under `bench/row_ops.py`'s "
@@ -326,8 +292,6 @@ def main(argv=None):
     add_run_arguments(ap, vocab=32000, draft="equal", prompts=3)
     ap.add_argument("--rows", action="store_true",
                     help="split each phase into its operations on vocabulary rows and the rest (a second run)")
-    ap.add_argument("--limit", type=float, default=1.5,
-                    help="--rows with spd: the goal (x SpD per emitted token) whose glue allowance is tabled")
     args = ap.parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
     publish(profile(args), args.out)
