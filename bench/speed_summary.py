@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from verdicts import REASONS, SHORT, _cells  # noqa: E402
+from verdicts import REASONS, ROW_OPS_WORDS, SHORT, _cells  # noqa: E402
 
 BEGIN, END = "<!-- speed-summary:begin -->", "<!-- speed-summary:end -->"
 ALPHA = 0.05  # family-wise error of the adjusted verdicts
@@ -165,7 +165,7 @@ def _cell(decoder: str, entries: list[tuple[str, str, str, str]], holm: dict) ->
         v = holm[(setting, decoder)][0]
         key = "met" if v == "met" else why + ("?" if v == "unres" else "")
         tally[key] = tally.get(key, 0) + 1
-    order = ["met", "?"] + [f"{SHORT[r]}{q}" for r in REASONS for q in ("", "?")]
+    order = ["met", "?"] + [f"{SHORT[r]}{k}{q}" for r in REASONS for k in ("", *ROW_OPS_WORDS, "-") for q in ("", "?")]
     parts = [f"{tally[k]} {k}" for k in sorted(tally, key=lambda k: order.index(k) if k in order else len(order))]
     return f"{span}: " + ", ".join(parts)
 
@@ -176,7 +176,12 @@ def summary(verdicts: Path, offline: Path, names: tuple[str, str]) -> str:
     modes = [m for m in MODE_NAMES if m in cells] + [m for m in cells if m not in MODE_NAMES]
     decoders = list(dict.fromkeys(d for m in modes for d in cells[m]))
     used = {why for m in modes for d in cells[m] for _, _, v, why in cells[m][d] if v != "met"}
-    letters = "; ".join(f"{SHORT[r]} {r}" for r in REASONS if SHORT[r] in used)
+    letters = "; ".join(f"{SHORT[r]} {r}" for r in REASONS if any(w[:1] == SHORT[r] for w in used))
+    row_ops = re.search(r"Row operations: `([^`]+)`", verdicts.read_text())
+    if row_ops:  # a harness cell's second letter: what its row operations could do (bench/row_ops.py)
+        seen = {w[1:] for w in used if len(w) > 1}
+        letters += (f"; a harness cell's second letter from `{row_ops[1]}` (other prompts): "
+                    + "; ".join(f"{k} {w}" for k, w in [*ROW_OPS_WORDS.items(), ("-", "not in it")] if k in seen))
     vocabs = sorted({int(s.split("/")[0][1:]) for s in settings})
     drafts = sorted({s.split("/")[1] for s in settings})
 
@@ -233,8 +238,11 @@ def summary(verdicts: Path, offline: Path, names: tuple[str, str]) -> str:
             lines.append(f"| {d} | {outside} | {wall} |")
     lines += ["", "Where a tiny-pair cell is H or h, its gap beyond the goal is the harness's own work: the "
               "least work of the method's draws, as measured, is within the goal (H), or no floor was "
-              "measured (h). A tokens/s comparison with that decoder on fast passes measures that work too.",
-              END]
+              "measured (h)."
+              + (" With g, the row-ops run found that cell above the goal even with every decoder's "
+                 "operations on vocabulary rows free: only less of the rest (the engine, the decoders' "
+                 "Python, small tensors, the runner's masks and caches, numpy's searches) would close it." if row_ops else "")
+              + " A tokens/s comparison with that decoder on fast passes measures that work too.", END]
     return "\n".join(lines)
 
 

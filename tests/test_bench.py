@@ -1440,6 +1440,10 @@ def test_the_target_rows_verdicts_recompute_from_their_records():
                          ("377e04ef0e", "verdicts_target_rows_before_cpu.md")):
         goals = [(bench / f"compare_commits_target_rows_{m}_cpu_goals_{commit}.md", None) for m in ("modes", "topp")]
         assert verdicts.render(goals, floors) == (bench / name).read_text()
+    # the same cells with what the last row-ops record says of each harness cell (docs/speed.md's summary)
+    goals = [(bench / f"compare_commits_target_rows_{m}_cpu_goals_4ee1573aa2.md", None) for m in ("modes", "topp")]
+    assert verdicts.render(goals, floors, bench / "row_ops_lean_loop_cpu.md") == \
+        (bench / "verdicts_target_rows_row_ops_cpu.md").read_text()
 
 
 def test_docs_quote_the_target_rows_records():
@@ -1627,6 +1631,13 @@ def test_speed_summary_reads_every_cell_adjusts_them_and_refuses_what_it_cannot_
         assert bad.read_text() != rec.read_text()
         with pytest.raises(SystemExit, match=match):
             speed_summary.summary(bad, off, ("bad.md", "o.md"))
+    rows_rec = tmp_path / "vr.md"  # a record with the row-ops letters: g on one harness cell
+    rows_rec.write_text(rec.read_text().replace("2.10 missed H", "2.10 missed Hg").replace(
+        "Floors: `f.md`.", "Floors: `f.md`. Row operations: `r.md` (harness cells: g the rest alone misses)."))
+    text = speed_summary.summary(rows_rec, off, ("vr.md", "o.md"))
+    assert "| specinfer | 1.49-1.95: 1 †, 1 H? | 1.49-2.10: 1 H?, 1 Hg |" in text
+    assert "second letter from `r.md` (other prompts): g the rest alone misses)" in text
+    assert "With g, the row-ops run found" in text and "k row kernels" not in text
     with pytest.raises(SystemExit, match="not a bench/verdicts.py record"):
         speed_summary.summary(off, off, ("o.md", "o.md"))
     hot = tmp_path / "hot.md"
