@@ -180,7 +180,12 @@ def summary(verdicts: Path, offline: Path, names: tuple[str, str]) -> str:
     row_ops = re.search(r"Row operations: `([^`]+)`", verdicts.read_text())
     if row_ops:  # a harness cell's second letter: what its row operations could do (bench/row_ops.py)
         seen = {w[1:] for w in used if len(w) > 1}
-        letters += (f"; a harness cell's second letter from `{row_ops[1]}` (other prompts): "
+        source = verdicts.parent / row_ops[1]
+        if not source.is_file():
+            raise SystemExit(f"{verdicts}: its row-ops record {row_ops[1]} is not beside it")
+        made = re.search(r"git ([0-9a-f]+)", source.read_text())
+        letters += (f"; a harness cell's second letter from `{row_ops[1]}` (other prompts, at "
+                    f"{made[1] if made else 'a commit it does not name'}): "
                     + "; ".join(f"{k} {w}" for k, w in [*ROW_OPS_WORDS.items(), ("-", "not in it")] if k in seen))
     vocabs = sorted({int(s.split("/")[0][1:]) for s in settings})
     drafts = sorted({s.split("/")[1] for s in settings})
@@ -205,7 +210,9 @@ def summary(verdicts: Path, offline: Path, names: tuple[str, str]) -> str:
              f"against the goal of {LIMIT}x.", "",
              "On the tiny pair (`make bench-overhead-tiny`'s models: passes fast enough that the harness's "
              "work per step decides, as with a small draft on a GPU; at temperature 1 where a mode names no "
-             f"temperature), from `{verdicts.name}`, which names its goals tables and floors. Per decoder and "
+             f"temperature), from `{verdicts.name}` (goals at "
+             + ", ".join(sorted(set(re.findall(r"_goals_([0-9a-f]+)\.md", verdicts.read_text()))) or ["?"])
+             + "), which names its goals tables and floors. Per decoder and "
              "mode: the lowest and highest ratio over the mode's cells ("
              + " and ".join(f"{v:,}" for v in vocabs) + " tokens, " + " and ".join(drafts)
              + " drafts), and the cells by verdict. A verdict is Holm-adjusted over all "

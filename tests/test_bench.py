@@ -1634,9 +1634,13 @@ def test_speed_summary_reads_every_cell_adjusts_them_and_refuses_what_it_cannot_
     rows_rec = tmp_path / "vr.md"  # a record with the row-ops letters: g on one harness cell
     rows_rec.write_text(rec.read_text().replace("2.10 missed H", "2.10 missed Hg").replace(
         "Floors: `f.md`.", "Floors: `f.md`. Row operations: `r.md` (harness cells: g the rest alone misses)."))
+    with pytest.raises(SystemExit, match="its row-ops record r.md is not beside it"):
+        speed_summary.summary(rows_rec, off, ("vr.md", "o.md"))
+    (tmp_path / "r.md").write_text("## row ops\n\nMachine: x; git 5eed123.\n")
     text = speed_summary.summary(rows_rec, off, ("vr.md", "o.md"))
     assert "| specinfer | 1.49-1.95: 1 †, 1 H? | 1.49-2.10: 1 H?, 1 Hg |" in text
-    assert "second letter from `r.md` (other prompts): g the rest alone misses)" in text
+    assert "second letter from `r.md` (other prompts, at 5eed123): g the rest alone misses)" in text
+    assert "(goals at c0ffee)" in text
     assert "With g, the row-ops run found" in text and "k row kernels" not in text
     with pytest.raises(SystemExit, match="not a bench/verdicts.py record"):
         speed_summary.summary(off, off, ("o.md", "o.md"))
