@@ -18,9 +18,10 @@ instead: ``verify_chain``'s ``hinted``). On the CPU with a sparse warping (a cha
 ``mtad.propose.chain``), the masses and the bonus come from the target's candidates
 (``Scores.candidates``) instead of the dense rows; a correction at temperature 0 is p_i itself
 (both rows one-hot, x_i not p_i's argmax), otherwise it is computed on the two rows made dense
-from the very values the dense path holds: the same draws either way. With top-p alone on the
-CPU the target's rows are warped one at a time up to the first rejection (``_verify_row_by_row``:
-a nucleus costs several passes over its row, and the rows after a rejection are not read).
+from the very values the dense path holds: the same draws either way. At plain temperature and
+with top-p alone on the CPU the target's rows are warped one at a time up to the first rejection
+(``_verify_row_by_row``): the rows after a rejection are not read, and no ``[g+1, V]`` copy of the
+logits is made for the whole ``p``.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ class SpeculativeChain:
         x, _ = scores.fed()
         if isinstance(tree.q, Rows) and scores.candidates() is not None:
             n, y = _verify_on_candidates(ctx, tokens, scores, tree.q, x)
-        elif scores.lazy_rows() and scores.nucleus_rows():
+        elif scores.lazy_rows():
             n, y = _verify_row_by_row(ctx, tokens, scores, tree.q)
         else:
             n, y = verify_chain(tokens, scores.p, tree.q, ctx.generator, ctx.warping.support_bound, x,
@@ -125,11 +126,11 @@ def _verify_on_candidates(ctx: StepContext, tokens: list[int], scores: Scores, q
 
 def _verify_row_by_row(ctx: StepContext, tokens: list[int], scores: Scores,
                        q: torch.Tensor | Rows) -> tuple[int, int]:
-    """``verify_chain`` with p's rows warped one at a time, up to the first rejection (top-p alone
-    on the CPU, where a row's nucleus costs several passes over it: the rows after a rejection
-    are never warped), q's rows read as they are (vectors, or host supports): the same masses (a
-    warped row is ``p``'s row bit for bit, ``Scores.lazy_rows``), uniforms, in the same order, and
-    draws."""
+    """``verify_chain`` with p's rows warped one at a time, up to the first rejection (row-wise
+    warping on the CPU, ``Scores.lazy_rows``: plain temperature and top-p alone; the rows after a
+    rejection are never warped, and the logits are not concatenated for a whole ``p``), q's rows
+    read as they are (vectors, or host supports): the same masses (a warped row is ``p``'s row bit
+    for bit), uniforms, in the same order, and draws."""
     g = len(tokens)
     for i, t in enumerate(tokens):
         qi = q[i]

@@ -273,8 +273,8 @@ def test_a_threshold_rule_refuses_a_tree_without_beams(toy_pair, rule):
 def test_rows_warped_apart_change_no_token(decoder, top_p, monkeypatch):
     """Generations at plain temperature and at top-p alone with the rows warped apart are those
     of the whole ``p`` (``Scores.lazy_rows`` and ``Scores.row_wise`` forced off), token for token
-    and step for step, on a vocabulary past ``DENSE_MAX`` and the bucketed nucleus's length (SpD,
-    whose chain rule reads the whole ``p``, as the control)."""
+    and step for step, on a vocabulary past ``DENSE_MAX`` and the bucketed nucleus's length (SpD's
+    chain rule row by row, ``_verify_row_by_row``, against ``verify_chain`` on the whole ``p``)."""
     from mtad.core.engine import Engine
     from mtad.models.tiny import tiny_causal_lm
     from mtad.run.cli import load_decoder
@@ -295,10 +295,12 @@ def test_rows_warped_apart_change_no_token(decoder, top_p, monkeypatch):
     assert run() == apart
 
 
-def test_spd_at_top_p_warps_its_rows_up_to_the_first_rejection(monkeypatch):
-    """SpD at top-p alone on the CPU (``_verify_row_by_row``): each step warps the target rows up to
-    the first rejection (or the bonus row), one at a time, never the whole ``p``; a step that
-    rejected early left the rows after it unwarped (a random draft rejects some)."""
+@pytest.mark.parametrize("top_p", [1.0, 0.9])
+def test_spd_warps_its_rows_up_to_the_first_rejection(monkeypatch, top_p):
+    """SpD at plain temperature and at top-p alone on the CPU (``_verify_row_by_row``): each step
+    warps the target rows up to the first rejection (or the bonus row), one at a time, never the
+    whole ``p`` (no concatenation of the logits either); a step that rejected early left the rows
+    after it unwarped (a random draft rejects some)."""
     from mtad.core.engine import Engine
     from mtad.models.tiny import tiny_causal_lm
     from mtad.run.cli import load_decoder
@@ -321,10 +323,11 @@ def test_spd_at_top_p_warps_its_rows_up_to_the_first_rejection(monkeypatch):
 
     monkeypatch.setattr(chain, "score", spy_score)
     monkeypatch.setattr(chain.SpeculativeChain, "verify", spy_verify)
-    eng = Engine(target, draft, load_decoder("spd", gamma=4), Warping(1.0, 0, 0.9))
+    eng = Engine(target, draft, load_decoder("spd", gamma=4), Warping(1.0, 0, top_p))
     for seed in range(3):
         eng.generate([5, 6, 7], 16, seed=seed)
     assert steps and not any(whole for *_, whole in steps)
+    assert not any("logits" in s._cache for s in seen)
     for accepted, _, rows, _ in steps:
         assert rows == list(range(accepted + 1)), (accepted, rows)
     assert any(accepted < drafted for accepted, drafted, *_ in steps)  # some rows were never warped
