@@ -1664,3 +1664,44 @@ def test_speed_summary_rewrites_only_its_block(tmp_path):
     doc.write_text("no block\n")
     with pytest.raises(SystemExit, match="no <!-- speed-summary:begin -->"):
         speed_summary.rewrite(doc, "x")
+
+
+def test_the_spd_rows_verdicts_recompute_and_the_docs_quote_them():
+    """The SpD-rows section's table, drift span, count of risen ratios and met counts are its
+    records'; both verdicts records are ``bench/verdicts.py``'s of their goals tables."""
+    import verdicts
+
+    bench = Path(__file__).resolve().parent.parent / "results/bench"
+    floors = [bench / n for n in ("draw_floor_target_rows_cpu.md", "draw_floor_topp_target_rows_cpu.md",
+                                  "beam_floor_root_row_cpu.md")]
+    row_ops = bench / "row_ops_lean_loop_cpu.md"
+    goals = [(bench / "compare_commits_target_rows_modes_cpu_goals_4ee1573aa2.md", {"greedy", "topk10"}),
+             (bench / "compare_commits_spd_rows_plain_cpu_goals_4473dcc8c3.md", None),
+             (bench / "compare_commits_target_rows_topp_cpu_goals_4ee1573aa2.md", None)]
+    assert verdicts.render(goals, floors, row_ops) == (bench / "verdicts_spd_rows_cpu.md").read_text()
+    before = [(bench / "compare_commits_spd_rows_plain_cpu_goals_ef0dd4c2db.md", None)]
+    assert verdicts.render(before, floors[:1], row_ops) == (bench / "verdicts_spd_rows_before_cpu.md").read_text()
+    sec = _doc().split("### SpD at plain temperature: its rows up to the first rejection too")[1].split("###")[0]
+    for s, row in _new_old_rows("compare_commits_spd_rows_plain_cpu.md", "/sample_nok").items():
+        assert row in sec, s
+    cells = [r for r in _table("compare_commits_spd_rows_plain_cpu.md", "| V") if r[0].endswith("/sample_nok")]
+    others = [float(r[2].split()[0]) for r in cells if r[1] != "spd"]
+    rose = sum(float(r[4].split()[0]) > float(r[3].split()[0]) for r in cells if r[1] != "spd")
+    assert f"the other decoders' new / old ({min(others):.2f}-{max(others):.2f})" in sec
+    assert f"they rise in {rose} of the {len(others)} cells" in sec
+
+    def met(name):
+        return sum(v.split()[1] == "met" for (s, _), v in _verdict_cells(name).items() if s.endswith("/plain"))
+
+    assert (f"{met('verdicts_spd_rows_before_cpu.md')} of 40 cells met before, "
+            f"{met('verdicts_spd_rows_cpu.md')} of 40 after") in sec.replace("\n", " ")
+
+
+def test_docs_quote_the_spd_rows_offline_record():
+    """The SpD-rows section's offline sentence: SpD's new / old and the largest move of a ratio to SpD."""
+    sec = _doc().split("### SpD at plain temperature: its rows up to the first rejection too")[1].split("###")[0]
+    rows = _table("compare_commits_offline5_spd_rows_humaneval_cpu.md", "| humaneval")
+    spd = next(r[2] for r in rows if r[1] == "spd")
+    move = max(abs(float(r[4].split()[0]) - float(r[3].split()[0])) for r in rows if r[1] != "spd")
+    assert f"new / old is {spd}" in sec.replace("\n", " ")
+    assert f"move by at most {move:.2f}" in sec.replace("\n", " ")
