@@ -153,6 +153,12 @@ def goal_counts(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def pooled_rows(saved: list[dict]) -> list[dict]:
+    """Every round's rows of a commit as repeats of one run (round r's repeat k: r * 100 + k), as
+    its goals table pools them (``_goals``; ``bench/speed_summary.py`` rebuilds its cells so)."""
+    return [dict(row, repeat=r * 100 + row["repeat"]) for r, one in enumerate(saved) for row in one["rows"]]
+
+
 def _goals(kept: Path, commit: str, rounds: int, out: Path) -> None:
     """The goals table of ``commit``'s runs (``bench/overhead.py``'s report, with its per-cell
     verdicts and the misses taken apart), every round's rows pooled as repeats of one run."""
@@ -160,7 +166,7 @@ def _goals(kept: Path, commit: str, rounds: int, out: Path) -> None:
     import overhead
 
     saved = [json.loads((kept / f"{commit}_{r}.json").read_text()) for r in range(rounds)]
-    rows = [dict(row, repeat=r * 100 + row["repeat"]) for r, one in enumerate(saved) for row in one["rows"]]
+    rows = pooled_rows(saved)
     systems = saved[0]["args"]["systems"].split(",")
     report = overhead.summarize(rows, systems, saved[0]["args"]["tree_limit"])
     header = [*saved[0]["header"], "", f"Goals of commit {commit}: its {rounds} run(s) of `bench/compare_commits.py` "

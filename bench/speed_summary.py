@@ -90,14 +90,17 @@ def read_offline(path: Path) -> tuple[str, dict[str, tuple[str, str]]]:
 def _kept_rows(goals: Path) -> list[dict]:
     """The runs a ``bench/compare_commits.py`` goals table was made from (its header names them:
     ``from `DIR/COMMIT_*.json```, beside it), every round's rows as repeats, as it pooled them."""
-    m = re.search(r"from `([^`/]+)/([0-9a-f]+)_\*\.json`", goals.read_text())
+    from compare_commits import pooled_rows
+
+    m = re.search(r"its (\d+) run\(s\) of `bench/compare_commits.py`.*?from `([^`/]+)/([0-9a-f]+)_\*\.json`",
+                  goals.read_text())
     if m is None:
-        raise SystemExit(f"{goals}: names no kept runs (`DIR/COMMIT_*.json`): not a compare_commits goals table")
-    files = sorted(goals.parent.joinpath(m[1]).glob(f"{m[2]}_*.json"), key=lambda f: int(f.stem.rsplit("_", 1)[1]))
-    if not files:
-        raise SystemExit(f"{goals}: its kept runs {m[1]}/{m[2]}_*.json are not there")
-    saved = [json.loads(f.read_text()) for f in files]
-    return [dict(row, repeat=r * 100 + row["repeat"]) for r, one in enumerate(saved) for row in one["rows"]]
+        raise SystemExit(f"{goals}: names no kept runs (`its N run(s) ... DIR/COMMIT_*.json`): not a "
+                         "compare_commits goals table")
+    files = [goals.parent / m[2] / f"{m[3]}_{r}.json" for r in range(int(m[1]))]
+    if not all(f.is_file() for f in files):
+        raise SystemExit(f"{goals}: its kept runs {m[2]}/{m[3]}_*.json are not there")
+    return pooled_rows([json.loads(f.read_text()) for f in files])
 
 
 def adjusted(verdicts: Path, cells: dict) -> dict[tuple[str, str], tuple[str, float, int, float]]:

@@ -1575,7 +1575,7 @@ def _summary_fixture(tmp_path):
     (tmp_path / "kept" / "c0ffee_0.json").write_text(json.dumps({"rows": rows}))
     (tmp_path / "g_goals_c0ffee.md").write_text(
         "# g\n\nsample = T 1 top-k 10 top-p 1, sample_nok = T 1 top-p 1 without top-k\n\n"
-        "Goals of commit c0ffee: from `kept/c0ffee_*.json`.\n")
+        "Goals of commit c0ffee: its 1 run(s) of `bench/compare_commits.py` pooled, from `kept/c0ffee_*.json`.\n")
     table = {}
     for (setting, system), (f, why) in factors.items():
         iv = stats.ratio_of_geometric_means([b * x for b, x in zip(base, f)], base)
